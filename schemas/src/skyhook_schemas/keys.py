@@ -1,0 +1,114 @@
+"""Every name Skyhook writes into a cluster, in one table.
+
+These match upstream Skyhook exactly: an SCR, node or tool written for upstream reads and writes
+the same keys. ``<scr>`` below is a Skyhook object's name, verbatim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+GROUP = "skyhook.nvidia.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Skyhook"
+PLURAL = "skyhooks"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+FINALIZER = f"{GROUP}/skyhook"
+PREFIX = f"{GROUP}/"
+
+# Annotations a user (or the kubectl plugin) sets on a Skyhook object.
+PAUSE_ANNOTATION = f"{GROUP}/pause"
+DISABLE_ANNOTATION = f"{GROUP}/disable"
+# Written by the operator once, with its version.
+SKYHOOK_VERSION_ANNOTATION = f"{GROUP}/version"
+
+# Node labels and taints.
+IGNORE_LABEL = f"{GROUP}/ignore"
+RUNTIME_REQUIRED_TAINT_KEY = GROUP
+RUNTIME_REQUIRED_TAINT_VALUE = "runtime-required"
+RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
+RUNTIME_REQUIRED_TAINT = (
+    f"{RUNTIME_REQUIRED_TAINT_KEY}={RUNTIME_REQUIRED_TAINT_VALUE}:{RUNTIME_REQUIRED_TAINT_EFFECT}"
+)
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+
+
+def node_state_key(scr: str) -> str:
+    """Annotation holding per-package progress on a node (compact JSON)."""
+    return f"{GROUP}/nodeState_{scr}"
+
+
+def node_status_key(scr: str) -> str:
+    """Annotation *and* label holding the node's overall status for one SCR."""
+    return f"{GROUP}/status_{scr}"
+
+
+def cordon_key(scr: str) -> str:
+    """Annotation marking that this SCR cordoned the node (so only it uncordons)."""
+    return f"{GROUP}/cordon_{scr}"
+
+
+def version_key(scr: str) -> str:
+    """Annotation with the operator version that first handled the node for this SCR."""
+    return f"{GROUP}/version_{scr}"
+
+
+def auto_taint_key(taint_key: str) -> str:
+    """Annotation marking a node the operator tainted on sight (``autoTaintNewNodes``)."""
+    return f"{GROUP}/autoTaint_{taint_key}"
+
+
+def not_ready_condition(scr: str) -> str:
+    """Node condition type: True while the SCR is incomplete on the node."""
+    return f"{GROUP}/{scr}/NotReady"
+
+
+def erroring_condition(scr: str) -> str:
+    """Node condition type: True while any package of the SCR is erroring on the node."""
+    return f"{GROUP}/{scr}/Erroring"
+
+
+# Stage and interrupt pods.
+NAME_LABEL = f"{GROUP}/name"
+PACKAGE_LABEL = f"{GROUP}/package"
+INTERRUPT_LABEL = f"{GROUP}/interrupt"
+PACKAGE_ANNOTATION = f"{GROUP}/package"
+
+# ConfigMaps.
+PACKAGE_NAME_ANNOTATION = f"{GROUP}/Package.Name"
+PACKAGE_VERSION_ANNOTATION = f"{GROUP}/Package.Version"
+NODE_META_LABEL = f"{GROUP}/skyhook-node-meta"
+NODE_NAME_ANNOTATION = f"{GROUP}/Node.name"
+
+# SCR conditions.
+CONDITION_TRANSITION = f"{GROUP}/Transition"
+CONDITION_APPLY_PACKAGE = f"{GROUP}/ApplyPackage"
+CONDITION_TAINT_NOT_TOLERABLE = f"{GROUP}/TaintNotTolerable"
+CONDITION_NODES_IGNORED = f"{GROUP}/NodesIgnored"
+
+DEFAULT_COMPARTMENT = "__default__"
+
+
+def package_key(name: str, version: str) -> str:
+    """Key of a package inside the nodeState annotation: ``<name>|<version>``."""
+    return f"{name}|{version}"
+
+
+def safe_name(limit: int, *parts: str) -> str:
+    """A Kubernetes object name from ``parts`` that stays unique after truncation.
+
+    Parts are joined with ``-`` and dots become ``-``; an 8-hex-digit SHA-256 prefix of that
+    string is appended after cutting it to ``limit - 9`` characters; the result is lowercased.
+    """
+    joined = "-".join(parts).replace(".", "-")
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:8]
+    return f"{joined[: limit - 9]}-{digest}".lower()
+
+
+def package_configmap_name(scr: str, package: str, version: str) -> str:
+    return f"{scr}-{package}-{version}".lower()
+
+
+def node_metadata_configmap_name(scr: str, node: str) -> str:
+    return safe_name(253, scr, node, "metadata")
