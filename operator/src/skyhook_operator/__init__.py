@@ -1,0 +1,1 @@
+"""Skyhook operator: rolls Skyhook packages across Kubernetes nodes."""

@@ -1,0 +1,543 @@
+"""Decode a Skyhook object's `spec` into typed, validated values.
+
+One decoder for the operator (planner, webhook-style checks, CLI). It collects every problem,
+each named by its field path (`spec.packages.tuning.version: "1.x" is not a strict semver
+version ...`), and raises them together in one `SpecError`. Rules: crd-and-keys.md §2, plus
+ours: strict SemVer 2.0 versions and `dependsOn` cycles rejected (docs/upstream-differences.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from skyhook_schemas.versions import VersionError, parse_version
+
+from skyhook_operator.planner.model import Taint
+
+PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
+INTERRUPT_TYPES = ("service", "reboot", "noop", "restartAllServices")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+DEFAULT_PRIORITY = 200
+
+
+class SpecError(ValueError):
+    """An invalid Skyhook spec; `messages` holds one `path: problem` line per error."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+# --- value types ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels  # DoesNotExist
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A Kubernetes label selector; the empty selector matches everything."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes matching: empty effect matches all effects; empty key with Exists matches
+        every taint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.key:
+            body["key"] = self.key
+        body["operator"] = self.operator
+        if self.value:
+            body["value"] = self.value
+        if self.effect:
+            body["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            body["tolerationSeconds"] = self.toleration_seconds
+        return body
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    type: str
+    services: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Quantities as written in the spec (the pod gets them verbatim)."""
+
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    image: str
+    container_sha: str = ""
+    agent_image_override: str = ""
+    interrupt: Interrupt | None = None
+    config_interrupts: Mapping[str, Interrupt] = field(default_factory=dict)
+    config_map: Mapping[str, str] = field(default_factory=dict)
+    depends_on: Mapping[str, str] = field(default_factory=dict)
+    env: tuple[Mapping[str, Any], ...] = ()
+    resources: Resources | None = None
+    graceful_shutdown_s: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The nodeState key `<name>|<version>`."""
+        return f"{self.name}|{self.version}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """interruptionBudget: at most one of percent/count; neither means 100 %."""
+
+    percent: int | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class SkyhookSpec:
+    packages: Mapping[str, Package] = field(default_factory=dict)
+    node_selector: LabelSelector = field(default_factory=LabelSelector)
+    pod_non_interrupt_labels: LabelSelector = field(default_factory=LabelSelector)
+    budget: Budget = field(default_factory=Budget)
+    deployment_policy: str = ""
+    additional_tolerations: tuple[Toleration, ...] = ()
+    runtime_required: bool = False
+    auto_taint_new_nodes: bool = False
+    priority: int = DEFAULT_PRIORITY
+    serial: bool = False
+    pause: bool = False
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def add(self, path: str, problem: str) -> None:
+        self.messages.append(f"{path}: {problem}")
+
+
+def _is_map(value: object) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _string(raw: Mapping[str, Any], key: str, path: str, errors: _Errors) -> str:
+    value = raw.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        errors.add(f"{path}.{key}", f"{value!r} is not a string")
+        return ""
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str, path: str, errors: _Errors) -> bool:
+    value = raw.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        errors.add(f"{path}.{key}", f"{value!r} is not a boolean")
+        return False
+    return value
+
+
+def _optional_int(value: object, path: str, errors: _Errors, minimum: int, maximum: int | None):  # type: ignore[no-untyped-def]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.add(path, f"{value!r} is not an integer")
+        return None
+    if value < minimum or (maximum is not None and value > maximum):
+        allowed = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        errors.add(path, f"{value} is out of range (allowed {allowed})")
+        return None
+    return value
+
+
+def decode_selector(raw: object, path: str, errors: _Errors) -> LabelSelector:
+    if raw is None:
+        return LabelSelector()
+    if not _is_map(raw):
+        errors.add(path, "must be a label selector object")
+        return LabelSelector()
+    assert isinstance(raw, Mapping)
+    labels = raw.get("matchLabels") or {}
+    if not _is_map(labels) or not all(isinstance(v, str) for v in labels.values()):
+        errors.add(f"{path}.matchLabels", "must map label keys to string values")
+        labels = {}
+    requirements: list[SelectorRequirement] = []
+    for index, expr in enumerate(raw.get("matchExpressions") or ()):
+        expr_path = f"{path}.matchExpressions[{index}]"
+        if not _is_map(expr):
+            errors.add(expr_path, "must be an object with key, operator and values")
+            continue
+        operator = expr.get("operator")
+        values = tuple(expr.get("values") or ())
+        if operator not in SELECTOR_OPERATORS:
+            errors.add(f"{expr_path}.operator", f"{operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}")
+            continue
+        if operator in {"In", "NotIn"} and not values:
+            errors.add(f"{expr_path}.values", f"must not be empty for operator {operator}")
+        if operator in {"Exists", "DoesNotExist"} and values:
+            errors.add(f"{expr_path}.values", f"must be empty for operator {operator}")
+        if not expr.get("key"):
+            errors.add(f"{expr_path}.key", "required")
+        requirements.append(SelectorRequirement(str(expr.get("key") or ""), operator, values))
+    return LabelSelector(dict(labels), tuple(requirements))
+
+
+def _decode_toleration(raw: object, path: str, errors: _Errors) -> Toleration | None:
+    if not _is_map(raw):
+        errors.add(path, "must be a toleration object")
+        return None
+    assert isinstance(raw, Mapping)
+    operator = raw.get("operator") or "Equal"
+    effect = raw.get("effect") or ""
+    if operator not in {"Equal", "Exists"}:
+        errors.add(f"{path}.operator", f"{operator!r} is not one of Equal, Exists")
+    if effect and effect not in TAINT_EFFECTS:
+        errors.add(f"{path}.effect", f"{effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    if operator == "Exists" and raw.get("value"):
+        errors.add(f"{path}.value", "must be empty when operator is Exists")
+    seconds = raw.get("tolerationSeconds")
+    return Toleration(
+        key=str(raw.get("key") or ""),
+        operator=operator,
+        value=str(raw.get("value") or ""),
+        effect=effect,
+        toleration_seconds=seconds if isinstance(seconds, int) else None,
+    )
+
+
+def _decode_interrupt(raw: object, path: str, errors: _Errors) -> Interrupt | None:
+    if not _is_map(raw):
+        errors.add(path, "must be an object with type and optional services")
+        return None
+    assert isinstance(raw, Mapping)
+    kind = raw.get("type")
+    if kind not in INTERRUPT_TYPES:
+        errors.add(f"{path}.type", f"{kind!r} is not one of {', '.join(INTERRUPT_TYPES)}")
+        return None
+    services = raw.get("services") or ()
+    if not isinstance(services, list | tuple) or not all(isinstance(s, str) for s in services):
+        errors.add(f"{path}.services", "must be a list of systemd unit names")
+        services = ()
+    return Interrupt(kind, tuple(services))
+
+
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]i?|Ki)?$")
+_SUFFIX = {
+    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
+    "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20,
+    "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+
+
+def parse_quantity(value: object) -> Decimal | None:
+    """A Kubernetes quantity as a number, or None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    if not isinstance(value, str):
+        return None
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in {"e", "E"}:
+            return Decimal(number + suffix)
+        return Decimal(number) * Decimal(_SUFFIX[suffix])
+    except (InvalidOperation, KeyError):
+        return None
+
+
+def _decode_resources(raw: object, path: str, errors: _Errors) -> Resources | None:
+    if raw is None:
+        return None
+    if not _is_map(raw):
+        errors.add(path, "must be an object with cpuRequest, cpuLimit, memoryRequest, memoryLimit")
+        return None
+    assert isinstance(raw, Mapping)
+    names = ("cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit")
+    given = {n: raw.get(n) for n in names if raw.get(n) not in (None, "")}
+    if not given:
+        return None
+    missing = [n for n in names if n not in given]
+    if missing:
+        errors.add(path, f"if any resource override is set, all four must be; missing {', '.join(missing)}")
+        return None
+    amounts: dict[str, Decimal] = {}
+    for name, value in given.items():
+        amount = parse_quantity(value)
+        if amount is None:
+            errors.add(f"{path}.{name}", f"{value!r} is not a Kubernetes quantity")
+        elif amount <= 0:
+            errors.add(f"{path}.{name}", f"{value!r} must be positive")
+        else:
+            amounts[name] = amount
+    for kind in ("cpu", "memory"):
+        request, limit = amounts.get(f"{kind}Request"), amounts.get(f"{kind}Limit")
+        if request is not None and limit is not None and limit < request:
+            errors.add(
+                f"{path}.{kind}Limit",
+                f"{given[f'{kind}Limit']!r} must be >= {kind}Request ({given[f'{kind}Request']!r})",
+            )
+    return Resources(*(str(given[n]) for n in names))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float | None:
+    """A Go duration such as `46s`, `2m`, `1h30m`, in seconds; None when not one."""
+    text = text.strip()
+    if not text:
+        return None
+    if not re.fullmatch(r"(\d+(?:\.\d+)?(h|ms|m|s))+", text):
+        return None
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION.findall(text))
+
+
+def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
+    path = f"spec.packages.{key}"
+    if not _is_map(raw):
+        errors.add(path, "must be a package object")
+        return None
+    assert isinstance(raw, Mapping)
+    if not PACKAGE_NAME.match(key):
+        errors.add(path, f"package name {key!r} must match {PACKAGE_NAME.pattern} (2-43 characters)")
+    name = _string(raw, "name", path, errors)
+    if name and name != key:
+        errors.add(f"{path}.name", f"{name!r} differs from the package key {key!r}; leave it unset")
+    version = _string(raw, "version", path, errors)
+    if not version:
+        errors.add(f"{path}.version", "required")
+    else:
+        try:
+            parse_version(version)
+        except VersionError as err:
+            errors.add(f"{path}.version", f"{version!r} is not a strict semver version: {err}")
+    image = _string(raw, "image", path, errors)
+    if not image:
+        errors.add(f"{path}.image", "required")
+    elif "@" in image or ":" in image.rsplit("/", 1)[-1]:
+        errors.add(
+            f"{path}.image",
+            f"{image!r} carries a tag or digest; give the repository only (the version is the "
+            "tag, containerSHA the digest)",
+        )
+    interrupt = None
+    if raw.get("interrupt") is not None:
+        interrupt = _decode_interrupt(raw["interrupt"], f"{path}.interrupt", errors)
+    config_map = raw.get("configMap") or {}
+    if not _is_map(config_map) or not all(isinstance(v, str) for v in config_map.values()):
+        errors.add(f"{path}.configMap", "must map file names to string contents")
+        config_map = {}
+    config_interrupts: dict[str, Interrupt] = {}
+    raw_ci = raw.get("configInterrupts") or {}
+    if not _is_map(raw_ci):
+        errors.add(f"{path}.configInterrupts", "must map configMap keys (or globs) to interrupts")
+        raw_ci = {}
+    for pattern, body in raw_ci.items():
+        ci_path = f"{path}.configInterrupts.{pattern}"
+        decoded = _decode_interrupt(body, ci_path, errors)
+        if "*" in pattern:
+            if not any(fnmatch.fnmatchcase(k, pattern) for k in config_map):
+                errors.add(ci_path, f"glob {pattern!r} matches no configMap key")
+        elif pattern not in config_map:
+            errors.add(ci_path, f"{pattern!r} is not a key of {path}.configMap")
+        if decoded is not None:
+            config_interrupts[pattern] = decoded
+    depends_on = raw.get("dependsOn") or {}
+    if not _is_map(depends_on):
+        errors.add(f"{path}.dependsOn", "must map package names to versions")
+        depends_on = {}
+    for dep, dep_version in depends_on.items():
+        if not isinstance(dep_version, str) or not dep_version:
+            errors.add(f"{path}.dependsOn.{dep}", "version must be a non-empty string")
+    env = raw.get("env") or ()
+    if not isinstance(env, list | tuple) or not all(_is_map(e) and e.get("name") for e in env):
+        errors.add(f"{path}.env", "must be a list of {name, value | valueFrom} objects")
+        env = ()
+    grace: int | None = None
+    shutdown = _string(raw, "gracefulShutdown", path, errors)
+    if shutdown:
+        seconds = parse_duration(shutdown)
+        if seconds is None:
+            errors.add(f"{path}.gracefulShutdown", f"{shutdown!r} is not a duration such as 46s or 2m")
+        else:
+            grace = int(seconds)
+    return Package(
+        name=key,
+        version=version,
+        image=image,
+        container_sha=_string(raw, "containerSHA", path, errors),
+        agent_image_override=_string(raw, "agentImageOverride", path, errors),
+        interrupt=interrupt,
+        config_interrupts=config_interrupts,
+        config_map=dict(config_map),
+        depends_on=dict(depends_on),
+        env=tuple(dict(e) for e in env),
+        resources=_decode_resources(raw.get("resources"), f"{path}.resources", errors),
+        graceful_shutdown_s=grace,
+    )
+
+
+def find_cycle(graph: Mapping[str, tuple[str, ...]]) -> list[str] | None:
+    """A dependency cycle as a path `[a, b, ..., a]`, or None. Deterministic (sorted walk)."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(vertex: str) -> list[str] | None:
+        state[vertex] = 1
+        stack.append(vertex)
+        for nxt in sorted(graph.get(vertex, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[vertex] = 2
+        return None
+
+    for vertex in sorted(graph):
+        if vertex not in state and (found := visit(vertex)):
+            return found
+    return None
+
+
+def _check_dependencies(packages: Mapping[str, Package], errors: _Errors) -> None:
+    for pkg in packages.values():
+        for dep, dep_version in pkg.depends_on.items():
+            target = packages.get(dep)
+            if target is None:
+                errors.add(f"spec.packages.{pkg.name}.dependsOn.{dep}", f"no package {dep!r} in spec.packages")
+            elif isinstance(dep_version, str) and dep_version and target.version != dep_version:
+                errors.add(
+                    f"spec.packages.{pkg.name}.dependsOn.{dep}",
+                    f"{dep}|{dep_version} does not exist (spec.packages.{dep}.version is {target.version!r})",
+                )
+    graph = {name: tuple(d for d in p.depends_on if d in packages) for name, p in packages.items()}
+    cycle = find_cycle(graph)
+    if cycle:
+        errors.add("spec.packages", f"dependsOn cycle: {' -> '.join(cycle)}")
+
+
+def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
+    """Decode and validate `spec`; raises SpecError listing every problem."""
+    errors = _Errors()
+    if not _is_map(raw):
+        raise SpecError(["spec: must be an object"])
+    packages: dict[str, Package] = {}
+    raw_packages = raw.get("packages") or {}
+    if not _is_map(raw_packages):
+        errors.add("spec.packages", "must map package names to packages")
+        raw_packages = {}
+    for key in sorted(raw_packages):
+        pkg = _decode_package(key, raw_packages[key], errors)
+        if pkg is not None:
+            packages[key] = pkg
+    _check_dependencies(packages, errors)
+
+    raw_budget = raw.get("interruptionBudget") or {}
+    if not _is_map(raw_budget):
+        errors.add("spec.interruptionBudget", "must be an object with percent or count")
+        raw_budget = {}
+    percent = _optional_int(raw_budget.get("percent"), "spec.interruptionBudget.percent", errors, 0, 100)
+    count = _optional_int(raw_budget.get("count"), "spec.interruptionBudget.count", errors, 0, None)
+    if raw_budget.get("percent") is not None and raw_budget.get("count") is not None:
+        errors.add("spec.interruptionBudget", "set percent or count, not both")
+    policy = _string(raw, "deploymentPolicy", "spec", errors)
+    if policy and (raw_budget.get("percent") is not None or raw_budget.get("count") is not None):
+        errors.add("spec.deploymentPolicy", "deploymentPolicy and interruptionBudget are mutually exclusive")
+
+    tolerations: list[Toleration] = []
+    raw_tolerations = raw.get("additionalTolerations") or ()
+    if not isinstance(raw_tolerations, list | tuple):
+        errors.add("spec.additionalTolerations", "must be a list of tolerations")
+        raw_tolerations = ()
+    for index, body in enumerate(raw_tolerations):
+        toleration = _decode_toleration(body, f"spec.additionalTolerations[{index}]", errors)
+        if toleration is not None:
+            tolerations.append(toleration)
+
+    priority = raw.get("priority", DEFAULT_PRIORITY)
+    priority = _optional_int(priority, "spec.priority", errors, 1, None) or DEFAULT_PRIORITY
+    spec = SkyhookSpec(
+        packages=packages,
+        node_selector=decode_selector(raw.get("nodeSelectors"), "spec.nodeSelectors", errors),
+        pod_non_interrupt_labels=decode_selector(
+            raw.get("podNonInterruptLabels"), "spec.podNonInterruptLabels", errors
+        ),
+        budget=Budget(percent=percent, count=count),
+        deployment_policy=policy,
+        additional_tolerations=tuple(tolerations),
+        runtime_required=_bool(raw, "runtimeRequired", "spec", errors),
+        auto_taint_new_nodes=_bool(raw, "autoTaintNewNodes", "spec", errors),
+        priority=priority,
+        serial=_bool(raw, "serial", "spec", errors),
+        pause=_bool(raw, "pause", "spec", errors),
+    )
+    if errors.messages:
+        raise SpecError(errors.messages)
+    return spec
