@@ -1,0 +1,5 @@
+"""``python -m skyhook_agent`` = ``skyhook-agent``."""
+
+from skyhook_agent.cli import main
+
+main()
