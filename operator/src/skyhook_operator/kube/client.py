@@ -1,0 +1,109 @@
+"""One Kubernetes API connection per process, built at startup and shared through kopf's memo.
+
+Configuration (kubeconfig, in-cluster service account, TLS, tokens) comes from the official
+`kubernetes` client; requests go through its urllib3 pool as plain JSON, so patches say
+exactly which patch type they are and responses stay the dicts the planner's views decode.
+Called from worker threads (`asyncio.to_thread`): a slow write never stalls kopf's watches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from kubernetes import client, config
+
+from skyhook_schemas import keys
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "skyhook-operator"
+
+Json = dict[str, Any]
+
+
+class ApiError(Exception):
+    """A non-2xx answer: `status` is the HTTP code, `reason` the apiserver's message."""
+
+    def __init__(self, status: int, reason: str, method: str = "", path: str = "") -> None:
+        super().__init__(f"{method} {path}: {status} {reason}".strip())
+        self.status = status
+        self.reason = reason
+
+
+class Kube:
+    """JSON requests against one apiserver, with helpers for the paths we use."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        self.configuration = configuration
+        self.api_client = client.ApiClient(configuration)
+        self._pool = self.api_client.rest_client.pool_manager
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object | None = None,
+        content_type: str = "application/json",
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> Json:
+        url = self.configuration.host.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(query)
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        token = self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        ) or self.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        payload = None if body is None else json.dumps(body).encode()
+        response = self._pool.request(method, url, body=payload, headers=headers, timeout=timeout)
+        data = response.data.decode() if response.data else ""
+        if response.status >= 300:
+            try:
+                reason = json.loads(data).get("message", data)
+            except ValueError:
+                reason = data or str(response.reason)
+            raise ApiError(response.status, reason, method, path)
+        return json.loads(data) if data else {}
+
+    # --- paths --------------------------------------------------------------------------------
+
+    @staticmethod
+    def node_path(name: str, subresource: str = "") -> str:
+        return f"/api/v1/nodes/{quote(name)}" + (f"/{subresource}" if subresource else "")
+
+    @staticmethod
+    def namespaced_path(kind: str, namespace: str, name: str = "", subresource: str = "") -> str:
+        path = f"/api/v1/namespaces/{quote(namespace)}/{kind}"
+        if name:
+            path += f"/{quote(name)}"
+        return path + (f"/{subresource}" if subresource else "")
+
+    @staticmethod
+    def skyhook_path(name: str = "", subresource: str = "") -> str:
+        path = f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}"
+        if name:
+            path += f"/{quote(name)}"
+        return path + (f"/{subresource}" if subresource else "")
+
+
+def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:
+    """A client from `kubeconfig`, `$KUBECONFIG`, the in-cluster service account, or ~/.kube."""
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = pool_size
+    return Kube(configuration)

@@ -1,0 +1,354 @@
+"""Applies a plan's Actions to the cluster as idempotent, conflict-aware writes.
+
+Idempotent: creating what exists (409) and deleting what is gone (404) count as done, and
+every patch states the end result (a merge patch of keys, a taint list computed from the
+node as it is now), so applying an action twice changes nothing.
+
+Conflict-aware: writes that replace a list (taints, finalizers) are preconditioned on the
+resourceVersion they were computed from and recomputed from a fresh read on conflict.
+Annotation and label writes are per-key merge patches and need no precondition: the planner
+owns those keys.
+
+Order and speed: the plan's order is kept where it matters. Actions about one node (its
+patches, conditions, metadata ConfigMap, pods, events) form that node's lane and run in
+order; lanes of different nodes run concurrently. Actions about an SCR as a whole (package
+ConfigMaps, status, finalizers) are barriers: every lane queued before one finishes first.
+When an action fails its lane stops and the writer stops at the next barrier; the next pass
+re-plans from a fresh snapshot.
+
+Every object the API returns is handed to the snapshot overlays (read-your-writes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyhook_operator.kube import events
+from skyhook_operator.kube.client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    Json,
+    Kube,
+)
+from skyhook_operator.kube.drain import Evictor
+from skyhook_operator.planner.model import (
+    Action,
+    AddFinalizer,
+    CreatePod,
+    DeleteConfigMap,
+    DeletePod,
+    EmitEvent,
+    EvictPod,
+    PatchNode,
+    PatchSkyhookStatus,
+    Plan,
+    RemoveFinalizer,
+    SetNodeConditions,
+    Taint,
+    UpsertConfigMap,
+)
+from skyhook_operator.snapshot import ClusterStore
+from skyhook_schemas import keys
+
+log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 5
+# A deletion we cannot date hides the watch's copy until the watch drops the object.
+_GONE = 1 << 62
+
+
+@dataclass
+class ApplyResult:
+    """What one plan did: how many actions took effect and which failed (and why)."""
+
+    applied: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Writer:
+    """Applies plans; one instance per process, shared by every pass."""
+
+    def __init__(
+        self, kube: Kube, store: ClusterStore, evictor: Evictor, concurrency: int = 16
+    ) -> None:
+        self._kube = kube
+        self._store = store
+        self._evictor = evictor
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="writer")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def apply(self, plan: Plan, pod_nodes: dict[tuple[str, str], str]) -> ApplyResult:
+        """Apply every action of `plan`; `pod_nodes` maps (namespace, pod) to its node."""
+        result = ApplyResult()
+        lanes: dict[str, list[Action]] = {}
+        for action in plan.actions:
+            lane = self._lane(action, pod_nodes)
+            if lane is not None:
+                lanes.setdefault(lane, []).append(action)
+                continue
+            self._run_lanes(lanes, result)
+            lanes = {}
+            if not result.ok:
+                return result
+            self._run_one(action, result)
+            if not result.ok:
+                return result
+        self._run_lanes(lanes, result)
+        return result
+
+    # --- scheduling -------------------------------------------------------------------------
+
+    @staticmethod
+    def _lane(action: Action, pod_nodes: dict[tuple[str, str], str]) -> str | None:
+        """The node an action belongs to, or None for an SCR-wide barrier."""
+        if isinstance(action, PatchNode | SetNodeConditions):
+            return action.name
+        if isinstance(action, CreatePod):
+            return str(action.manifest.get("spec", {}).get("nodeName") or "") or None
+        if isinstance(action, DeletePod | EvictPod):
+            return pod_nodes.get((action.namespace, action.name))
+        if isinstance(action, UpsertConfigMap):
+            meta = action.manifest.get("metadata", {})
+            if keys.NODE_META_LABEL in (meta.get("labels") or {}):
+                return (meta.get("annotations") or {}).get(keys.NODE_NAME_ANNOTATION)
+            return None
+        if isinstance(action, EmitEvent) and action.kind == "Node":
+            return action.name
+        return None
+
+    def _run_lanes(self, lanes: dict[str, list[Action]], result: ApplyResult) -> None:
+        if not lanes:
+            return
+        if len(lanes) == 1:
+            for actions in lanes.values():
+                self._run_lane(actions, result)
+            return
+        partials = list(self._pool.map(self._lane_result, lanes.values()))
+        for partial in partials:
+            result.applied += partial.applied
+            result.failures.extend(partial.failures)
+
+    def _lane_result(self, actions: Sequence[Action]) -> ApplyResult:
+        partial = ApplyResult()
+        self._run_lane(actions, partial)
+        return partial
+
+    def _run_lane(self, actions: Sequence[Action], result: ApplyResult) -> None:
+        failed_before = len(result.failures)
+        for action in actions:
+            self._run_one(action, result)
+            if len(result.failures) > failed_before:
+                return
+
+    def _run_one(self, action: Action, result: ApplyResult) -> None:
+        try:
+            self._dispatch(action)
+            result.applied += 1
+        except ApiError as error:
+            log.warning("%s failed, the next pass re-plans: %s", type(action).__name__, error)
+            result.failures.append(f"{type(action).__name__}: {error}")
+
+    def _dispatch(self, action: Action) -> None:
+        handlers: dict[type, Callable[[Any], None]] = {
+            PatchNode: self.patch_node,
+            SetNodeConditions: self.set_node_conditions,
+            CreatePod: self.create_pod,
+            DeletePod: self.delete_pod,
+            EvictPod: self.evict_pod,
+            UpsertConfigMap: self.upsert_configmap,
+            DeleteConfigMap: self.delete_configmap,
+            PatchSkyhookStatus: self.patch_skyhook_status,
+            AddFinalizer: self.add_finalizer,
+            RemoveFinalizer: self.remove_finalizer,
+            EmitEvent: self.emit_event,
+        }
+        handlers[type(action)](action)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def patch_node(self, action: PatchNode) -> None:
+        path = self._kube.node_path(action.name)
+        if action.add_taints or action.remove_taints:
+            self._store.nodes.wrote(self._patch_taints(path, action))
+        metadata: Json = {}
+        if action.annotations:
+            metadata["annotations"] = dict(action.annotations)
+        if action.labels:
+            metadata["labels"] = dict(action.labels)
+        body: Json = {"metadata": metadata} if metadata else {}
+        if action.unschedulable is not None:
+            body["spec"] = {"unschedulable": action.unschedulable}
+        if body:
+            self._store.nodes.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+
+    def _patch_taints(self, path: str, action: PatchNode) -> Json:
+        """Replace spec.taints with the wanted list, retried on a concurrent change."""
+        for attempt in range(_CONFLICT_RETRIES):
+            node = self._kube.request("GET", path)
+            current = [Taint.from_api(t) for t in node.get("spec", {}).get("taints") or ()]
+            wanted = _wanted_taints(current, action.add_taints, action.remove_taints)
+            if wanted == current:
+                return node
+            patch = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": node["metadata"]["resourceVersion"],
+                },
+                {"op": "add", "path": "/spec/taints", "value": [t.to_api() for t in wanted]},
+            ]
+            try:
+                return self._kube.request("PATCH", path, patch, JSON_PATCH)
+            except ApiError as error:
+                if error.status not in (409, 422) or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+                log.debug("taints of %s changed meanwhile, recomputing", path)
+        raise AssertionError("unreachable")
+
+    def set_node_conditions(self, action: SetNodeConditions) -> None:
+        now = _now()
+        conditions = [
+            {
+                "type": c.type,
+                "status": c.status,
+                "reason": c.reason,
+                "message": c.message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for c in action.conditions
+        ]
+        body = {"status": {"conditions": conditions}}
+        path = self._kube.node_path(action.name, "status")
+        self._store.nodes.wrote(self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH))
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def create_pod(self, action: CreatePod) -> None:
+        path = self._kube.namespaced_path("pods", action.namespace)
+        try:
+            self._store.pods.wrote(self._kube.request("POST", path, action.manifest), created=True)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    def delete_pod(self, action: DeletePod) -> None:
+        path = self._kube.namespaced_path("pods", action.namespace, action.name)
+        try:
+            answer = self._kube.request("DELETE", path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            answer = {"kind": "Status"}
+        if action.reason:
+            log.info("deleted pod %s/%s: %s", action.namespace, action.name, action.reason)
+        if answer.get("kind") == "Pod":
+            self._store.pods.wrote(answer)  # still terminating: deletionTimestamp set
+        else:
+            self._store.pods.deleted(action.namespace, action.name, _GONE)
+
+    def evict_pod(self, action: EvictPod) -> None:
+        self._evictor.ensure(action.namespace, action.name)
+
+    # --- configmaps -------------------------------------------------------------------------
+
+    def upsert_configmap(self, action: UpsertConfigMap) -> None:
+        manifest = {"apiVersion": "v1", "kind": "ConfigMap", **action.manifest}
+        namespace = manifest["metadata"]["namespace"]
+        path = self._kube.namespaced_path("configmaps", namespace, action.name)
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        answer = self._kube.request("PATCH", path, manifest, APPLY_PATCH, query=query)
+        self._store.configmaps.wrote(answer, created=True)
+
+    def delete_configmap(self, action: DeleteConfigMap) -> None:
+        path = self._kube.namespaced_path("configmaps", action.namespace, action.name)
+        try:
+            self._kube.request("DELETE", path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+        self._store.configmaps.deleted(action.namespace, action.name, _GONE)
+
+    # --- skyhooks ---------------------------------------------------------------------------
+
+    def patch_skyhook_status(self, action: PatchSkyhookStatus) -> None:
+        path = self._kube.skyhook_path(action.name, "status")
+        try:
+            answer = self._kube.request("PATCH", path, {"status": dict(action.patch)}, MERGE_PATCH)
+        except ApiError as error:
+            if error.status == 404:
+                return  # deleted meanwhile: nothing left to report on
+            raise
+        self._store.skyhooks.wrote(answer)
+
+    def add_finalizer(self, action: AddFinalizer) -> None:
+        self._edit_finalizers(
+            action.name, lambda f: f if action.finalizer in f else [*f, action.finalizer]
+        )
+
+    def remove_finalizer(self, action: RemoveFinalizer) -> None:
+        self._edit_finalizers(action.name, lambda f: [x for x in f if x != action.finalizer])
+
+    def _edit_finalizers(self, name: str, edit: Callable[[list[str]], list[str]]) -> None:
+        path = self._kube.skyhook_path(name)
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                current = self._kube.request("GET", path)
+            except ApiError as error:
+                if error.status == 404:
+                    return
+                raise
+            finalizers = list(current["metadata"].get("finalizers") or [])
+            wanted = edit(finalizers)
+            if wanted == finalizers:
+                return
+            body = {
+                "metadata": {
+                    "finalizers": wanted,
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                }
+            }
+            try:
+                self._store.skyhooks.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+                return
+            except ApiError as error:
+                if error.status == 404:
+                    return
+                if error.status != 409 or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+
+    def emit_event(self, action: EmitEvent) -> None:
+        subject = events.Subject(kind=action.kind, name=action.name)
+        events.post(self._kube, subject, action.reason, action.message, action.type)
+
+
+def _wanted_taints(
+    current: Sequence[Taint], add: Sequence[Taint], remove: Sequence[Taint]
+) -> list[Taint]:
+    """`current` without the removed taints, with the added ones set (same key and effect)."""
+    wanted = [t for t in current if not any(t.same_as(r) for r in remove)]
+    for taint in add:
+        wanted = [t for t in wanted if not t.same_as(taint)]
+        wanted.append(taint)
+    # Keep the original order for taints that did not change.
+    order = {(t.key, t.effect): i for i, t in enumerate(current)}
+    return sorted(wanted, key=lambda t: order.get((t.key, t.effect), len(order)))

@@ -1,0 +1,162 @@
+"""The ClusterSnapshot a pass decides from: kopf's in-memory indexes plus our own recent writes.
+
+No LIST call on the hot path: kopf keeps one watch per kind and the index functions in
+handlers.py turn every object into the planner's view (`NodeView.from_api` etc.) as it
+changes, tagged with its resourceVersion.
+
+Read-your-writes: the watch delivers our own writes a little later, and a pass that ran on
+the stale copy would redo work (start a second stage, exceed the budget). So the writer
+records every object the API returned to it in `Overlay`, and the snapshot takes, per object,
+whichever copy is newer by resourceVersion. An overlay entry is dropped as soon as the watch
+has caught up with it. resourceVersions are compared as integers, which holds for every
+etcd-backed apiserver; an unparsable one counts as newest so the watch copy wins.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from skyhook_operator.planner.model import (
+    ClusterSnapshot,
+    ConfigMapView,
+    NodeView,
+    PodView,
+    SkyhookView,
+)
+
+View = TypeVar("View")
+Key = tuple[str, str]  # (namespace or "", name)
+
+# An overlay entry the watch never confirms (the object was changed again by someone else
+# and then deleted, or the watch restarted) must not shadow the index forever.
+_OVERLAY_TTL = 120.0
+
+
+def resource_version(body: Mapping[str, Any]) -> int:
+    text = (body.get("metadata") or {}).get("resourceVersion") or ""
+    try:
+        return int(text)
+    except ValueError:
+        return 1 << 62
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[View]):
+    """One object's view as the index or the overlay holds it."""
+
+    key: Key
+    resource_version: int
+    view: View | None  # None: we deleted it
+    created: bool = False  # by our own create: show it even before the watch has it
+
+
+def versioned(
+    body: Mapping[str, Any], decode: Callable[[Mapping[str, Any]], View], created: bool = False
+) -> Versioned[View]:
+    meta = body.get("metadata") or {}
+    return Versioned(
+        key=(meta.get("namespace") or "", meta.get("name") or ""),
+        resource_version=resource_version(body),
+        view=decode(body),
+        created=created,
+    )
+
+
+class Overlay(Generic[View]):
+    """Objects as our own writes left them, until the watch shows the same or newer."""
+
+    def __init__(self, decode: Callable[[Mapping[str, Any]], View]) -> None:
+        self._decode = decode
+        self._lock = threading.Lock()
+        self._entries: dict[Key, tuple[float, Versioned[View]]] = {}
+
+    def wrote(self, body: Mapping[str, Any], created: bool = False) -> None:
+        """Record the object as the API returned it after our write."""
+        entry = versioned(body, self._decode, created)
+        with self._lock:
+            current = self._entries.get(entry.key)
+            if created or current is None or current[1].resource_version <= entry.resource_version:
+                self._entries[entry.key] = (time.monotonic(), entry)
+
+    def deleted(self, namespace: str, name: str, last_version: int) -> None:
+        """The object is gone (or going) as of `last_version`; hide index copies up to it."""
+        key = (namespace, name)
+        with self._lock:
+            self._entries[key] = (time.monotonic(), Versioned(key, last_version, None))
+
+    def merge(self, indexed: Iterable[Versioned[View]]) -> list[View]:
+        """Index copies, replaced or hidden by newer overlay entries; stale entries pruned."""
+        now = time.monotonic()
+        with self._lock:
+            pending = dict(self._entries)
+        result: list[View] = []
+        for item in indexed:
+            found = pending.pop(item.key, None)
+            ours = None if found is None else found[1]
+            if ours is None or _watch_caught_up(item, ours):
+                if ours is not None:
+                    self._forget(item.key, ours)
+                if item.view is not None:
+                    result.append(item.view)
+            elif ours.view is not None:
+                result.append(ours.view)
+            # else: we deleted it and the watch has not seen a newer version: leave it out.
+        for key, (written, entry) in pending.items():
+            if not entry.created or now - written > _OVERLAY_TTL:
+                # Gone from the watch: deleted, whatever we last wrote to it.
+                self._forget(key, entry)
+            elif entry.view is not None:
+                result.append(entry.view)  # created by us, not yet seen by the watch
+        return result
+
+    def _forget(self, key: Key, entry: Versioned[View]) -> None:
+        with self._lock:
+            current = self._entries.get(key)
+            if current is not None and current[1] is entry:
+                del self._entries[key]
+
+
+def _watch_caught_up(indexed: Versioned[Any], ours: Versioned[Any]) -> bool:
+    if ours.view is None:  # our delete: only a newer version proves the object lives on
+        return indexed.resource_version > ours.resource_version
+    return indexed.resource_version >= ours.resource_version
+
+
+def index_values(index: Mapping[Any, Iterable[Versioned[View]]]) -> list[Versioned[View]]:
+    """Every value of a kopf index (each key holds a store of one or more values)."""
+    return [value for store in index.values() for value in store]
+
+
+class ClusterStore:
+    """Holds kopf's index objects and the overlays; builds a snapshot on demand.
+
+    kopf fills the indexes on its event loop; `snapshot()` must be called on that loop (it
+    only copies references), the overlays are thread-safe for the writer's threads.
+    """
+
+    def __init__(self) -> None:
+        self.indexes: dict[str, Mapping[Any, Iterable[Versioned[Any]]]] = {}
+        self.skyhooks: Overlay[SkyhookView] = Overlay(SkyhookView.from_api)
+        self.nodes: Overlay[NodeView] = Overlay(NodeView.from_api)
+        self.pods: Overlay[PodView] = Overlay(PodView.from_api)
+        self.configmaps: Overlay[ConfigMapView] = Overlay(ConfigMapView.from_api)
+
+    def attach(self, name: str, index: Mapping[Any, Iterable[Versioned[Any]]]) -> None:
+        self.indexes[name] = index
+
+    def snapshot(self) -> ClusterSnapshot:
+        def merged(name: str, overlay: Overlay[View]) -> list[View]:
+            return overlay.merge(index_values(self.indexes.get(name, {})))
+
+        nodes = sorted(merged("node_index", self.nodes), key=lambda n: n.name)
+        pods = sorted(merged("pod_index", self.pods), key=lambda p: (p.namespace, p.name))
+        return ClusterSnapshot(
+            skyhooks=tuple(sorted(merged("skyhook_index", self.skyhooks), key=lambda s: s.name)),
+            nodes=tuple(nodes),
+            pods=tuple(pods),
+            configmaps=tuple(merged("configmap_index", self.configmaps)),
+        )
