@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import urllib3
 from kubernetes import client, config
 
 from skyhook_schemas import keys
@@ -57,12 +58,7 @@ class Kube:
         url = self.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        token = self.configuration.get_api_key_with_prefix(
-            "BearerToken"
-        ) or self.configuration.get_api_key_with_prefix("authorization")
-        if token:
-            headers["Authorization"] = token
+        headers = self._headers(content_type)
         payload = None if body is None else json.dumps(body).encode()
         response = self._pool.request(method, url, body=payload, headers=headers, timeout=timeout)
         data = response.data.decode() if response.data else ""
@@ -73,6 +69,43 @@ class Kube:
                 reason = data or str(response.reason)
             raise ApiError(response.status, reason, method, path)
         return json.loads(data) if data else {}
+
+    def stream(
+        self, path: str, query: Mapping[str, str], read_timeout: float = 330.0
+    ) -> Iterator[tuple[str, Json]]:
+        """(type, object) pairs of a watch request, as the apiserver sends them."""
+        url = self.configuration.host.rstrip("/") + path + "?" + urlencode(query)
+        response = self._pool.request(
+            "GET",
+            url,
+            headers=self._headers(),
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+        )
+        try:
+            if response.status >= 300:
+                raise ApiError(
+                    response.status, response.data.decode(errors="replace"), "WATCH", path
+                )
+            buffer = b""
+            for chunk in response.stream(65536):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        yield event["type"], event["object"]
+        finally:
+            response.release_conn()
+
+    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        token = self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        ) or self.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
 
     # --- paths --------------------------------------------------------------------------------
 

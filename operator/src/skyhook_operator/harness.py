@@ -1,0 +1,217 @@
+"""Running the operator against a cluster from outside: for the demo, tests and benchmarks.
+
+Installs the CRD and the operator namespace, starts `skyhook-operator run` as a real
+subprocess (so a test can SIGKILL it), and offers watches and deadline-bound waits on what the
+operator writes. Nothing here is used by the operator itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
+from skyhook_schemas import keys
+from skyhook_schemas.crds import SKYHOOK_CRD_PATH
+
+T = TypeVar("T")
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not hold before its deadline; the message says what was last seen."""
+
+
+def install_crd(kube: Kube, timeout: float = 60.0) -> None:
+    """Create or update the Skyhook CRD and wait until it is Established."""
+    manifest = yaml.safe_load(SKYHOOK_CRD_PATH.read_text())
+    name = manifest["metadata"]["name"]
+    try:
+        kube.request("POST", CRD_PATH, manifest)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        current = kube.request("GET", f"{CRD_PATH}/{name}")
+        manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        kube.request("PUT", f"{CRD_PATH}/{name}", manifest)
+
+    def established() -> bool:
+        crd = kube.request("GET", f"{CRD_PATH}/{name}")
+        conditions = crd.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, timeout, f"CRD {name} Established")
+    # The apiserver serves the new kind a moment after Established; list once to be sure.
+    wait_until(lambda: _lists(kube), timeout, "the skyhooks resource served")
+
+
+def _lists(kube: Kube) -> bool:
+    try:
+        kube.request("GET", kube.skyhook_path())
+    except ApiError:
+        return False
+    return True
+
+
+def ensure_namespace(kube: Kube, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    try:
+        kube.request("POST", "/api/v1/namespaces", body)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+
+
+def wait_until(
+    condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2
+) -> T:
+    """Poll `condition` until it returns something truthy; raise WaitTimeout naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --- watching ----------------------------------------------------------------------------------
+
+
+def watch(
+    kube: Kube, path: str, query: Mapping[str, str] | None = None, timeout: float = 300.0
+) -> Iterator[tuple[str, Json]]:
+    """(event type, object) from a watch on `path`, starting with the current objects.
+
+    One LIST for the starting point, then a watch from its resourceVersion, so no change
+    between the two is missed; ends after `timeout` seconds.
+    """
+    listing = kube.request("GET", path, query=query)
+    for item in listing.get("items", []):
+        yield "ADDED", item
+    version = listing["metadata"]["resourceVersion"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seconds = max(1, int(deadline - time.monotonic()))
+        watch_query = {
+            **(query or {}),
+            "watch": "1",
+            "resourceVersion": version,
+            "timeoutSeconds": str(seconds),
+            "allowWatchBookmarks": "true",
+        }
+        for kind, obj in kube.stream(path, watch_query, read_timeout=seconds + 10):
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            if kind == "BOOKMARK":
+                continue
+            if kind == "ERROR":
+                raise ApiError(int(obj.get("code", 500)), str(obj.get("message")), "WATCH", path)
+            yield kind, obj
+
+
+@dataclass
+class Recorder:
+    """Every version of every object a watch delivered, in order (for "never more than")."""
+
+    events: list[tuple[float, str, Json]] = field(default_factory=list)
+
+    def add(self, kind: str, obj: Json) -> None:
+        self.events.append((time.monotonic(), kind, obj))
+
+
+# --- the operator as a subprocess --------------------------------------------------------------
+
+
+@dataclass
+class OperatorProcess:
+    """`skyhook-operator run` in its own process group, logging to `log_path`."""
+
+    kubeconfig: Path
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        environment.setdefault("SKYHOOK_LOG_LEVEL", "info")
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "skyhook_operator", "run"],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing gets to clean up."""
+        if self.process is not None and self.running:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self.process is None or not self.running:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --- reading what the operator wrote ------------------------------------------------------------
+
+
+def node_state(node: Mapping[str, Any], scr: str) -> dict[str, Any]:
+    """The decoded nodeState annotation of `scr` on a node object ({} when absent)."""
+    text = (node.get("metadata", {}).get("annotations") or {}).get(keys.node_state_key(scr))
+    return json.loads(text) if text else {}
+
+
+def node_status(node: Mapping[str, Any], scr: str) -> str:
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(keys.node_status_key(scr), ""))
+
+
+def apply_skyhook(kube: Kube, manifest: Mapping[str, Any]) -> Json:
+    """Create the Skyhook, or merge its spec into the existing one."""
+    name = manifest["metadata"]["name"]
+    try:
+        return kube.request("POST", kube.skyhook_path(), dict(manifest))
+    except ApiError as error:
+        if error.status != 409:
+            raise
+    patch = {"spec": manifest.get("spec", {})}
+    return kube.request("PATCH", kube.skyhook_path(name), patch, MERGE_PATCH)
+
+
+def load_manifest(path: Path) -> Json:
+    document = yaml.safe_load(path.read_text())
+    if not isinstance(document, dict):
+        raise ValueError(
+            f"{path}: expected one YAML mapping (a Skyhook), got {type(document).__name__}"
+        )
+    return document
