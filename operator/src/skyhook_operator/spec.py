@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from skyhook_schemas.versions import VersionError, parse_version
-
 from skyhook_operator.planner.model import Taint
+from skyhook_schemas.versions import VersionError, parse_version
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 INTERRUPT_TYPES = ("service", "reboot", "noop", "restartAllServices")
@@ -231,7 +230,10 @@ def decode_selector(raw: object, path: str, errors: _Errors) -> LabelSelector:
         operator = expr.get("operator")
         values = tuple(expr.get("values") or ())
         if operator not in SELECTOR_OPERATORS:
-            errors.add(f"{expr_path}.operator", f"{operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}")
+            errors.add(
+                f"{expr_path}.operator",
+                f"{operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}",
+            )
             continue
         if operator in {"In", "NotIn"} and not values:
             errors.add(f"{expr_path}.values", f"must not be empty for operator {operator}")
@@ -283,7 +285,7 @@ def _decode_interrupt(raw: object, path: str, errors: _Errors) -> Interrupt | No
 
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]i?|Ki)?$")
-_SUFFIX = {
+_SUFFIX: dict[str, int | Decimal] = {
     "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
     "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20,
     "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -323,7 +325,9 @@ def _decode_resources(raw: object, path: str, errors: _Errors) -> Resources | No
         return None
     missing = [n for n in names if n not in given]
     if missing:
-        errors.add(path, f"if any resource override is set, all four must be; missing {', '.join(missing)}")
+        errors.add(
+            path, f"if any resource override is set, all four must be; missing {', '.join(missing)}"
+        )
         return None
     amounts: dict[str, Decimal] = {}
     for name, value in given.items():
@@ -358,6 +362,33 @@ def parse_duration(text: str) -> float | None:
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION.findall(text))
 
 
+def _decode_config(
+    raw: Mapping[str, Any], path: str, errors: _Errors
+) -> tuple[dict[str, str], dict[str, Interrupt]]:
+    """configMap and configInterrupts; every configInterrupt key must name a configMap key, or
+    be a `*` glob matching at least one."""
+    config_map = raw.get("configMap") or {}
+    if not _is_map(config_map) or not all(isinstance(v, str) for v in config_map.values()):
+        errors.add(f"{path}.configMap", "must map file names to string contents")
+        config_map = {}
+    config_interrupts: dict[str, Interrupt] = {}
+    raw_ci = raw.get("configInterrupts") or {}
+    if not _is_map(raw_ci):
+        errors.add(f"{path}.configInterrupts", "must map configMap keys (or globs) to interrupts")
+        raw_ci = {}
+    for pattern, body in raw_ci.items():
+        ci_path = f"{path}.configInterrupts.{pattern}"
+        decoded = _decode_interrupt(body, ci_path, errors)
+        if "*" in pattern:
+            if not any(fnmatch.fnmatchcase(k, pattern) for k in config_map):
+                errors.add(ci_path, f"glob {pattern!r} matches no configMap key")
+        elif pattern not in config_map:
+            errors.add(ci_path, f"{pattern!r} is not a key of {path}.configMap")
+        if decoded is not None:
+            config_interrupts[pattern] = decoded
+    return dict(config_map), config_interrupts
+
+
 def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
     path = f"spec.packages.{key}"
     if not _is_map(raw):
@@ -365,7 +396,9 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
         return None
     assert isinstance(raw, Mapping)
     if not PACKAGE_NAME.match(key):
-        errors.add(path, f"package name {key!r} must match {PACKAGE_NAME.pattern} (2-43 characters)")
+        errors.add(
+            path, f"package name {key!r} must match {PACKAGE_NAME.pattern} (2-43 characters)"
+        )
     name = _string(raw, "name", path, errors)
     if name and name != key:
         errors.add(f"{path}.name", f"{name!r} differs from the package key {key!r}; leave it unset")
@@ -389,25 +422,7 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
     interrupt = None
     if raw.get("interrupt") is not None:
         interrupt = _decode_interrupt(raw["interrupt"], f"{path}.interrupt", errors)
-    config_map = raw.get("configMap") or {}
-    if not _is_map(config_map) or not all(isinstance(v, str) for v in config_map.values()):
-        errors.add(f"{path}.configMap", "must map file names to string contents")
-        config_map = {}
-    config_interrupts: dict[str, Interrupt] = {}
-    raw_ci = raw.get("configInterrupts") or {}
-    if not _is_map(raw_ci):
-        errors.add(f"{path}.configInterrupts", "must map configMap keys (or globs) to interrupts")
-        raw_ci = {}
-    for pattern, body in raw_ci.items():
-        ci_path = f"{path}.configInterrupts.{pattern}"
-        decoded = _decode_interrupt(body, ci_path, errors)
-        if "*" in pattern:
-            if not any(fnmatch.fnmatchcase(k, pattern) for k in config_map):
-                errors.add(ci_path, f"glob {pattern!r} matches no configMap key")
-        elif pattern not in config_map:
-            errors.add(ci_path, f"{pattern!r} is not a key of {path}.configMap")
-        if decoded is not None:
-            config_interrupts[pattern] = decoded
+    config_map, config_interrupts = _decode_config(raw, path, errors)
     depends_on = raw.get("dependsOn") or {}
     if not _is_map(depends_on):
         errors.add(f"{path}.dependsOn", "must map package names to versions")
@@ -424,7 +439,9 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
     if shutdown:
         seconds = parse_duration(shutdown)
         if seconds is None:
-            errors.add(f"{path}.gracefulShutdown", f"{shutdown!r} is not a duration such as 46s or 2m")
+            errors.add(
+                f"{path}.gracefulShutdown", f"{shutdown!r} is not a duration such as 46s or 2m"
+            )
         else:
             grace = int(seconds)
     return Package(
@@ -435,7 +452,7 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
         agent_image_override=_string(raw, "agentImageOverride", path, errors),
         interrupt=interrupt,
         config_interrupts=config_interrupts,
-        config_map=dict(config_map),
+        config_map=config_map,
         depends_on=dict(depends_on),
         env=tuple(dict(e) for e in env),
         resources=_decode_resources(raw.get("resources"), f"{path}.resources", errors),
@@ -471,7 +488,10 @@ def _check_dependencies(packages: Mapping[str, Package], errors: _Errors) -> Non
         for dep, dep_version in pkg.depends_on.items():
             target = packages.get(dep)
             if target is None:
-                errors.add(f"spec.packages.{pkg.name}.dependsOn.{dep}", f"no package {dep!r} in spec.packages")
+                errors.add(
+                    f"spec.packages.{pkg.name}.dependsOn.{dep}",
+                    f"no package {dep!r} in spec.packages",
+                )
             elif isinstance(dep_version, str) and dep_version and target.version != dep_version:
                 errors.add(
                     f"spec.packages.{pkg.name}.dependsOn.{dep}",
@@ -503,13 +523,18 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
     if not _is_map(raw_budget):
         errors.add("spec.interruptionBudget", "must be an object with percent or count")
         raw_budget = {}
-    percent = _optional_int(raw_budget.get("percent"), "spec.interruptionBudget.percent", errors, 0, 100)
+    percent = _optional_int(
+        raw_budget.get("percent"), "spec.interruptionBudget.percent", errors, 0, 100
+    )
     count = _optional_int(raw_budget.get("count"), "spec.interruptionBudget.count", errors, 0, None)
     if raw_budget.get("percent") is not None and raw_budget.get("count") is not None:
         errors.add("spec.interruptionBudget", "set percent or count, not both")
     policy = _string(raw, "deploymentPolicy", "spec", errors)
     if policy and (raw_budget.get("percent") is not None or raw_budget.get("count") is not None):
-        errors.add("spec.deploymentPolicy", "deploymentPolicy and interruptionBudget are mutually exclusive")
+        errors.add(
+            "spec.deploymentPolicy",
+            "deploymentPolicy and interruptionBudget are mutually exclusive",
+        )
 
     tolerations: list[Toleration] = []
     raw_tolerations = raw.get("additionalTolerations") or ()

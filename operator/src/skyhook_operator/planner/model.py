@@ -12,10 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from skyhook_operator.spec import SkyhookSpec
+from typing import Any
 
 JsonDict = Mapping[str, Any]
 
@@ -42,7 +39,9 @@ class Taint:
 
     @classmethod
     def from_api(cls, body: JsonDict) -> Taint:
-        return cls(key=body.get("key", ""), effect=body.get("effect", ""), value=body.get("value") or "")
+        return cls(
+            key=body.get("key", ""), effect=body.get("effect", ""), value=body.get("value") or ""
+        )
 
     @classmethod
     def parse(cls, text: str) -> Taint:
@@ -204,13 +203,16 @@ class PodView:
             labels=dict(meta.get("labels") or {}),
             annotations=dict(meta.get("annotations") or {}),
             phase=status.get("phase") or "Pending",
-            init_containers=tuple(ContainerView.from_api(c) for c in spec.get("initContainers") or ()),
+            init_containers=tuple(
+                ContainerView.from_api(c) for c in spec.get("initContainers") or ()
+            ),
             init_statuses=tuple(
                 ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
             ),
             deleting=bool(meta.get("deletionTimestamp")),
             tolerates_unschedulable=any(
-                t.get("key") == "node.kubernetes.io/unschedulable" for t in spec.get("tolerations") or ()
+                t.get("key") == "node.kubernetes.io/unschedulable"
+                for t in spec.get("tolerations") or ()
             ),
             owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or ()),
         )
@@ -252,8 +254,6 @@ class SkyhookView:
 
     @classmethod
     def from_api(cls, obj: JsonDict) -> SkyhookView:
-        from skyhook_operator.spec import SpecError, decode_spec
-
         meta = obj.get("metadata") or {}
         spec: SkyhookSpec | None = None
         errors: tuple[str, ...] = ()
@@ -301,6 +301,8 @@ class PlannerSettings:
     # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.
     retry_backoff_base_s: float = 10.0
     retry_backoff_max_s: float = 300.0
+    # Written once per node and Skyhook into the version_<scr> annotation.
+    operator_version: str = "dev"
 
     @property
     def agent_version(self) -> str:
@@ -329,10 +331,12 @@ class PatchNode:
 
 @dataclass(frozen=True)
 class SetNodeConditions:
-    """Upsert these conditions (by type) in the node's status.conditions (nodes/status)."""
+    """Upsert these conditions (by type) in the node's status.conditions (nodes/status) and drop
+    the condition types listed in `remove_types`."""
 
     name: str
     conditions: tuple[NodeCondition, ...]
+    remove_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -447,3 +451,7 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.actions)
+
+
+# Imported last: spec.py refers to Taint above (the cycle is broken at import time).
+from skyhook_operator.spec import SkyhookSpec, SpecError, decode_spec  # noqa: E402

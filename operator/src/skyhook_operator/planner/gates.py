@@ -1,0 +1,59 @@
+"""May a node be interrupted now? (operator.md §5.2.)
+
+A node passes the gate when it is cordoned, no pod matching the Skyhook's
+`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. The gate
+fails closed: a matching pod in any phase but Succeeded/Failed (Unknown included) blocks, and a
+pod on its way out still counts until it has gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from skyhook_operator.planner.model import NodeView, PodView
+from skyhook_operator.spec import LabelSelector
+from skyhook_schemas import keys
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class GateResult:
+    cordoned: bool
+    blocking: tuple[PodView, ...] = ()  # podNonInterruptLabels pods: wait for them to finish
+    to_evict: tuple[PodView, ...] = ()  # evictable pods to evict now
+    terminating: tuple[PodView, ...] = ()  # evicted pods not gone yet
+
+    @property
+    def open(self) -> bool:
+        return self.cordoned and not (self.blocking or self.to_evict or self.terminating)
+
+
+def is_skyhook_pod(pod: PodView) -> bool:
+    return keys.NAME_LABEL in pod.labels
+
+
+def _evictable(pod: PodView) -> bool:
+    """Pods a drain moves away: not ours, not DaemonSet pods (any owner), not kube-system, and
+    not tolerating the cordon taint (they would just come back)."""
+    return not (
+        is_skyhook_pod(pod)
+        or pod.tolerates_unschedulable
+        or pod.namespace == "kube-system"
+        or "DaemonSet" in pod.owner_kinds
+    )
+
+
+def check(node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector) -> GateResult:
+    blocking: list[PodView] = []
+    to_evict: list[PodView] = []
+    terminating: list[PodView] = []
+    for pod in pods:
+        if pod.phase in FINISHED_PHASES or is_skyhook_pod(pod):
+            continue
+        if not non_interrupt.empty and non_interrupt.matches(pod.labels):
+            blocking.append(pod)
+        elif _evictable(pod):
+            (terminating if pod.deleting else to_evict).append(pod)
+    return GateResult(node.unschedulable, tuple(blocking), tuple(to_evict), tuple(terminating))
