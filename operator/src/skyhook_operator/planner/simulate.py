@@ -209,7 +209,7 @@ class SimCluster:
     ) -> None:
         """Run all init containers of a pod: every one exits 0, or the first one exits `exit_code`."""
         pod = self.pods[key]
-        statuses = []
+        statuses: list[dict[str, Any]] = []
         for container in pod["spec"].get("initContainers", []):
             code = 0 if exit_code == 0 or statuses else exit_code
             statuses.append(
