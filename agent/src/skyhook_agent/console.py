@@ -28,7 +28,8 @@ class StepReport:
     label: str
     outcome: Outcome
     returncode: int | None = None
-    seconds: float = 0.0
+    seconds: float | None = None
+    """Run time; None when the step did not run."""
     detail: str = ""
 
 
@@ -48,7 +49,7 @@ class Console:
         parts = [f"{report.mode} {report.index}/{report.total} {report.outcome:<7} {report.label}"]
         if report.returncode is not None:
             parts.append(f"rc={report.returncode}")
-        if report.outcome is not Outcome.SKIPPED:
+        if report.seconds is not None:
             parts.append(f"{report.seconds:.3f}s")
         if report.detail:
             parts.append(f"({report.detail})")

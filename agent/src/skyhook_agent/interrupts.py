@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from skyhook_agent.chroot import ProcessSpec, run_process
@@ -109,12 +110,12 @@ class InterruptContext:
     buffer_limit: int
 
 
-def perform_interrupt(interrupt: Interrupt, ctx: InterruptContext) -> bool:
+def perform_interrupt(interrupt: Interrupt, ctx: InterruptContext) -> list[StepReport]:
     """Run the interrupt's commands in the host chroot, each once per SKYHOOK_RESOURCE_ID.
 
     A command's ``<type>_<i>.complete`` flag is written *before* it runs (a reboot never
     returns) and removed again when it fails, so a rerun resumes at the failed command.
-    Returns True on success.
+    The interrupt failed if any report is FAILED.
     """
     flags_dir = ctx.layout.interrupt_flags_dir(ctx.resource_id)
     flags_dir.mkdir(parents=True, exist_ok=True)
@@ -122,50 +123,52 @@ def perform_interrupt(interrupt: Interrupt, ctx: InterruptContext) -> bool:
         write_atomic(flags_dir / "no_op.complete", str(time.time()))
     if not interrupt.commands:
         ctx.console.note(f"{interrupt.type}: no commands to run")
-        return True
+    reports: list[StepReport] = []
     total = len(interrupt.commands)
     for index, command in enumerate(interrupt.commands):
         label = " ".join(command)
         flag = flags_dir / f"{interrupt.type}_{index}.complete"
         if flag.exists():
-            ctx.console.step_finished(
-                StepReport(
-                    "interrupt", index + 1, total, label, Outcome.SKIPPED, detail=f"{flag} exists"
-                )
+            report = StepReport(
+                "interrupt", index + 1, total, label, Outcome.SKIPPED, detail=f"{flag} exists"
             )
-            continue
-        if ctx.stop.requested:
-            ctx.console.step_finished(
-                StepReport(
-                    "interrupt", index + 1, total, label, Outcome.FAILED, detail="SIGTERM received"
-                )
+        elif ctx.stop.requested:
+            report = StepReport(
+                "interrupt",
+                index + 1,
+                total,
+                label,
+                Outcome.FAILED,
+                detail="SIGTERM received; stopped before this command",
             )
-            return False
-        write_atomic(flag, str(time.time()))
-        ctx.console.step_started("interrupt", index + 1, total, label)
-        started = time.monotonic()
-        returncode = _run_logged(interrupt, index, command, ctx)
-        seconds = time.monotonic() - started
-        if returncode == 0:
-            ctx.console.step_finished(
-                StepReport("interrupt", index + 1, total, label, Outcome.OK, 0, seconds)
-            )
-            continue
-        rebooting = interrupt.type == "node_restart" and returncode == REBOOT_SIGTERM
-        if not rebooting:
-            flag.unlink(missing_ok=True)
-        detail = (
-            "terminated by the reboot it started; flag kept so the rerun after boot succeeds"
-            if rebooting
-            else "flag removed; a rerun retries this command"
-        )
-        ctx.console.step_finished(
-            StepReport(
-                "interrupt", index + 1, total, label, Outcome.FAILED, returncode, seconds, detail
-            )
-        )
-        return False
-    return True
+        else:
+            write_atomic(flag, str(time.time()))
+            ctx.console.step_started("interrupt", index + 1, total, label)
+            report = _run_command(interrupt, index, command, flag, ctx)
+        ctx.console.step_finished(report)
+        reports.append(report)
+        if report.outcome is Outcome.FAILED:
+            break
+    return reports
+
+
+def _run_command(
+    interrupt: Interrupt, index: int, command: tuple[str, ...], flag: Path, ctx: InterruptContext
+) -> StepReport:
+    total, label = len(interrupt.commands), " ".join(command)
+    started = time.monotonic()
+    returncode = _run_logged(interrupt, index, command, ctx)
+    seconds = time.monotonic() - started
+    if returncode == 0:
+        return StepReport("interrupt", index + 1, total, label, Outcome.OK, 0, seconds)
+    if interrupt.type == "node_restart" and returncode == REBOOT_SIGTERM:
+        detail = "terminated by the reboot it started; flag kept so the rerun after boot succeeds"
+    else:
+        flag.unlink(missing_ok=True)
+        detail = "flag removed; a rerun retries this command"
+    return StepReport(
+        "interrupt", index + 1, total, label, Outcome.FAILED, returncode, seconds, detail
+    )
 
 
 def _run_logged(

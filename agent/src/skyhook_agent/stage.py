@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from skyhook_agent import __version__, history
-from skyhook_agent.console import Console, Outcome
+from skyhook_agent.console import Console, Outcome, StepReport
 from skyhook_agent.errors import InputError
 from skyhook_agent.flags import FlagStore
 from skyhook_agent.interrupts import InterruptContext, perform_interrupt
@@ -52,8 +52,9 @@ def execute(
         console.problems(["nothing was changed on the host"])
         return EXIT_BAD_INPUT
     if isinstance(plan, InterruptPlan):
-        ok = _run_interrupt(plan, settings, agent_env, console, stop)
-        console.summary("interrupt", [], time.monotonic() - started, ok)
+        reports = _run_interrupt(plan, settings, agent_env, console, stop)
+        ok = all(report.outcome is not Outcome.FAILED for report in reports)
+        console.summary("interrupt", reports, time.monotonic() - started, ok)
         return EXIT_OK if ok else EXIT_FAILED
     context = RunContext(plan.layout, plan.config, settings, agent_env, console, stop)
     return _run_stage(plan, context, started)
@@ -65,7 +66,7 @@ def _run_interrupt(
     agent_env: Mapping[str, str],
     console: Console,
     stop: StopSignal,
-) -> bool:
+) -> list[StepReport]:
     console.note(f"interrupt {plan.interrupt.type} for {plan.resource_id}")
     context = InterruptContext(
         plan.layout,
