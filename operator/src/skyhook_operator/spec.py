@@ -409,7 +409,7 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
         try:
             parse_version(version)
         except VersionError as err:
-            errors.add(f"{path}.version", f"{version!r} is not a strict semver version: {err}")
+            errors.add(f"{path}.version", str(err))
     image = _string(raw, "image", path, errors)
     if not image:
         errors.add(f"{path}.image", "required")

@@ -95,6 +95,7 @@ class _Pass:
         self.last: list[Action] = []  # status, accepted config edits, deletions, events
         self.events: list[EmitEvent] = []
         self.gone: set[tuple[str, str]] = set()  # pods deleted by this pass
+        self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self.started: set[str] = set()  # nodes where this pass creates a pod
         self.complete: dict[tuple[str, str], bool] = {}
         self.requeue: float | None = None
@@ -109,6 +110,14 @@ class _Pass:
         if (pod.namespace, pod.name) not in self.gone and not pod.deleting:
             self.gone.add((pod.namespace, pod.name))
             self.out[pod.node].actions.append(DeletePod(pod.namespace, pod.name, reason))
+
+    def present(self, pod: PodView) -> bool:
+        """Still there after this pass (finished pods kept for a retry backoff included)."""
+        return (pod.namespace, pod.name) not in self.gone and not pod.deleting
+
+    def name_taken(self, namespace: str, name: str) -> bool:
+        """A pod of that name is on its way out: creating it again now would collide."""
+        return (namespace, name) in self.gone or (namespace, name) in self.terminating
 
     def live(self, pod: PodView) -> bool:
         return (
@@ -587,7 +596,7 @@ class _Skyhook:
             if done:
                 continue
             has_pods = any(
-                p.labels.get(keys.NAME_LABEL) == self.name and self.p.live(p)
+                p.labels.get(keys.NAME_LABEL) == self.name and self.p.present(p)
                 for p in self.p.pods_on_node.get(node.name, ())
             )
             if state.status in {status.IN_PROGRESS, status.ERRORING} or has_pods or state.cordoned:
@@ -781,7 +790,11 @@ class _NodeRun:
         self.work = work
         self.entries = sky.entries(node)
         self.pods = [p for p in self.p.pods_on_node.get(node.name, ()) if self.p.live(p)]
-        self.ours = [p for p in self.pods if p.labels.get(keys.NAME_LABEL) == sky.name]
+        self.ours = [
+            p
+            for p in self.p.pods_on_node.get(node.name, ())
+            if p.labels.get(keys.NAME_LABEL) == sky.name and self.p.present(p)
+        ]
         self.busy = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
         self.created = 0
 
@@ -856,6 +869,9 @@ class _NodeRun:
             if entry is not None and entry.stage == stage and entry.state == ERRORING
             else 0
         )
+        manifest = podbuilder.build_stage_pod(sky.settings, sky.scr, package, self.node.name, stage)
+        if not self._create(manifest):
+            return
         self.entries[package.key] = PackageEntry(
             package.name,
             package.version,
@@ -865,8 +881,6 @@ class _NodeRun:
             package.container_sha,
             restarts,
         )
-        manifest = podbuilder.build_stage_pod(sky.settings, sky.scr, package, self.node.name, stage)
-        self._create(manifest)
         label = f"[{package.name}:{package.version}]"
         self.p.event(
             "Node",
@@ -885,7 +899,11 @@ class _NodeRun:
             )
         )
 
-    def _create(self, manifest: dict[str, Any]) -> None:
+    def _create(self, manifest: dict[str, Any]) -> bool:
+        meta = manifest["metadata"]
+        if self.p.name_taken(meta["namespace"], meta["name"]):
+            self.p.wake_in(1.0)
+            return False
         out = self.p.out[self.node.name]
         if self.sky.scr not in out.metadata_for:
             out.metadata_for.append(self.sky.scr)
@@ -893,15 +911,24 @@ class _NodeRun:
         self.busy.add(manifest["metadata"]["labels"][keys.PACKAGE_LABEL])
         self.created += 1
         self.p.started.add(self.node.name)
+        return True
 
     def _interrupt(self, due: list[Package], gate: gates.GateResult) -> None:
         """One interrupt pod for every package due for an interrupt, once nothing else of ours
         runs on the node and the node is drained."""
         sky = self.sky
-        if any(keys.NAME_LABEL in p.labels for p in self.pods) or self.created or not gate.open:
+        on_node = self.p.pods_on_node.get(self.node.name, ())
+        if any(keys.NAME_LABEL in p.labels and self.p.present(p) for p in on_node):
+            return
+        if self.created or not gate.open:
             return
         merged = interrupts.merge(due, sky.config_updates)
         if merged is None:
+            return
+        manifest = podbuilder.build_interrupt_pod(
+            sky.settings, sky.scr, merged.chosen, self.node.name, merged.interrupt
+        )
+        if not self._create(manifest):
             return
         for package in merged.covered:
             state = IN_PROGRESS if package.name == merged.chosen.name else SKIPPED
@@ -909,10 +936,6 @@ class _NodeRun:
                 package.name, package.version, package.image
             )
             self.entries[package.key] = replace(base, stage=INTERRUPT, state=state, restarts=0)
-        manifest = podbuilder.build_interrupt_pod(
-            sky.settings, sky.scr, merged.chosen, self.node.name, merged.interrupt
-        )
-        self._create(manifest)
         chosen = merged.chosen
         self.p.event(
             "Skyhook",

@@ -1,0 +1,96 @@
+"""Drive the planner against the in-memory cluster: plan, apply, let pods finish, repeat."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from skyhook_operator import nodestate
+from skyhook_operator.planner.model import Plan, PlannerSettings
+from skyhook_operator.planner.plan import plan
+from skyhook_operator.planner.simulate import SimCluster, make_node
+from skyhook_schemas import keys
+
+SETTINGS = PlannerSettings(retry_backoff_base_s=1.0, retry_backoff_max_s=4.0)
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def package(version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
+    return {"version": version, "image": "ghcr.io/nvidia/skyhook/agentless", **extra}
+
+
+def pod_stage(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(node, package|version, stage) of a pod we created."""
+    body = json.loads(pod["metadata"]["annotations"][keys.PACKAGE_ANNOTATION])
+    return pod["spec"]["nodeName"], f"{body['name']}|{body['version']}", body["stage"]
+
+
+class Driver:
+    def __init__(
+        self,
+        nodes: int = 3,
+        labels: Mapping[str, str] | None = None,
+        settings: PlannerSettings = SETTINGS,
+    ) -> None:
+        self.sim = SimCluster()
+        self.settings = settings
+        self.now = START
+        for i in range(nodes):
+            created = (START - timedelta(days=1, seconds=nodes - i)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.sim.add_node(make_node(f"node-{i:04d}", labels or {}, created))
+        self.plans: list[Plan] = []
+
+    def step(self) -> Plan:
+        result = plan(self.sim.snapshot(self.now), self.settings)
+        self.plans.append(result)
+        self.sim.apply(result.actions)
+        return result
+
+    def pending_pods(self) -> list[tuple[str, str]]:
+        return [
+            k
+            for k, p in self.sim.pods.items()
+            if "initContainerStatuses" not in p.get("status", {})
+        ]
+
+    def run(
+        self,
+        max_steps: int = 200,
+        exit_code: Callable[[Mapping[str, Any]], int] = lambda pod: 0,
+        finish: Callable[[list[tuple[str, str]]], list[tuple[str, str]]] = lambda pods: pods,
+        on_step: Callable[[Driver], None] = lambda d: None,
+    ) -> int:
+        """Plan until nothing changes; after each pass `finish` picks which pending pods finish."""
+        for count in range(max_steps):
+            result = self.step()
+            on_step(self)
+            pending = self.pending_pods()
+            if not result.actions and not pending:
+                if result.requeue_after is None:
+                    return count
+                self.now += timedelta(seconds=result.requeue_after)
+                continue
+            for key in finish(pending):
+                self.sim.finish_pod(
+                    key, exit_code(self.sim.pods[key]), at=self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                )
+            self.now += timedelta(seconds=1)
+        raise AssertionError(f"no steady state after {max_steps} passes")
+
+    # --- reading results --------------------------------------------------------------------
+
+    def entries(self, scr: str, node: str) -> dict[str, tuple[str, str]]:
+        raw = self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_state_key(scr))
+        return {k: (e.stage, e.state) for k, e in nodestate.decode_entries(raw).items()}
+
+    def node_status(self, scr: str, node: str) -> str | None:
+        return self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_status_key(scr))
+
+    def stages_run(self, node: str | None = None) -> list[tuple[str, str, str]]:
+        runs = [pod_stage(p) for p in self.sim.created_pods]
+        return [r for r in runs if node is None or r[0] == node]
+
+    def status(self, scr: str) -> dict[str, Any]:
+        return self.sim.skyhooks[scr]["status"]

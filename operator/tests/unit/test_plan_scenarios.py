@@ -1,0 +1,417 @@
+"""Whole passes of the planner against the in-memory cluster: what a user would notice."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from planner_driver import Driver, package, pod_stage
+
+from skyhook_operator.planner.model import CreatePod, EvictPod, PatchNode
+from skyhook_schemas import keys
+
+SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
+LABELS = {"role": "gpu"}
+
+
+def installed(driver: Driver, spec: dict, nodes: int = 3) -> Driver:
+    driver.sim.add_skyhook("scr", {**SEL, **spec})
+    driver.run()
+    return driver
+
+
+def test_install_runs_apply_then_config_on_every_node() -> None:
+    d = installed(Driver(3, LABELS), {"packages": {"tuning": package(configMap={"a.sh": "x"})}})
+    for node in d.sim.nodes:
+        assert [s for _, _, s in d.stages_run(node)] == ["apply", "config"]
+        assert d.entries("scr", node) == {"tuning|1.0.0": ("config", "complete")}
+        assert d.node_status("scr", node) == "complete"
+    status = d.status("scr")
+    assert status["status"] == "complete"
+    assert status["completeNodes"] == "3/3"
+    assert status["packageList"] == "tuning:1.0.0"
+
+
+def test_unselected_nodes_are_left_alone() -> None:
+    d = Driver(2, {"role": "cpu"})
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package()}})
+    d.run()
+    assert d.sim.created_pods == []
+    assert d.status("scr")["completeNodes"] == "0/0"
+
+
+def test_config_change_reruns_config_only() -> None:
+    d = installed(
+        Driver(2, LABELS), {"packages": {"tuning": package(configMap={"a.sh": "1", "b.sh": "1"})}}
+    )
+    before = len(d.sim.created_pods)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["configMap"]["a.sh"] = "2"
+    d.run()
+    reruns = [pod_stage(p)[2] for p in d.sim.created_pods[before:]]
+    assert reruns == ["config", "config"]
+    assert d.status("scr")["configUpdates"] == {"tuning": ["a.sh"]}
+    cm = d.sim.configmaps[("skyhook", "scr-tuning-1.0.0")]
+    assert cm["data"]["a.sh"] == "2"
+
+
+def test_config_change_with_config_interrupt_runs_interrupt_and_post_interrupt() -> None:
+    pkg = package(
+        configMap={"a.sh": "1", "b.sh": "1"},
+        configInterrupts={"a.sh": {"type": "service", "services": ["containerd"]}},
+    )
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": pkg}})
+    before = len(d.sim.created_pods)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["configMap"]["b.sh"] = "2"
+    d.run()
+    assert [pod_stage(p)[2] for p in d.sim.created_pods[before:]] == ["config"]
+    before = len(d.sim.created_pods)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["configMap"]["a.sh"] = "2"
+    d.run()
+    assert [pod_stage(p)[2] for p in d.sim.created_pods[before:]] == [
+        "config",
+        "interrupt",
+        "post-interrupt",
+    ]
+    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("post-interrupt", "complete")}
+
+
+def test_config_edit_waits_for_running_pods() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package(configMap={"a.sh": "1"})}})
+    d.step()  # apply pod created, still running
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["configMap"]["a.sh"] = "2"
+    d.step()
+    assert d.sim.configmaps[("skyhook", "scr-tuning-1.0.0")]["data"]["a.sh"] == "1"
+    d.run()
+    assert d.sim.configmaps[("skyhook", "scr-tuning-1.0.0")]["data"]["a.sh"] == "2"
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config"]
+
+
+def test_upgrade_runs_upgrade_then_config() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": package("1.0.0")}})
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["version"] = "1.1.0"
+    before = len(d.sim.created_pods)
+    d.run()
+    assert [pod_stage(p)[1:] for p in d.sim.created_pods[before:]] == [
+        ("tuning|1.1.0", "upgrade"),
+        ("tuning|1.1.0", "config"),
+    ]
+    assert d.entries("scr", "node-0000") == {"tuning|1.1.0": ("config", "complete")}
+
+
+def test_downgrade_uninstalls_old_then_applies_new() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": package("2.0.0")}})
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["version"] = "1.0.0"
+    before = len(d.sim.created_pods)
+    d.run()
+    assert [pod_stage(p)[1:] for p in d.sim.created_pods[before:]] == [
+        ("tuning|2.0.0", "uninstall"),
+        ("tuning|1.0.0", "apply"),
+        ("tuning|1.0.0", "config"),
+    ]
+    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("config", "complete")}
+
+
+def test_removed_package_is_uninstalled_and_forgotten() -> None:
+    d = installed(Driver(2, LABELS), {"packages": {"tuning": package(), "extra": package()}})
+    del d.sim.skyhooks["scr"]["spec"]["packages"]["extra"]
+    before = len(d.sim.created_pods)
+    d.run()
+    assert sorted(pod_stage(p) for p in d.sim.created_pods[before:]) == [
+        ("node-0000", "extra|1.0.0", "uninstall"),
+        ("node-0001", "extra|1.0.0", "uninstall"),
+    ]
+    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("config", "complete")}
+    assert d.status("scr")["packageList"] == "tuning:1.0.0"
+
+
+def test_depends_on_runs_dependency_first() -> None:
+    d = installed(
+        Driver(1, LABELS),
+        {"packages": {"base": package(), "app": package(dependsOn={"base": "1.0.0"})}},
+    )
+    order = [pod_stage(p)[1:] for p in d.sim.created_pods]
+    assert order.index(("app|1.0.0", "apply")) > order.index(("base|1.0.0", "config"))
+
+
+def test_budget_of_three_holds_on_ten_nodes() -> None:
+    d = Driver(10, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "interruptionBudget": {"count": 3}, "packages": {"tuning": package()}}
+    )
+    peak = []
+
+    def watch(driver: Driver) -> None:
+        busy = {n for (n, _, _) in (pod_stage(p) for p in driver.sim.pods.values())}
+        peak.append(len(busy))
+        assert driver.status("scr").get("nodesInProgress", 0) <= 3
+
+    # finish one pod per pass, so nodes finish one at a time and slots refill one by one
+    d.run(finish=lambda pods: pods[:1], on_step=watch)
+    assert max(peak) == 3
+    assert d.status("scr")["completeNodes"] == "10/10"
+
+
+def test_a_freed_slot_is_filled_in_the_same_pass() -> None:
+    d = Driver(4, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "interruptionBudget": {"count": 1}, "packages": {"tuning": package()}}
+    )
+    d.step()  # node-0000 apply
+    d.sim.finish_pod(d.pending_pods()[0])
+    d.step()  # node-0000 config
+    d.sim.finish_pod(d.pending_pods()[0])
+    result = d.step()  # node-0000 completes; node-0001 starts in this same plan
+    created = [pod_stage(a.manifest)[0] for a in result.actions if isinstance(a, CreatePod)]
+    assert created == ["node-0001"]
+
+
+def test_interrupt_cordons_drains_and_waits_for_non_interrupt_pods() -> None:
+    spec = {
+        **SEL,
+        "podNonInterruptLabels": {"matchLabels": {"critical": "yes"}},
+        "packages": {"kernel": package(interrupt={"type": "reboot"})},
+    }
+    d = Driver(1, LABELS)
+    d.sim.add_pod(_workload("critical-job", {"critical": "yes"}))
+    d.sim.add_pod(_workload("web", {"app": "web"}))
+    d.sim.add_skyhook("scr", spec)
+    first = d.step()
+    assert any(isinstance(a, PatchNode) and a.unschedulable for a in first.actions)
+    assert d.sim.nodes["node-0000"]["metadata"]["annotations"][keys.cordon_key("scr")] == "true"
+    for _ in range(3):
+        result = d.step()
+        assert not any(isinstance(a, CreatePod) for a in result.actions), (
+            "blocked by the critical pod"
+        )
+    assert ("default", "web") not in d.sim.pods, "evicted"
+    assert first.requeue_after is not None
+    del d.sim.pods[("default", "critical-job")]
+    d.run()
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config", "interrupt", "post-interrupt"]
+    node = d.sim.nodes["node-0000"]
+    assert node["spec"]["unschedulable"] is False
+    assert keys.cordon_key("scr") not in node["metadata"]["annotations"]
+
+
+def test_an_admin_cordon_is_left_in_place() -> None:
+    d = Driver(1, LABELS)
+    d.sim.nodes["node-0000"]["spec"]["unschedulable"] = True
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}})
+    d.run()
+    assert d.node_status("scr", "node-0000") == "complete"
+    assert d.sim.nodes["node-0000"]["spec"]["unschedulable"] is True
+
+
+def test_one_merged_interrupt_per_node() -> None:
+    spec = {
+        **SEL,
+        "packages": {
+            "alpha": package(interrupt={"type": "service", "services": ["cron"]}),
+            "beta": package(interrupt={"type": "service", "services": ["containerd", "foobar"]}),
+        },
+    }
+    d = installed(Driver(1, LABELS), spec)
+    interrupt_pods = [p for p in d.sim.created_pods if pod_stage(p)[2] == "interrupt"]
+    assert len(interrupt_pods) == 1
+    payload = interrupt_pods[0]["spec"]["initContainers"][0]["args"][3]
+    assert (
+        base64.b64decode(payload)
+        == b'{"type":"service_restart","services":["containerd","cron","foobar"]}'
+    )
+    assert d.entries("scr", "node-0000") == {
+        "alpha|1.0.0": ("post-interrupt", "complete"),
+        "beta|1.0.0": ("post-interrupt", "complete"),
+    }
+
+
+def test_reboot_is_detected_by_boot_id() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}})
+    while not any(pod_stage(p)[2] == "interrupt" for p in d.sim.pods.values()):
+        d.step()
+        for key in d.pending_pods():
+            if pod_stage(d.sim.pods[key])[2] != "interrupt":
+                d.sim.finish_pod(key)
+    # the node reboots: a new boot id; the interrupt pod's container died with the node
+    d.sim.nodes["node-0000"]["status"]["nodeInfo"]["bootID"] = "boot-after-reboot"
+    key = d.pending_pods()[0]
+    d.sim.pods[key]["status"] = {
+        "phase": "Running",
+        "initContainerStatuses": [
+            {
+                "name": "interrupt",
+                "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+        ],
+    }
+    d.run()
+    assert d.entries("scr", "node-0000") == {"kernel|1.0.0": ("post-interrupt", "complete")}
+    assert [s for _, _, s in d.stages_run()].count("interrupt") == 1
+
+
+def test_runtime_required_taint_removed_only_when_all_done() -> None:
+    d = Driver(1, LABELS)
+    d.sim.nodes["node-0000"]["spec"]["taints"] = [
+        {"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}
+    ]
+    d.sim.add_skyhook(
+        "scr", {**SEL, "runtimeRequired": True, "packages": {"alpha": package(), "beta": package()}}
+    )
+
+    def still_tainted_while_incomplete(driver: Driver) -> None:
+        taints = driver.sim.nodes["node-0000"]["spec"].get("taints", [])
+        if driver.node_status("scr", "node-0000") != "complete":
+            assert taints, "taint removed before every package completed"
+
+    d.run(finish=lambda pods: pods[:1], on_step=still_tainted_while_incomplete)
+    assert d.sim.nodes["node-0000"]["spec"]["taints"] == []
+
+
+def test_untolerated_taint_blocks_node() -> None:
+    d = Driver(1, LABELS)
+    d.sim.nodes["node-0000"]["spec"]["taints"] = [
+        {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    ]
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    d.run()
+    assert d.sim.created_pods == []
+    assert d.node_status("scr", "node-0000") == "blocked"
+    d.sim.skyhooks["scr"]["spec"]["additionalTolerations"] = [
+        {"key": "dedicated", "operator": "Exists"}
+    ]
+    d.run()
+    assert d.node_status("scr", "node-0000") == "complete"
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        pytest.param(keys.PAUSE_ANNOTATION, "paused", id="paused"),
+        pytest.param(keys.DISABLE_ANNOTATION, "disabled", id="disabled"),
+    ],
+)
+def test_pause_and_disable_start_nothing(annotation: str, expected: str) -> None:
+    d = Driver(2, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}}, {annotation: "true"})
+    d.run()
+    assert d.sim.created_pods == []
+    assert d.status("scr")["status"] == expected
+    del d.sim.skyhooks["scr"]["metadata"]["annotations"][annotation]
+    d.run()
+    assert d.status("scr")["status"] == "complete"
+
+
+def test_priority_orders_skyhooks_per_node() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("second", {**SEL, "priority": 2, "packages": {"beta": package()}})
+    d.sim.add_skyhook("first", {**SEL, "priority": 1, "packages": {"alpha": package()}})
+    d.run()
+    order = [pod_stage(p)[1] for p in d.sim.created_pods]
+    assert order == ["alpha|1.0.0", "alpha|1.0.0", "beta|1.0.0", "beta|1.0.0"]
+
+
+def test_failed_stage_is_erroring_then_retried_with_backoff() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    d.step()
+    key = d.pending_pods()[0]
+    d.sim.finish_pod(key, 1, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"), restarts=2, failed_phase=True)
+    result = d.step()
+    assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("apply", "erroring")}
+    assert d.node_status("scr", "node-0000") == "erroring"
+    assert d.status("scr")["status"] == "erroring"
+    assert key in d.sim.pods, "kept until the backoff elapses"
+    assert result.requeue_after == pytest.approx(4.0)
+    d.run()
+    assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("config", "complete")}
+    assert [s for _, _, s in d.stages_run()] == ["apply", "apply", "config"]
+
+
+def test_restart_resumes_without_rerunning_anything() -> None:
+    """Planning twice from the same cluster state (an operator restart) adds nothing."""
+    d = Driver(3, LABELS)
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "interruptionBudget": {"count": 2},
+            "packages": {"alpha": package(), "beta": package()},
+        },
+    )
+    d.step()
+    d.sim.finish_pod(d.pending_pods()[0])
+    d.step()
+    again = d.step()  # nothing finished in between: a restarted operator sees the same state
+    assert not any(isinstance(a, CreatePod) for a in again.actions)
+    d.run()
+    runs = d.stages_run()
+    assert len(runs) == len(set(runs)), "a stage ran twice on a node"
+
+
+def test_deleting_a_skyhook_cleans_up() -> None:
+    d = Driver(2, LABELS)
+    d.sim.add_skyhook(
+        "scr",
+        {**SEL, "packages": {"alpha": package(configMap={"x": "1"}, interrupt={"type": "noop"})}},
+    )
+    d.step()
+    d.step()
+    d.sim.skyhooks["scr"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    d.step()
+    assert "scr" not in d.sim.skyhooks
+    assert d.sim.pods == {}
+    assert d.sim.configmaps == {}
+    for node in d.sim.nodes.values():
+        assert not [k for k in node["metadata"]["annotations"] if k.endswith("_scr")]
+        assert not [k for k in node["metadata"]["labels"] if k.endswith("_scr")]
+        assert not node["spec"].get("unschedulable")
+        assert not [c for c in node["status"]["conditions"] if "/scr/" in c["type"]]
+
+
+def test_invalid_spec_is_reported_not_run() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package("1.2")}})
+    d.run()
+    assert d.sim.created_pods == []
+    status = d.status("scr")
+    assert status["status"] == "blocked"
+    message = next(c["message"] for c in status["conditions"] if c["type"].endswith("SpecInvalid"))
+    assert "spec.packages.alpha.version: '1.2' is not a strict semver version" in message
+
+
+def test_spec_edit_restarts_a_running_pod() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "packages": {"alpha": package(env=[{"name": "X", "value": "1"}])}}
+    )
+    d.step()
+    running = d.pending_pods()[0]
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["env"] = [{"name": "X", "value": "2"}]
+    d.step()
+    assert running not in d.sim.pods
+    d.step()
+    env = next(iter(d.sim.pods.values()))["spec"]["initContainers"][1]["env"]
+    assert env[0] == {"name": "X", "value": "2"}
+
+
+def _workload(name: str, labels: dict[str, str]) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"nodeName": "node-0000"},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_eviction_targets_only_evictable_pods() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_pod(_workload("web", {"app": "web"}))
+    ds = _workload("ds", {})
+    ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x"}]
+    d.sim.add_pod(ds)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(interrupt={"type": "reboot"})}})
+    evicted = set()
+    for _ in range(3):
+        evicted |= {a.name for a in d.step().actions if isinstance(a, EvictPod)}
+    assert evicted == {"web"}
