@@ -1,0 +1,42 @@
+{{/* The release's full name, used for every object this chart creates. */}}
+{{- define "skyhook.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "skyhook.serviceAccountName" -}}
+{{- default (include "skyhook.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Labels that select the operator pod; never change them after a release (immutable selector). */}}
+{{- define "skyhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "skyhook.labels" -}}
+{{ include "skyhook.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: skyhook-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* repository:tag, or repository:tag@digest when a digest is set. */}}
+{{- define "skyhook.imageRef" -}}
+{{- $ref := printf "%s:%s" .repository .tag -}}
+{{- if .digest -}}{{- $ref = printf "%s@%s" $ref .digest -}}{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{- define "skyhook.operatorImage" -}}
+{{- $image := .Values.operator.image -}}
+{{- include "skyhook.imageRef" (dict "repository" $image.repository "tag" (default (printf "v%s" .Chart.AppVersion) $image.tag) "digest" $image.digest) -}}
+{{- end -}}
+
+{{- define "skyhook.agentImage" -}}
+{{- include "skyhook.imageRef" .Values.agent.image -}}
+{{- end -}}
