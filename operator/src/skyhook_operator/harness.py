@@ -96,11 +96,13 @@ def watch(
     """(event type, object) from a watch on `path`, starting with the current objects.
 
     One LIST for the starting point, then a watch from its resourceVersion, so no change
-    between the two is missed; ends after `timeout` seconds.
+    between the two is missed; ends after `timeout` seconds. After the listing comes one
+    ("SYNCED", {}) item, so a caller knows everything that existed has been delivered.
     """
     listing = kube.request("GET", path, query=query)
     for item in listing.get("items", []):
         yield "ADDED", item
+    yield "SYNCED", {}
     version = listing["metadata"]["resourceVersion"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

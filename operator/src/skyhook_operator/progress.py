@@ -138,7 +138,8 @@ class Watchers:
         while time.monotonic() < deadline:
             try:
                 for kind, obj in watch(kube, path, query, timeout=deadline - time.monotonic()):
-                    self.events.put((what, kind, obj))
+                    if kind != "SYNCED":
+                        self.events.put((what, kind, obj))
             except (ApiError, OSError):
                 time.sleep(1)  # the demo tears the cluster down at the end; just stop quietly
 

@@ -1,0 +1,69 @@
+"""`skyhook-operator`: run the operator, or the sandbox demo.
+
+`run` reads the settings (SKYHOOK_* or upstream's env names; every problem reported at once),
+logs them, and runs kopf cluster-wide in standalone mode. `demo` brings up a sandbox cluster,
+runs the operator against it and shows a package rolling out (demo.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+import kopf
+
+from skyhook_operator import handlers
+from skyhook_operator.settings import SettingsError, load_settings
+
+
+@click.group()
+def main() -> None:
+    """Skyhook operator: rolls packages across Kubernetes nodes."""
+
+
+@main.command()
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="KUBECONFIG",
+    help="kubeconfig to use; default: $KUBECONFIG, the in-cluster account, ~/.kube/config.",
+)
+@click.option("--verbose", is_flag=True, help="Log kopf's own debug output too.")
+def run(kubeconfig: str | None, verbose: bool) -> None:
+    """Run the operator until SIGTERM/SIGINT."""
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        raise click.ClickException(f"invalid settings:\n{error}") from error
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    level = getattr(logging, settings.log_level.upper())
+    kopf.configure(verbose=verbose, log_prefix=False)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else level)
+    logging.getLogger("skyhook_operator").setLevel(level)
+    if not verbose:  # kopf logs every handler call at INFO; ours are only pokes
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+        logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger(__name__).debug("handlers registered from %s", handlers.__name__)
+    asyncio.run(kopf.operator(clusterwide=True, standalone=True, memo=kopf.Memo(settings=settings)))
+
+
+@main.command()
+@click.argument("scr", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--nodes", default=3, show_default=True, help="Simulated nodes to start.")
+@click.option(
+    "--keep", is_flag=True, help="Leave the sandbox running at the end (prints how to reach it)."
+)
+@click.option(
+    "--timeout", default=600.0, show_default=True, help="Seconds to wait for the rollout."
+)
+def demo(scr: Path | None, nodes: int, keep: bool, timeout: float) -> None:
+    """Sandbox cluster, operator, the demo SCR (or SCR), live progress, final node states."""
+    # The demo needs the sandbox package, which the operator's own image does not carry.
+    demo_module = importlib.import_module("skyhook_operator.demo")
+    sys.exit(demo_module.run_demo(scr, nodes=nodes, keep=keep, timeout=timeout))

@@ -1,0 +1,70 @@
+"""Fixtures for operator tests on the sandbox (the sandbox's pytest plugin gives `sandbox`,
+one control plane per session): the CRD installed once, the operator as a real subprocess per
+test, and per-test nodes selected through a label unique to the test, so tests never see each
+other's work."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from skyhook_operator.harness import OperatorProcess, ensure_namespace, install_crd
+from skyhook_operator.kube.client import Kube, connect
+from skyhook_sandbox.sandbox import Sandbox
+
+from .helpers import Cluster
+
+NAMESPACE = "skyhook"
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture(scope="session")
+def kube(sandbox: Sandbox) -> Kube:
+    client = connect(str(sandbox.kubeconfig))
+    install_crd(client)
+    ensure_namespace(client, NAMESPACE)
+    return client
+
+
+@pytest.fixture
+def test_label(request: pytest.FixtureRequest) -> str:
+    """A label value unique to this test, used to select its nodes."""
+    return re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+
+
+@pytest.fixture
+def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    """Start `skyhook-operator run`; call again after a kill to restart it."""
+    started: list[OperatorProcess] = []
+    log = tmp_path / "operator.log"
+
+    def start(**env: str) -> OperatorProcess:
+        settings = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1", **env}
+        process = OperatorProcess(sandbox.kubeconfig, log, env=settings).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+    if log.exists():
+        print(f"--- operator log {log} (tail) ---")
+        print("\n".join(log.read_text(errors="replace").splitlines()[-80:]))
+
+
+@pytest.fixture
+def cluster(
+    sandbox: Sandbox,
+    kube: Kube,
+    test_label: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> Iterator[Cluster]:
+    """This test's view: its nodes, its SCRs (deleted at the end), a running operator."""
+    view = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    view.operator = start_operator()
+    yield view
+    view.cleanup()
