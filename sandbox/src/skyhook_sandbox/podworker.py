@@ -1,0 +1,376 @@
+"""Runs one pod on a simulated node the way a kubelet does.
+
+Init containers run one at a time in order, then the app containers together. restartPolicy
+decides what a failed container does: Never fails the pod, OnFailure/Always restart it after a
+back-off (CrashLoopBackOff in between, restartCount counting). Status goes back to the API after
+every change. Deletion stops the processes (SIGTERM, grace period, SIGKILL) and finalizes the
+pod; a node reboot kills them and, for restartable pods, runs the init containers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skyhook_sandbox import container, podenv, volumes
+from skyhook_sandbox.images import ImageNotFound
+from skyhook_sandbox.kubeclient import ApiError
+from skyhook_sandbox.podstatus import ContainerRecord, exit_code, now, pod_status
+
+if TYPE_CHECKING:
+    from skyhook_sandbox.node import SimulatedNode
+
+JsonDict = dict[str, Any]
+log = logging.getLogger("skyhook_sandbox.pod")
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial: float = 1.0
+    maximum: float = 10.0
+
+    def delay(self, restarts: int) -> float:
+        return float(min(self.initial * (2 ** max(restarts - 1, 0)), self.maximum))
+
+
+class Interrupted(Exception):
+    """The pod is being deleted or its node rebooted: stop the flow."""
+
+
+class PodWorker:
+    def __init__(self, node: SimulatedNode, pod: JsonDict) -> None:
+        self.node = node
+        self.pod = pod
+        meta = pod["metadata"]
+        self.uid: str = meta["uid"]
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        spec = pod["spec"]
+        self.policy: str = spec.get("restartPolicy", "Always")
+        self.inits = [
+            ContainerRecord(c["name"], c["image"], True) for c in spec.get("initContainers") or []
+        ]
+        self.mains = [
+            ContainerRecord(c["name"], c["image"], False) for c in spec.get("containers") or []
+        ]
+        self.phase = "Pending"
+        self.start_time = now()
+        self.volumes_ready = False
+        self.prepared: dict[str, volumes.PreparedVolume] = {}
+        self.pod_dir: Path = node.pods_dir / self.uid
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+        self.flow: asyncio.Task[None] | None = None
+        self.finalizer: asyncio.Task[None] | None = None
+        self.stopping = False
+        self.finalizing = False
+        self._written: str = ""
+        self._write_lock = asyncio.Lock()
+        self.pod_ip = node.host_ip if spec.get("hostNetwork") else node.allocate_pod_ip()
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+
+    # -- lifecycle driven by the node -------------------------------------------------------
+
+    def start(self) -> None:
+        self.flow = asyncio.create_task(self._run(), name=f"pod {self.namespace}/{self.name}")
+
+    def update(self, pod: JsonDict) -> None:
+        self.pod = pod
+        if pod["metadata"].get("deletionTimestamp") and not self.finalizing:
+            self.finalizing = True
+            self.finalizer = asyncio.create_task(
+                self._finalize(), name=f"finalize {self.namespace}/{self.name}"
+            )
+
+    async def forget(self) -> None:
+        """The pod object is gone (force-deleted): stop everything at once."""
+        self.finalizing = True
+        await self._stop_processes(grace=0)
+        shutil.rmtree(self.pod_dir, ignore_errors=True)
+
+    async def node_going_down(self, grace: float) -> None:
+        """A reboot: every process of the pod gets SIGTERM, then SIGKILL after `grace`."""
+        await self._stop_processes(grace)
+        await self._write_status()
+
+    async def node_came_up(self) -> None:
+        if self.finalizing or self.phase in TERMINAL:
+            return
+        if self.flow is None:  # arrived while the node was down: a first start
+            self.start()
+            return
+        if self.policy == "Never":
+            self.phase = "Failed"
+            await self._write_status()
+            return
+        self.phase = "Pending"
+        self.stopping = False
+        for record in [*self.inits, *self.mains]:
+            if record.terminated:
+                record.restart_count += 1
+        self.start()
+
+    # -- the kubelet flow ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            await self._prepare_volumes()
+            for record in self.inits:
+                await self._run_until_done(record, self._spec(record), restart_on_success=False)
+            self.phase = "Running"
+            await self._write_status()
+            codes = await asyncio.gather(
+                *(
+                    self._run_until_done(
+                        r, self._spec(r), restart_on_success=self.policy == "Always"
+                    )
+                    for r in self.mains
+                )
+            )
+            self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+            await self._write_status()
+        except Interrupted:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pod %s/%s: unexpected error", self.namespace, self.name)
+
+    def _spec(self, record: ContainerRecord) -> JsonDict:
+        spec = self.pod["spec"]
+        group = spec.get("initContainers" if record.init else "containers") or []
+        return next(c for c in group if c["name"] == record.name)
+
+    def _check(self) -> None:
+        if self.stopping or self.finalizing:
+            raise Interrupted
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._check()
+
+    async def _prepare_volumes(self) -> None:
+        attempt = 0
+        while True:
+            self._check()
+            try:
+                builder = volumes.VolumeBuilder(
+                    self.pod, self.pod_dir, self.node.root.merged, self._fetch, self._request_token,
+                )  # fmt: skip
+                self.prepared = await builder.prepare()
+                self.volumes_ready = True
+                await self._write_status()
+                return
+            except (volumes.VolumeError, ApiError) as error:
+                attempt += 1
+                message = f"MountVolume.SetUp failed: {error}"
+                for record in [*self.inits, *self.mains]:
+                    record.wait("ContainerCreating", message)
+                await self._write_status()
+                await self.node.event(self.pod, "FailedMount", message, "Warning")
+                await self._sleep(self.node.backoff.delay(attempt))
+
+    async def _fetch(self, kind: str, name: str) -> JsonDict | None:
+        plural = "configmaps" if kind == "configmap" else "secrets"
+        try:
+            return await self.node.client.get(
+                f"/api/v1/namespaces/{self.namespace}/{plural}/{name}"
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def _request_token(self, account: str, seconds: int, audience: str) -> str:
+        body: JsonDict = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": max(seconds, 600),
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": self.name,
+                    "uid": self.uid,
+                },
+                **({"audiences": [audience]} if audience else {}),
+            },
+        }
+        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{account}/token"
+        result = await self.node.client.create(path, body)
+        return str(result["status"]["token"])
+
+    async def _run_until_done(
+        self, record: ContainerRecord, spec: JsonDict, restart_on_success: bool
+    ) -> int:
+        while True:
+            self._check()
+            code = await self._run_once(record, spec)
+            if code == 0 and not restart_on_success:
+                return 0
+            if code != 0 and self.policy == "Never":
+                if record.init:
+                    self.phase = "Failed"
+                    await self._write_status()
+                    raise Interrupted
+                return code
+            delay = self.node.backoff.delay(record.restart_count + 1)
+            record.restart_waiting(
+                "CrashLoopBackOff",
+                f"back-off {delay:g}s restarting failed container={record.name} pod={self.name}",
+            )
+            await self._write_status()
+            await self._sleep(delay)
+            record.restart_count += 1
+
+    async def _run_once(self, record: ContainerRecord, spec: JsonDict) -> int:
+        """Start the container (retrying pull/config errors) and return its exit code."""
+        attempt = 0
+        while True:
+            self._check()
+            try:
+                image = self.node.images.resolve(spec["image"])
+                objects = {ref: await self._fetch(*ref) for ref in podenv.referenced_objects(spec)}
+                key, values = podenv.lookups(objects)
+                env = podenv.container_env(spec, self.pod, key, values)
+                break
+            except ImageNotFound as error:
+                reason, message = (
+                    ("ErrImagePull" if attempt % 2 == 0 else "ImagePullBackOff"),
+                    str(error),
+                )
+            except (podenv.ContainerConfigError, ApiError) as error:
+                reason, message = "CreateContainerConfigError", str(error)
+            attempt += 1
+            record.restart_waiting(reason, message)
+            await self._write_status()
+            await self.node.event(self.pod, "Failed", f"Error: {message}", "Warning")
+            await self._sleep(self.node.backoff.delay(attempt))
+        try:
+            argv = podenv.command_line(spec, image.entrypoint, image.args, env)
+            mounts = volumes.mounts_for(spec, self.prepared)
+        except (podenv.ContainerConfigError, volumes.VolumeError) as error:
+            record.finish(container.SETUP_FAILED, "StartError", str(error))
+            await self._write_status()
+            return container.SETUP_FAILED
+        run_dir = self.pod_dir / "containers" / record.name / str(record.restart_count)
+        layers = []
+        for index, (source, target) in enumerate(image.content):
+            upper, work = run_dir / f"layer{index}" / "upper", run_dir / f"layer{index}" / "work"
+            upper.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+            layers.append(container.ImageLayer(source, target, str(upper), str(work)))
+        container_spec = container.ContainerSpec(
+            argv=argv,
+            env={**image.env, **env},
+            working_dir=spec.get("workingDir", ""),
+            layers=layers,
+            mounts=mounts,
+            shims=self.node.machine_shims,
+        )
+        log_path = self.log_path(record.name, record.restart_count)
+        process = await container.start(container_spec, log_path, self.node.name)
+        self.processes[record.name] = process
+        record.run(f"sandbox://{process.pid}")
+        await self._write_status()
+        code = exit_code(await process.wait())
+        self.processes.pop(record.name, None)
+        record.finish(code)
+        if not (self.stopping or self.finalizing):
+            await self._write_status()
+        return code
+
+    def log_path(self, container_name: str, run: int) -> Path:
+        return self.pod_dir / "logs" / container_name / f"{run}.log"
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    async def _stop_processes(self, grace: float) -> None:
+        self.stopping = True
+        running = dict(self.processes)
+        for process in running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        if running:
+            waiters = [asyncio.create_task(p.wait()) for p in running.values()]
+            _, pending = (
+                await asyncio.wait(waiters, timeout=grace) if grace > 0 else (set(), set(waiters))
+            )
+            for process in running.values():
+                if process.returncode is None or pending:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+            await asyncio.gather(*waiters, return_exceptions=True)
+        if self.flow is not None:
+            self.flow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.flow
+        for record in [*self.inits, *self.mains]:
+            if record.running:
+                stopped = running.get(record.name)
+                record.finish(
+                    exit_code(stopped.returncode)
+                    if stopped and stopped.returncode is not None
+                    else 137
+                )
+
+    def _grace(self) -> float:
+        meta, spec = self.pod["metadata"], self.pod["spec"]
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", 30)
+        return float(grace)
+
+    async def _finalize(self) -> None:
+        await self.node.event(self.pod, "Killing", "Stopping container(s)", "Normal")
+        await self._stop_processes(self._grace())
+        if self.phase not in TERMINAL:
+            finished = [r.terminated for r in self.mains]
+            all_zero = all(t is not None and t["exitCode"] == 0 for t in finished)
+            self.phase = "Succeeded" if self.mains and all_zero else "Failed"
+        with contextlib.suppress(ApiError):
+            await self._write_status(force=True)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": self.uid}}  # fmt: skip
+        try:
+            await self.node.client.delete(self.path, body)
+        except ApiError as error:
+            if error.status not in (404, 409):
+                log.warning("finalizing %s/%s: %s", self.namespace, self.name, error)
+        shutil.rmtree(self.pod_dir, ignore_errors=True)
+
+    # -- status ------------------------------------------------------------------------------
+
+    async def _write_status(self, force: bool = False) -> None:
+        status = pod_status(
+            self.phase,
+            host_ip=self.node.host_ip,
+            pod_ip=self.pod_ip,
+            start_time=self.start_time,
+            volumes_ready=self.volumes_ready,
+            inits=self.inits,
+            mains=self.mains,
+        )
+        text = json.dumps(status, sort_keys=True)
+        async with self._write_lock:
+            if text == self._written and not force:
+                return
+            if self.finalizing and not force:
+                return
+            try:
+                await self.node.client.merge_patch(self.path + "/status", {"status": status})
+                self._written = text
+            except ApiError as error:
+                if error.status != 404:
+                    log.warning("status of %s/%s: %s", self.namespace, self.name, error)
