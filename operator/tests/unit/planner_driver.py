@@ -61,11 +61,15 @@ class Driver:
         exit_code: Callable[[Mapping[str, Any]], int] = lambda pod: 0,
         finish: Callable[[list[tuple[str, str]]], list[tuple[str, str]]] = lambda pods: pods,
         on_step: Callable[[Driver], None] = lambda d: None,
+        replan: bool = False,
     ) -> int:
         """Plan until nothing changes; after each pass `finish` picks which pending pods finish."""
         for count in range(max_steps):
             result = self.step()
             on_step(self)
+            if replan:  # an operator restart right after the pass: plans again from the same state
+                self.step()
+                on_step(self)
             pending = self.pending_pods()
             if not result.actions and not pending:
                 if result.requeue_after is None:
@@ -73,9 +77,9 @@ class Driver:
                 self.now += timedelta(seconds=result.requeue_after)
                 continue
             for key in finish(pending):
-                self.sim.finish_pod(
-                    key, exit_code(self.sim.pods[key]), at=self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-                )
+                code = exit_code(self.sim.pods[key])
+                at = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.sim.finish_pod(key, code, at=at, failed_phase=True)
             self.now += timedelta(seconds=1)
         raise AssertionError(f"no steady state after {max_steps} passes")
 
