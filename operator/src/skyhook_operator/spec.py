@@ -13,10 +13,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skyhook_operator.planner.model import Taint
 from skyhook_schemas.versions import VersionError, parse_version
+
+if TYPE_CHECKING:  # model.py imports this module; Taint is only needed for annotations
+    from skyhook_operator.planner.model import Taint
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 INTERRUPT_TYPES = ("service", "reboot", "noop", "restartAllServices")
