@@ -4,9 +4,6 @@ Entry points: ``skyhook_agent.controller`` (upstream-compatible argv, what stage
 ``skyhook_agent.cli`` (``skyhook-agent validate`` / ``skyhook-agent run``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("skyhook-agent")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0"
+# The single source of the version (pyproject.toml reads it): importlib.metadata would cost
+# a stage pod ~50 ms of imports on every start.
+__version__ = "0.1.0"

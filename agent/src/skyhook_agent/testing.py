@@ -9,6 +9,7 @@ here can never touch the machine running the tests.
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -58,6 +59,9 @@ def build_host_root(dest: Path, tools: Iterable[str] = TOOLS) -> Path:
         shim.write_text(_SHIM.format(name=name, log=SHIM_LOG))
         shim.chmod(0o755)
     (dest / "etc/os-release").write_text("ID=skyhook-test\n")
+    (dest / "dev").mkdir(exist_ok=True)
+    for name, minor in (("null", 3), ("zero", 5), ("urandom", 9)):
+        os.mknod(dest / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
     return dest
 
 
