@@ -8,7 +8,7 @@ import json
 import pytest
 
 from skyhook_operator import podbuilder
-from skyhook_operator.planner.model import PlannerSettings, PodView, SkyhookView
+from skyhook_operator.planner.model import NodeView, PlannerSettings, PodView, SkyhookView
 from skyhook_operator.spec import Interrupt, decode_spec
 from skyhook_schemas import keys
 
@@ -190,8 +190,6 @@ def test_matches_accepts_normalised_quantities() -> None:
 
 def test_metadata_configmap() -> None:
     view = scr(interrupt={"type": "reboot"})
-    from skyhook_operator.planner.model import NodeView
-
     cm = podbuilder.build_metadata_configmap(
         SETTINGS, view, NodeView("kind-worker"), labels={"b": "2", "a": "1"}, annotations={}
     )
