@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,13 +168,3 @@ def host_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def host(host_template: Path, tmp_path: Path) -> Iterator[Host]:
     yield Host(clone_host_root(host_template, tmp_path / "host"))
-
-
-@pytest.fixture
-def make_host(host_template: Path, tmp_path: Path) -> Callable[[str], Host]:
-    """Several independent host roots in one test."""
-
-    def make(name: str) -> Host:
-        return Host(clone_host_root(host_template, tmp_path / name))
-
-    return make

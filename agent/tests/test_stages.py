@@ -3,6 +3,7 @@
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -401,3 +402,23 @@ def test_corrupt_history_is_backed_up(host: Host) -> None:
     assert history.with_name("demo-pkg.json.backup").read_text() == "{not json"
     assert json.loads(history.read_text())["current-version"] == "1.0.0"
     assert "corrupt" in result.stdout
+
+
+def test_legacy_mode_copies_the_package_from_the_data_dir(host: Host, tmp_path: Path) -> None:
+    # Upstream's legacy mode: no init container copied the package, so the agent does.
+    image = Host(tmp_path / "image", copy_dir="/skyhook-package")
+    image.write_package(
+        config({"apply": [step("a.sh")], "apply-check": [step("a.sh")]}),
+        {"a.sh": marker_script("a")},
+    )
+    result = host.run("apply", SKYHOOK_DATA_DIR=str(image.path("/skyhook-package")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert host.path(f"{COPY_DIR}/config.json").exists()
+    assert host.markers() == ["a "]
+
+
+def test_copy_resolv_copies_the_agents_resolver_config(host: Host) -> None:
+    host.write_package(config({"apply": [step("a.sh")], "apply-check": [step("a.sh")]}),
+                       {"a.sh": marker_script("a")})  # fmt: skip
+    assert host.run("apply", COPY_RESOLV="true").returncode == 0
+    assert host.read("/etc/resolv.conf") == Path("/etc/resolv.conf").read_text()
