@@ -96,6 +96,7 @@ class _Pass:
         self.events: list[EmitEvent] = []
         self.gone: set[tuple[str, str]] = set()  # pods deleted by this pass
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
+        self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
         self.started: set[str] = set()  # nodes where this pass creates a pod
         self.complete: dict[tuple[str, str], bool] = {}
         self.requeue: float | None = None
@@ -110,6 +111,12 @@ class _Pass:
         if (pod.namespace, pod.name) not in self.gone and not pod.deleting:
             self.gone.add((pod.namespace, pod.name))
             self.out[pod.node].actions.append(DeletePod(pod.namespace, pod.name, reason))
+
+    def pod_package(self, pod: PodView) -> podbuilder.PodPackage | None:
+        key = (pod.namespace, pod.name)
+        if key not in self._decoded:
+            self._decoded[key] = podbuilder.decode_pod_package(pod)
+        return self._decoded[key]
 
     def present(self, pod: PodView) -> bool:
         """Still there after this pass (finished pods kept for a retry backoff included)."""
@@ -281,6 +288,7 @@ class _Skyhook:
         }
         self.stale_config: set[str] = set()  # packages whose ConfigMap must be rewritten first
         self.conditions: list[dict[str, Any]] = []
+        self._expected: dict[tuple[str, str], dict[str, Any]] = {}
 
     def node_state(self, node: NodeView) -> NodeState:
         if node.name not in self.state:
@@ -347,7 +355,7 @@ class _Skyhook:
     # --- learning -------------------------------------------------------------------------------
 
     def _learn(self, pod: PodView) -> None:
-        pkg = podbuilder.decode_pod_package(pod)
+        pkg = self.p.pod_package(pod)
         node = self.p.nodes.get(pod.node)
         if pkg is None or pod.deleting:
             return
@@ -456,7 +464,7 @@ class _Skyhook:
         for pod in self.pods():
             if not self.p.live(pod):
                 continue
-            pkg = podbuilder.decode_pod_package(pod)
+            pkg = self.p.pod_package(pod)
             node = self.p.nodes.get(pod.node)
             if pkg is None or node is None:
                 continue
@@ -477,6 +485,16 @@ class _Skyhook:
             if not podbuilder.matches(pod, manifest):
                 self.p.delete_pod(pod, "the package spec changed")
                 self._reset_entry(node, wanted.key)
+
+    def _expected_pod(self, package: Package, stage: str) -> dict[str, Any]:
+        """What a stage pod of `package` should contain; `matches` ignores the node, so one
+        manifest per package and stage serves every node."""
+        key = (package.key, stage)
+        if key not in self._expected:
+            self._expected[key] = podbuilder.build_stage_pod(
+                self.settings, self.scr, package, "-", stage
+            )
+        return self._expected[key]
 
     def _reset_entry(self, node: NodeView, key: str) -> None:
         entries = self.entries(node)
@@ -518,7 +536,7 @@ class _Skyhook:
         for pod in self.pods():
             if pod.labels.get(keys.PACKAGE_LABEL) != label or not self.p.live(pod):
                 continue
-            pkg = podbuilder.decode_pod_package(pod)
+            pkg = self.p.pod_package(pod)
             failing = learning.outcome(pod).result == learning.FAILED
             if failing and pkg is not None and pkg.stage in {CONFIG, INTERRUPT, POST_INTERRUPT}:
                 self.p.delete_pod(pod, "superseded by a configMap edit")
@@ -633,6 +651,11 @@ class _Skyhook:
         packages that are gone."""
         entries = self.entries(node)
         changed = False
+        packages = self.spec.packages
+        if all(
+            e.name in packages and e.version == packages[e.name].version for e in entries.values()
+        ):
+            return
         for old, new in stages.node_work(
             self.spec.packages, entries, self.config_updates
         ).renames.items():
@@ -827,17 +850,17 @@ class _NodeRun:
         gate = gates.check(self.node, self.pods, sky.spec.pod_non_interrupt_labels)
         if interrupting:
             self._cordon_and_drain(gate, packages[interrupting[0]])
-        at_interrupt: list[Package] = []
+        at_interrupt = [packages[n] for n in ready if due[n] == INTERRUPT]
+        if at_interrupt:
+            # The interrupt goes first: it needs the node to itself, and starting more work now
+            # would only delay it (and a reboot would cut that work short).
+            self._interrupt(at_interrupt, gate)
+            return
         for name in ready:
             package, stage = packages[name], due[name]
-            if stage == INTERRUPT:
-                at_interrupt.append(package)
-            elif name in interrupting and not gate.open:
+            if name in interrupting and not gate.open:
                 continue
-            else:
-                self._start(package, stage)
-        if at_interrupt:
-            self._interrupt(at_interrupt, gate)
+            self._start(package, stage)
 
     def _cordon_and_drain(self, gate: gates.GateResult, package: Package) -> None:
         sky = self.sky
