@@ -88,3 +88,26 @@ def test_new_resource_id_rearms_the_interrupt(host: Host) -> None:
     next_generation = "demo-uid-2_demo-pkg_1.0.0"
     assert host.run("interrupt", payload, SKYHOOK_RESOURCE_ID=next_generation).returncode == 0
     assert shim_calls(host) == ["reboot", "reboot"]
+
+
+# A Skyhook CR interrupt (or configInterrupts entry) as the operator encodes it for the
+# interrupt pod: CRD type -> agent type, `services` omitted when empty (agent.md §2.4).
+CR_INTERRUPTS = [
+    ("reboot", {}, ["reboot"]),
+    ("service", {"services": ["containerd"]},
+     ["systemctl daemon-reload", "systemctl restart containerd"]),
+    ("restartAllServices", {}, ["service procps force-reload"]),
+    ("noop", {}, []),
+]  # fmt: skip
+AGENT_TYPE = {"reboot": "node_restart", "service": "service_restart",
+              "restartAllServices": "restart_all_services", "noop": "no_op"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cr_type", "fields", "calls"), CR_INTERRUPTS, ids=[c[0] for c in CR_INTERRUPTS]
+)
+def test_each_cr_interrupt_type_maps_to_its_host_commands(
+    host: Host, cr_type: str, fields: dict[str, list[str]], calls: list[str]
+) -> None:
+    assert host.run("interrupt", encode_interrupt(AGENT_TYPE[cr_type], **fields)).returncode == 0
+    assert shim_calls(host) == calls

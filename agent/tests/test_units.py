@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from skyhook_agent.errors import InputError
 from skyhook_agent.flags import check_results_body
 from skyhook_agent.history import with_entry
-from skyhook_agent.interrupt_plan import CRInterrupt, key_matches, merge, package_interrupts
 from skyhook_agent.interrupts import INTERRUPT_TYPES, decode_interrupt, encode_interrupt
 from skyhook_agent.invocation import Invocation, parse_controller_argv
 from skyhook_agent.layout import step_marker
@@ -126,65 +125,6 @@ def test_registry_is_exactly_upstreams_five_types() -> None:
     assert set(INTERRUPT_TYPES) == {
         "node_restart", "service_restart", "restart_all_services", "no_op", "script_interrupt"
     }  # fmt: skip
-
-
-REBOOT, NOOP = CRInterrupt("reboot"), CRInterrupt("noop")
-SYSCTL = CRInterrupt("restartAllServices")
-
-
-def svc(*names: str) -> CRInterrupt:
-    return CRInterrupt("service", names)
-
-
-@pytest.mark.parametrize(
-    ("changed", "expected"),
-    [
-        ([], [NOOP]),
-        (["grub.conf"], [REBOOT]),
-        (["sysctl.conf"], [SYSCTL]),
-        (["service_containerd.conf"], [svc("containerd")]),
-        (["ulimit.conf"], []),
-        (["grub.conf", "service_containerd.conf"], [REBOOT, svc("containerd")]),
-    ],
-    ids=["no-change-uses-package-interrupt", "exact-key", "other-key", "glob",
-         "changed-key-without-interrupt", "two-keys"],
-)  # fmt: skip
-def test_config_interrupts_chosen_by_changed_keys(
-    changed: list[str], expected: list[CRInterrupt]
-) -> None:
-    config_interrupts = {"grub.conf": REBOOT, "sysctl.conf": SYSCTL,
-                         "service_*.conf": svc("containerd")}  # fmt: skip
-    assert package_interrupts(NOOP, config_interrupts, changed) == expected
-
-
-def test_merge_priority_and_service_union() -> None:
-    assert merge([svc("a"), svc("b", "a")]) == svc("a", "b")
-    assert merge([svc("a"), SYSCTL, NOOP]) == SYSCTL
-    assert merge([NOOP, REBOOT, svc("a")]) == REBOOT
-    assert merge([]) is None
-
-
-def test_cr_interrupt_payload_decodes_to_agent_type() -> None:
-    decoded = decode_interrupt(svc("kubelet").agent_payload())
-    assert (decoded.type, decoded.services) == ("service_restart", ("kubelet",))
-    assert decode_interrupt(REBOOT.agent_payload()).type == "node_restart"
-
-
-@pytest.mark.parametrize(
-    ("pattern", "key", "matches"),
-    [("*.conf", "a.conf", True), ("*.conf", "a/b.conf", False), ("a?c", "abc", True),
-     ("[ab]x", "bx", True), ("[^ab]x", "cx", True), ("exact", "exactly", False)],
-)  # fmt: skip
-def test_go_style_glob(pattern: str, key: str, matches: bool) -> None:
-    assert key_matches(pattern, key) is matches
-
-
-@given(st.lists(st.sampled_from([REBOOT, NOOP, SYSCTL, svc("a"), svc("b")]), min_size=1))
-def test_merge_never_loses_a_higher_priority_interrupt(interrupts: list[CRInterrupt]) -> None:
-    merged = merge(interrupts)
-    assert merged is not None
-    order = ["noop", "service", "restartAllServices", "reboot"]
-    assert order.index(merged.type) == max(order.index(i.type) for i in interrupts)
 
 
 def test_history_prepends_newest_entry() -> None:

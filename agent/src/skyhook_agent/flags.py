@@ -39,9 +39,6 @@ class FlagStore:
     def record_step(self, step: Step, now: datetime) -> None:
         write_atomic(self._path(step), step_flag_body(step, now))
 
-    def flag_path(self, step: Step) -> str:
-        return str(self._path(step))
-
     def record_checks(self, mode: str, results: Sequence[tuple[Step, bool]]) -> None:
         """check_results is overwritten on every check run; _ALL_CHECKED only when all passed."""
         write_atomic(self._layout.check_results, check_results_body(results))

@@ -22,7 +22,11 @@ from skyhook_agent.settings import AgentSettings
 from skyhook_agent.signals import StopSignal
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-RECORDING_CHECKS = {"apply-check": None, "upgrade-check": None, "uninstall-check": "uninstalled"}
+RECORDING_CHECKS = {
+    "apply-check": None,
+    "upgrade-check": None,
+    "uninstall-check": history.UNINSTALLED,
+}
 """Check modes whose success is recorded in history (value: version recorded instead)."""
 RESOLV_CONF = Path("/etc/resolv.conf")
 
