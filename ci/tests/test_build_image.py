@@ -15,7 +15,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 import types
 from pathlib import Path
 
@@ -32,11 +31,6 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=REPO
     )
-
-
-def project_version(component: str) -> str:
-    with (REPO / component / "pyproject.toml").open("rb") as handle:
-        return str(tomllib.load(handle)["project"]["version"])
 
 
 def head() -> str:
@@ -57,6 +51,7 @@ def load_script() -> types.ModuleType:
 
 
 build_image = load_script()
+project_version = build_image.project_version
 
 
 # --- the command ----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "chart"
 sys.path.insert(0, str(REPO / "ci"))
 from _helm import ensure_helm  # noqa: E402
+from _project import project_version  # noqa: E402
 
 NAMESPACE = "skyhook"
 RELEASE = "sky"
@@ -97,11 +97,6 @@ def operator_container(objects: list[Obj]) -> Obj:
 
 def env_of(objects: list[Obj]) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in operator_container(objects)["env"]}
-
-
-def project_version(component: str) -> str:
-    with (REPO / component / "pyproject.toml").open("rb") as handle:
-        return str(tomllib.load(handle)["project"]["version"])
 
 
 # --- lint and metadata ---------------------------------------------------------------------
