@@ -14,6 +14,7 @@ COMPLETE, IN_PROGRESS, ERRORING, WAITING, BLOCKED, PAUSED, DISABLED, UNKNOWN = (
     "complete", "in_progress", "erroring", "waiting", "blocked", "paused", "disabled", "unknown",
 )  # fmt: skip
 CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
+CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
 
 
 def node_status(

@@ -415,3 +415,15 @@ def test_eviction_targets_only_evictable_pods() -> None:
     for _ in range(3):
         evicted |= {a.name for a in d.step().actions if isinstance(a, EvictPod)}
     assert evicted == {"web"}
+
+
+def test_deployment_policy_fails_closed() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "deploymentPolicy": "rolling", "packages": {"alpha": package()}}
+    )
+    d.run()
+    assert d.sim.created_pods == []
+    status = d.status("scr")
+    assert status["status"] == "blocked"
+    assert any(c["reason"] == "DeploymentPolicyNotFound" for c in status["conditions"])

@@ -312,7 +312,11 @@ class _Skyhook:
             self.p.first.append(AddFinalizer(scr.name, keys.FINALIZER))
         spec = scr.spec
         if spec is None:
-            self._invalid()
+            self._blocked(status.CONDITION_SPEC_INVALID, "SpecInvalid", "; ".join(scr.spec_errors))
+            return
+        if spec.deployment_policy:  # not supported yet: fail closed, as upstream does when missing
+            message = f'DeploymentPolicy "{spec.deployment_policy}" not found'
+            self._blocked(status.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message)
             return
         self.spec = spec
         self.paused = scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause
@@ -335,17 +339,13 @@ class _Skyhook:
         self._save_nodes()
         self._status(statuses)
 
-    def _invalid(self) -> None:
-        message = "; ".join(self.scr.spec_errors)
+    def _blocked(self, condition: str, reason: str, message: str) -> None:
+        """A Skyhook that cannot run at all: status blocked, with a condition saying why."""
         wanted = {
             "status": status.BLOCKED,
             "conditions": status.merge_conditions(
                 list(self.scr.status.get("conditions") or []),
-                [
-                    status.condition(
-                        status.CONDITION_SPEC_INVALID, True, "SpecInvalid", message, self.p.now
-                    )
-                ],
+                [status.condition(condition, True, reason, message, self.p.now)],
             ),
         }
         patch = status.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
