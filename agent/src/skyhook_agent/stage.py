@@ -90,8 +90,8 @@ def _run_stage(plan: StagePlan, context: RunContext, started: float) -> int:
         f"package {config.package_name} {config.package_version}: "
         f"{len(config.modes.get(plan.mode, ()))} {plan.mode} step(s)"
     )
-    for warning in config.warnings:
-        console.warning(warning)
+    # config.warnings (a step without a matching *_check) are for package authors; they see
+    # them from `skyhook-agent validate`, and repeating them in every stage pod's log is noise.
     if context.settings.copy_resolv:
         _copy_resolv(layout.root_mount, console)
     if plan.legacy_source is not None:
