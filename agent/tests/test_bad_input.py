@@ -164,3 +164,11 @@ def test_config_json_that_is_not_json(host: Host) -> None:
     assert "not valid JSON" in result.stderr
     assert host.tree() == before
     json.dumps(before)  # the listing is plain data (sanity for the comparisons above)
+
+
+def test_state_dir_blocked_by_a_file(host: Host) -> None:
+    host.write_package(config(GOOD_MODES), GOOD_SCRIPTS)
+    host.path("/var/lib/skyhook-state").write_text("not a directory")
+    assert_rejected(host, "apply", "SKYHOOK_ROOT_DIR: /var/lib/skyhook-state/demo: "
+                    "/var/lib/skyhook-state on the host is not a directory",
+                    SKYHOOK_ROOT_DIR="/var/lib/skyhook-state/demo")  # fmt: skip

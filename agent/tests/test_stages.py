@@ -422,3 +422,15 @@ def test_copy_resolv_copies_the_agents_resolver_config(host: Host) -> None:
                        {"a.sh": marker_script("a")})  # fmt: skip
     assert host.run("apply", COPY_RESOLV="true").returncode == 0
     assert host.read("/etc/resolv.conf") == Path("/etc/resolv.conf").read_text()
+
+
+def test_host_write_failure_mid_stage_is_one_clear_line(host: Host) -> None:
+    host.write_package(config({"apply": [step("a.sh")], "apply-check": [step("a.sh")]}),
+                       {"a.sh": marker_script("a")})  # fmt: skip
+    # Passes preflight (the log root is fine) but the package's log dir cannot be created.
+    host.path(f"{LOG_DIR}/demo-pkg").mkdir(parents=True)
+    host.path(f"{LOG_DIR}/demo-pkg/1.0.0").write_text("in the way")
+    result = host.run("apply")
+    assert result.returncode == 1
+    assert "error: host write failed: [Errno 17] File exists:" in result.stderr
+    assert "Traceback" not in result.stderr

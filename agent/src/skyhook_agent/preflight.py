@@ -76,6 +76,24 @@ def root_dir_conflicts(root_dir: Path, host_root: Path) -> list[str]:
     return problems
 
 
+def state_dir_problems(layout: HostLayout, settings: AgentSettings) -> list[str]:
+    """The agent's own host directories must be directories (or not exist yet)."""
+    places = [
+        ("SKYHOOK_ROOT_DIR", settings.state_dir, layout.flags_dir),
+        ("SKYHOOK_LOG_DIR", settings.log_dir, layout.mounted(settings.log_dir)),
+    ]
+    problems = []
+    for name, value, deepest in places:
+        for path in (deepest, *deepest.parents):
+            if path == layout.root_mount:
+                break
+            if path.exists() and not path.is_dir():
+                host_path = "/" + str(path.relative_to(layout.root_mount))
+                problems.append(f"{name}: {value}: {host_path} on the host is not a directory")
+                break
+    return problems
+
+
 def plan_invocation(invocation: Invocation, settings: AgentSettings) -> StagePlan | InterruptPlan:
     """Validate the whole invocation; InputError with every problem found."""
     layout = HostLayout(
@@ -89,6 +107,9 @@ def plan_invocation(invocation: Invocation, settings: AgentSettings) -> StagePla
     if not invocation.copy_dir.startswith("/"):
         problems.append(f"copy_dir: {invocation.copy_dir!r} must be an absolute host path")
     problems += host_root_problems(invocation.root_mount)
+    if problems:
+        raise InputError(problems)
+    problems += state_dir_problems(layout, settings)
     if problems:
         raise InputError(problems)
     if invocation.mode == "interrupt":

@@ -55,13 +55,19 @@ def execute(
         console.problems(exc.problems)
         console.problems(["nothing was changed on the host"])
         return EXIT_BAD_INPUT
-    if isinstance(plan, InterruptPlan):
-        reports = _run_interrupt(plan, settings, agent_env, console, stop)
-        ok = all(report.outcome is not Outcome.FAILED for report in reports)
-        console.summary("interrupt", reports, time.monotonic() - started, ok)
-        return EXIT_OK if ok else EXIT_FAILED
-    context = RunContext(plan.layout, plan.config, settings, agent_env, console, stop)
-    return _run_stage(plan, context, started)
+    try:
+        if isinstance(plan, InterruptPlan):
+            reports = _run_interrupt(plan, settings, agent_env, console, stop)
+            ok = all(report.outcome is not Outcome.FAILED for report in reports)
+            console.summary("interrupt", reports, time.monotonic() - started, ok)
+            return EXIT_OK if ok else EXIT_FAILED
+        context = RunContext(plan.layout, plan.config, settings, agent_env, console, stop)
+        return _run_stage(plan, context, started)
+    except OSError as exc:
+        # The host changed under us (disk full, read-only remount, a path replaced): say what
+        # failed in one line; a rerun resumes from the flags already written.
+        console.problems([f"host write failed: {exc}"])
+        return EXIT_FAILED
 
 
 def _run_interrupt(
