@@ -158,3 +158,20 @@ def test_prefixer_keeps_every_byte_and_prefixes_every_line(chunks: list[bytes]) 
     assert [line[len(prefix) :] for line in lines] == [
         raw.decode("utf-8", errors="replace") for raw in expected
     ]
+
+
+@given(st.lists(st.text()), st.lists(st.integers()), st.lists(st.text()), st.lists(st.integers()))
+def test_step_markers_differ_whenever_arguments_or_returncodes_differ(
+    args_a: list[str], rcs_a: list[int], args_b: list[str], rcs_b: list[int]
+) -> None:
+    same = (args_a, rcs_a) == (args_b, rcs_b)
+    assert (step_marker(args_a, rcs_a) == step_marker(args_b, rcs_b)) is same
+
+
+@given(st.lists(st.text()), st.dictionaries(st.text(), st.text()))
+def test_every_argument_is_either_expanded_or_reported(
+    arguments: list[str], env: dict[str, str]
+) -> None:
+    expanded, missing = expand_arguments(arguments, env)
+    assert len(expanded) + len(missing) == len(arguments)
+    assert all(arguments[index] == f"env:{name}" for index, name in missing)
