@@ -446,3 +446,107 @@ def test_every_value_is_documented_with_an_example() -> None:
         if not any("Example:" in line for line in blocks[path])
     ]
     assert not undocumented, f"values without an 'Example:' comment above them: {undocumented}"
+
+
+# --- RBAC on a real apiserver -----------------------------------------------------------------
+
+RBAC_RELEASE = "rbac-check"
+RBAC_NAMESPACE = "chart-rbac-check"
+RBAC_ACCOUNT = f"system:serviceaccount:{RBAC_NAMESPACE}:{RBAC_RELEASE}-skyhook-operator"
+# (verb, resource[/subresource], namespace or "" for cluster-wide/all namespaces)
+ALLOWED = [
+    *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
+    ("patch", "nodes/status", ""),
+    *((verb, "pods", "") for verb in ("create", "delete", "get", "list", "watch", "patch")),
+    ("create", "pods/eviction", "default"),
+    ("create", "events", "default"),
+    ("patch", "events", RBAC_NAMESPACE),
+    ("list", "configmaps", ""),
+    ("watch", "configmaps", ""),
+    *(
+        (verb, "configmaps", RBAC_NAMESPACE)
+        for verb in ("create", "get", "update", "patch", "delete")
+    ),
+    *(
+        (verb, "skyhooks.skyhook.nvidia.com", "")
+        for verb in ("get", "list", "watch", "patch", "update")
+    ),
+    ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
+    ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
+]
+DENIED = [
+    ("get", "secrets", RBAC_NAMESPACE),
+    ("list", "namespaces", ""),
+    ("delete", "nodes", ""),
+    ("update", "nodes", ""),
+    ("create", "configmaps", "default"),
+    ("create", "pods/exec", RBAC_NAMESPACE),
+    ("delete", "skyhooks.skyhook.nvidia.com", ""),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
+]
+
+
+def can_i(kubeconfig: Path, verb: str, resource: str, namespace: str) -> bool:
+    name, _, subresource = resource.partition("/")
+    args = ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, name]
+    args += [f"--as={RBAC_ACCOUNT}"]
+    args += [f"--subresource={subresource}"] if subresource else []
+    args += ["-n", namespace] if namespace else ["--all-namespaces"]
+    answer = subprocess.run(args, capture_output=True, text=True)
+    assert answer.stdout.strip() in {"yes", "no"}, answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+@pytest.mark.sandbox
+def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
+    helm: Path, sandbox_kubeconfig: Path
+) -> None:
+    rendered = run_helm(
+        helm, "template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    applied = [doc for doc in documents if doc["kind"] != "Deployment"]
+    deployment = [doc for doc in documents if doc["kind"] == "Deployment"]
+    kubectl(sandbox_kubeconfig, "create", "namespace", RBAC_NAMESPACE)
+    try:
+        kubectl(
+            sandbox_kubeconfig,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(applied),
+        )
+        # No scheduler here to run it: the apiserver validates the Deployment without storing it.
+        kubectl(
+            sandbox_kubeconfig,
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(deployment),
+        )
+        denied = [grant for grant in ALLOWED if not can_i(sandbox_kubeconfig, *grant)]
+        assert not denied, f"the chart's RBAC does not allow {denied}"
+        allowed = [grant for grant in DENIED if can_i(sandbox_kubeconfig, *grant)]
+        assert not allowed, f"the chart's RBAC allows more than the operator needs: {allowed}"
+    finally:
+        name = f"{RBAC_RELEASE}-skyhook-operator"
+        kubectl(
+            sandbox_kubeconfig, "delete", "clusterrole,clusterrolebinding", name, "--wait=false"
+        )
+        kubectl(sandbox_kubeconfig, "delete", "namespace", RBAC_NAMESPACE, "--wait=false")
