@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 
 import pytest
-from planner_driver import Driver, package, pod_stage
+from planner_driver import SETTINGS, Driver, package, pod_stage
 
 from skyhook_operator.planner.model import CreatePod, EvictPod, PatchNode
 from skyhook_schemas import keys
@@ -427,3 +428,24 @@ def test_deployment_policy_fails_closed() -> None:
     status = d.status("scr")
     assert status["status"] == "blocked"
     assert any(c["reason"] == "DeploymentPolicyNotFound" for c in status["conditions"])
+
+
+def test_reapply_on_reboot_resets_nodes_but_not_for_our_own_reboot() -> None:
+    d = Driver(1, LABELS, settings=replace(SETTINGS, reapply_on_reboot=True))
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}})
+    while not any(pod_stage(p)[2] == "interrupt" for p in d.sim.pods.values()):
+        d.step()
+        for key in d.pending_pods():
+            if pod_stage(d.sim.pods[key])[2] != "interrupt":
+                d.sim.finish_pod(key)
+    d.sim.nodes["node-0000"]["status"]["nodeInfo"]["bootID"] = "after-our-reboot"
+    d.run()
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config", "interrupt", "post-interrupt"]
+    d.sim.nodes["node-0000"]["status"]["nodeInfo"]["bootID"] = "someone-else-rebooted"
+    d.run()
+    assert [s for _, _, s in d.stages_run()][4:] == [
+        "apply",
+        "config",
+        "interrupt",
+        "post-interrupt",
+    ]

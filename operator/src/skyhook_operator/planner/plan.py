@@ -439,7 +439,12 @@ class _Skyhook:
             if not before or not node.boot_id or before == node.boot_id:
                 continue
             entries = self.entries(node)
-            if self.settings.reapply_on_reboot:
+            waiting = {
+                k: e for k, e in entries.items() if e.stage == INTERRUPT and e.state != COMPLETE
+            }
+            # Our own reboot interrupt never counts as "a reboot to reapply after": that would
+            # reinstall, reboot again, and loop.
+            if self.settings.reapply_on_reboot and not waiting:
                 self.set_entries(node, {})
                 self.p.event(
                     "Node",
@@ -448,9 +453,6 @@ class _Skyhook:
                     f"detected reboot, resetting node for [{self.name}] to be reapplied",
                 )
                 continue
-            waiting = {
-                k: e for k, e in entries.items() if e.stage == INTERRUPT and e.state != COMPLETE
-            }
             if waiting:
                 for key, entry in waiting.items():
                     entries[key] = replace(entry, state=COMPLETE)
