@@ -240,17 +240,19 @@ class NodeHost:
     async def _serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            while line := await reader.readline():
-                try:
-                    response = await self.handle(json.loads(line))
-                except Exception as error:
-                    log.exception("control request failed")
-                    response = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-                writer.write(json.dumps(response).encode() + b"\n")
-                await writer.drain()
-        finally:
-            writer.close()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await self._answer(reader, writer)
+        writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            try:
+                response = await self.handle(json.loads(line))
+            except Exception as error:
+                log.exception("control request failed")
+                response = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+            writer.write(json.dumps(response).encode() + b"\n")
+            await writer.drain()
 
     async def run(self) -> None:
         socket_path = self.state_dir / SOCKET_NAME

@@ -58,6 +58,20 @@ class ContainerRecord:
             }
         }
 
+    def lost(self, message: str) -> None:
+        """The process died with its node; what it did is unknown (a runtime reports 255)."""
+        finished = self.terminated or {}
+        self.state = {
+            "terminated": {
+                "exitCode": 255,
+                "reason": "Unknown",
+                "message": message,
+                "startedAt": finished.get("startedAt", now()),
+                "finishedAt": finished.get("finishedAt", now()),
+                "containerID": self.container_id,
+            }
+        }
+
     def restart_waiting(self, reason: str, message: str) -> None:
         """Between two runs: the last run moves to lastState, the state says why we wait."""
         if self.terminated:

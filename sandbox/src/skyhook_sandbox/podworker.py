@@ -100,8 +100,16 @@ class PodWorker:
         shutil.rmtree(self.pod_dir, ignore_errors=True)
 
     async def node_going_down(self, grace: float) -> None:
-        """A reboot: every process of the pod gets SIGTERM, then SIGKILL after `grace`."""
+        """A reboot: every process of the pod gets SIGTERM, then SIGKILL after `grace`.
+
+        Like a container runtime after a node restart, the containers that were running are
+        reported as terminated with exit code 255, reason Unknown.
+        """
+        lost = set(self.processes)
         await self._stop_processes(grace)
+        for record in [*self.inits, *self.mains]:
+            if record.name in lost:
+                record.lost("the node rebooted while the container was running")
         await self._write_status()
 
     async def node_came_up(self) -> None:
@@ -117,8 +125,8 @@ class PodWorker:
         self.phase = "Pending"
         self.stopping = False
         for record in [*self.inits, *self.mains]:
-            if record.terminated:
-                record.restart_count += 1
+            if record.container_id and not self._completed(record):
+                record.restart_count += 1  # it ran before the reboot and runs again
         self.start()
 
     # -- the kubelet flow ---------------------------------------------------------------------
@@ -127,17 +135,9 @@ class PodWorker:
         try:
             await self._prepare_volumes()
             for record in self.inits:
-                await self._run_until_done(record, self._spec(record), restart_on_success=False)
-            self.phase = "Running"
-            await self._write_status()
-            codes = await asyncio.gather(
-                *(
-                    self._run_until_done(
-                        r, self._spec(r), restart_on_success=self.policy == "Always"
-                    )
-                    for r in self.mains
-                )
-            )
+                if not self._completed(record):
+                    await self._run_until_done(record, self._spec(record), restart_on_success=False)
+            codes = await asyncio.gather(*(self._run_main(record) for record in self.mains))
             self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
             await self._write_status()
         except Interrupted:
@@ -147,10 +147,22 @@ class PodWorker:
         except Exception:
             log.exception("pod %s/%s: unexpected error", self.namespace, self.name)
 
+    def _completed(self, record: ContainerRecord) -> bool:
+        """Succeeded for good: the API forbids a container that exited 0 to run again unless
+        restartPolicy is Always, so after a reboot only Always pods re-run those."""
+        done = record.terminated
+        return done is not None and done["exitCode"] == 0 and self.policy != "Always"
+
     def _spec(self, record: ContainerRecord) -> JsonDict:
         spec = self.pod["spec"]
         group = spec.get("initContainers" if record.init else "containers") or []
         return next(c for c in group if c["name"] == record.name)
+
+    async def _run_main(self, record: ContainerRecord) -> int:
+        if self._completed(record):
+            return 0
+        always = self.policy == "Always"
+        return await self._run_until_done(record, self._spec(record), restart_on_success=always)
 
     def _check(self) -> None:
         if self.stopping or self.finalizing:
@@ -283,12 +295,14 @@ class PodWorker:
         process = await container.start(container_spec, log_path, self.node.name)
         self.processes[record.name] = process
         record.run(f"sandbox://{process.pid}")
+        if not record.init and self.phase == "Pending":
+            self.phase = "Running"  # a kubelet reports Running once a container has started
         await self._write_status()
         code = exit_code(await process.wait())
         self.processes.pop(record.name, None)
         record.finish(code)
-        if not (self.stopping or self.finalizing):
-            await self._write_status()
+        self._check()  # killed by a deletion or reboot: no restart logic, the stopper reports
+        await self._write_status()
         return code
 
     def log_path(self, container_name: str, run: int) -> Path:

@@ -1,0 +1,103 @@
+"""The control plane and the nodes as the operator sees them: real Node objects, Leases,
+controller-manager duties, the kubeconfig, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+
+from click.testing import CliRunner
+from helpers import NAMESPACE, pod_manifest, shell, wait_for, wait_phase
+from kubernetes.client import CoordinationV1Api
+
+from skyhook_sandbox.cli import main
+from skyhook_sandbox.kubeapi import NOT_READY_TAINT
+from skyhook_sandbox.versions import KUBERNETES_VERSION
+
+
+def test_nodes_are_registered_ready_with_labels_lease_and_no_not_ready_taint(api, sandbox_nodes):
+    names = sandbox_nodes(3, labels={"skyhook.nvidia.com/test": "yes", "gpu": "a100"})
+    selected = api.list_node(label_selector="gpu=a100").items
+    assert sorted(n.metadata.name for n in selected) == sorted(names)
+    for node in selected:
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert ready.status == "True"
+        assert NOT_READY_TAINT not in [t.key for t in node.spec.taints or []]
+        assert node.status.node_info.boot_id
+        assert node.status.node_info.kubelet_version == KUBERNETES_VERSION
+        assert node.metadata.labels["kubernetes.io/hostname"] == node.metadata.name
+    leases = CoordinationV1Api(api.api_client)
+    lease = leases.read_namespaced_lease(names[0], "kube-node-lease")
+    assert lease.spec.holder_identity == names[0]
+    assert lease.spec.renew_time is not None
+
+
+def test_controller_manager_provides_service_accounts_and_root_ca(api):
+    api.create_namespace({"metadata": {"name": "fresh-ns"}})
+    try:
+        wait_for(
+            lambda: api.list_namespaced_service_account("fresh-ns").items,
+            30,
+            "default ServiceAccount",
+        )
+        wait_for(
+            lambda: (
+                api.list_namespaced_config_map(
+                    "fresh-ns", field_selector="metadata.name=kube-root-ca.crt"
+                ).items
+            ),
+            30,
+            "kube-root-ca.crt",
+        )
+    finally:
+        api.delete_namespace("fresh-ns")
+
+
+def test_projected_service_account_token_is_mounted(api, sandbox, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    script = "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && cat /var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("sa-token", node, restartPolicy="Never", containers=[shell("c", script)]),
+    )
+    assert wait_phase(api, "sa-token", ("Succeeded", "Failed"))["status"]["phase"] == "Succeeded"
+    assert api.read_namespaced_pod_log("sa-token", NAMESPACE) == NAMESPACE
+
+
+def test_kubectl_works_with_the_kubeconfig(sandbox):
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(sandbox.kubeconfig), "version", "-o", "json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert f'"gitVersion": "{KUBERNETES_VERSION}"' in result.stdout
+
+
+def test_cli_status_and_nodes_commands(sandbox):
+    runner = CliRunner()
+    state = ["--state-dir", str(sandbox.state_dir)]
+    added = runner.invoke(
+        main, ["nodes", "add", *state, "--nodes", "2", "--label", "cli=yes", "--prefix", "cli"]
+    )
+    assert added.exit_code == 0, added.output
+    names = added.output.split()
+    assert len(names) == 2
+    try:
+        status = runner.invoke(main, ["status", *state])
+        assert status.exit_code == 0, status.output
+        assert f"kubeconfig: {sandbox.kubeconfig}" in status.output
+        assert f"node {names[0]}: Ready" in status.output
+        before = sandbox.node(names[0])["boot_id"]
+        rebooted = runner.invoke(main, ["nodes", "reboot", *state, names[0]])
+        assert rebooted.exit_code == 0, rebooted.output
+        assert sandbox.node(names[0])["boot_id"] != before
+    finally:
+        removed = runner.invoke(main, ["nodes", "remove", *state, *names])
+        assert removed.exit_code == 0, removed.output
+    assert not {n["name"] for n in sandbox.nodes()} & set(names)
+
+
+def test_cli_rejects_bad_labels(sandbox):
+    result = CliRunner().invoke(
+        main, ["nodes", "add", "--state-dir", str(sandbox.state_dir), "--label", "novalue"]
+    )
+    assert result.exit_code != 0
+    assert "--label" in result.output and "key=value" in result.output

@@ -1,0 +1,188 @@
+"""Deletion, eviction and reboots: what the operator's drain and interrupt logic relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from helpers import (
+    NAMESPACE,
+    pod_dict,
+    pod_gone,
+    pod_manifest,
+    shell,
+    terminated,
+    wait_for,
+    wait_phase,
+)
+from kubernetes.client import V1DeleteOptions, V1Eviction, V1ObjectMeta
+
+HOST = [{"name": "host", "hostPath": {"path": "/"}}]
+HOST_MOUNT = [{"name": "host", "mountPath": "/root"}]
+
+
+def _boot_id(api, node: str) -> str:
+    return str(api.read_node(node).status.node_info.boot_id)
+
+
+def test_eviction_of_a_running_workload_pod_completes_within_seconds(api, sandbox_nodes):
+    (node,) = sandbox_nodes(1, labels={"pool": "training"})
+    workload = pod_manifest("training-job", node, containers=[shell("train", "sleep 1000")],
+                            terminationGracePeriodSeconds=30)  # fmt: skip
+    workload["metadata"]["labels"] = {"app": "training"}
+    api.create_namespaced_pod(NAMESPACE, workload)
+    wait_phase(api, "training-job", ("Running",))
+    started = time.monotonic()
+    api.create_namespaced_pod_eviction(
+        "training-job",
+        NAMESPACE,
+        V1Eviction(metadata=V1ObjectMeta(name="training-job", namespace=NAMESPACE)),
+    )
+    wait_for(lambda: pod_gone(api, "training-job"), 15, "the evicted pod to be gone")
+    # sleep dies on SIGTERM at once, so the 30 s grace period is not waited out.
+    assert time.monotonic() - started < 10
+
+
+def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(api, sandbox, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    stubborn = "trap 'echo got-term >> /root/signals' TERM; while :; do sleep 0.1; done"
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("stubborn", node, volumes=HOST, terminationGracePeriodSeconds=2,
+                     containers=[shell("c", stubborn, volumeMounts=HOST_MOUNT)]),
+    )  # fmt: skip
+    wait_phase(api, "stubborn", ("Running",))
+    time.sleep(0.5)  # let the shell install its trap
+    started = time.monotonic()
+    api.delete_namespaced_pod("stubborn", NAMESPACE)
+    wait_for(lambda: pod_gone(api, "stubborn"), 15, "the deleted pod to be gone")
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 8  # waited out the 2 s grace period, then killed
+    assert "got-term" in (sandbox.host_root_upper(node) / "signals").read_text()
+
+
+def test_a_finished_pod_is_finalized_on_delete(api, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("done", node, restartPolicy="Never", containers=[shell("c", "true")]),
+    )
+    wait_phase(api, "done", ("Succeeded",))
+    api.delete_namespaced_pod("done", NAMESPACE, body=V1DeleteOptions())
+    wait_for(lambda: pod_gone(api, "done"), 10, "the finished pod to be gone")
+
+
+def _survivor(api, node: str, name: str, policy: str) -> None:
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest(name, node, restartPolicy=policy, volumes=HOST,
+                     initContainers=[shell("count", f"echo run >> /root/{name}", volumeMounts=HOST_MOUNT)],
+                     containers=[{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]),
+    )  # fmt: skip
+    wait_phase(api, name, ("Running",))
+
+
+def _restarts(api, name: str) -> tuple[str, int, int]:
+    status = pod_dict(api, name)["status"]
+    init, main = status["initContainerStatuses"][0], status["containerStatuses"][0]
+    return status["phase"], init["restartCount"], main["restartCount"]
+
+
+def test_reboot_changes_boot_id_and_reruns_init_containers(api, sandbox, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    before = _boot_id(api, node)
+    _survivor(api, node, "always", "Always")
+    _survivor(api, node, "onfailure", "OnFailure")
+    (sandbox.host_root(node) / "tmp" / "volatile").write_text("gone after reboot")
+    new_boot = sandbox.reboot(node)
+    assert new_boot != before
+    assert _boot_id(api, node) == new_boot
+    assert sandbox.node(node)["reboots"] == 1
+    assert not (sandbox.host_root(node) / "tmp" / "volatile").exists()
+    # Always: the init container runs again. OnFailure: an init container that exited 0 may not
+    # run again (the API forbids that transition); the killed pause container restarts.
+    wait_for(lambda: _restarts(api, "always") == ("Running", 1, 1), 20, "Always pod re-run")
+    wait_for(lambda: _restarts(api, "onfailure") == ("Running", 0, 1), 20, "OnFailure pod restart")
+    upper = sandbox.host_root_upper(node)
+    assert (upper / "always").read_text() == "run\nrun\n"
+    assert (upper / "onfailure").read_text() == "run\n"
+    pause = pod_dict(api, "onfailure")["status"]["containerStatuses"][0]
+    assert pause["lastState"]["terminated"]["reason"] == "Unknown"
+    assert pause["lastState"]["terminated"]["exitCode"] == 255
+    sandbox.wait_ready([node], timeout=30)
+
+
+def test_reboot_marks_the_node_not_ready_meanwhile(api, sandbox, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    seen: list[str] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "False" not in seen:
+            conditions = api.read_node(node).status.conditions
+            seen.extend(c.status for c in conditions if c.type == "Ready")
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    sandbox.reboot(node)  # blocks until Ready again; the node host does the work
+    watcher.join()
+    assert "False" in seen
+    assert seen[-1] == "False" or api.read_node(node).status.conditions[-1].status == "True"
+
+
+def test_reboot_requested_from_inside_the_host_root(api, sandbox, sandbox_nodes):
+    """What a package's or the agent's reboot does: the shim asks the node, never the machine."""
+    (node,) = sandbox_nodes()
+    before = _boot_id(api, node)
+    script = (
+        "if [ -f /root/var/rebooted ]; then exit 0; fi; touch /root/var/rebooted; "
+        "chroot /root systemctl daemon-reload; chroot /root reboot; echo reboot-returned"
+    )
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("reboots", node, restartPolicy="OnFailure", volumes=HOST,
+                     initContainers=[shell("interrupt", script, volumeMounts=HOST_MOUNT)],
+                     containers=[{"name": "pause", "image": "registry.k8s.io/pause"}]),
+    )  # fmt: skip
+
+    def rebooted_and_back() -> bool:
+        status = pod_dict(api, "reboots")["status"]
+        inits = status.get("initContainerStatuses") or [{}]
+        return status.get("phase") == "Running" and inits[0].get("restartCount") == 1
+
+    wait_for(rebooted_and_back, 30, "reboot and re-run")
+    assert _boot_id(api, node) != before
+    init = pod_dict(api, "reboots")["status"]["initContainerStatuses"][0]
+    assert init["lastState"]["terminated"]["exitCode"] == 255  # killed by the reboot
+    assert terminated(init)["exitCode"] == 0
+    logs = sandbox.host_root_upper(node) / "var" / "log" / "skyhook-sandbox"
+    assert (logs / "systemctl.log").read_text() == "systemctl daemon-reload\n"
+    assert (logs / "reboot.log").read_text() == "reboot \n"
+
+
+def test_machine_systemctl_inside_a_container_is_a_shim(api, sandbox, sandbox_nodes):
+    """Without the chroot, `systemctl` would be this machine's: it is shimmed there too."""
+    (node,) = sandbox_nodes()
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("no-chroot", node, restartPolicy="Never",
+                     containers=[shell("c", "systemctl restart kubelet && service foo status")]),
+    )  # fmt: skip
+    assert wait_phase(api, "no-chroot", ("Succeeded", "Failed"))["status"]["phase"] == "Succeeded"
+    logs = sandbox.host_root_upper(node) / "var" / "log" / "skyhook-sandbox"
+    assert (logs / "systemctl.log").read_text() == "systemctl restart kubelet\n"
+    assert (logs / "service.log").read_text() == "service foo status\n"
+
+
+def test_never_pod_running_at_reboot_fails(api, sandbox, sandbox_nodes):
+    (node,) = sandbox_nodes()
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("fragile", node, restartPolicy="Never", containers=[shell("c", "sleep 1000")]),
+    )
+    wait_phase(api, "fragile", ("Running",))
+    sandbox.reboot(node)
+    status = wait_phase(api, "fragile", ("Failed",), timeout=15)["status"]
+    assert terminated(status["containerStatuses"][0])["exitCode"] == 255
+    assert terminated(status["containerStatuses"][0])["reason"] == "Unknown"
