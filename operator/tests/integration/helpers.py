@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
+
 from skyhook_operator.harness import (
     OperatorProcess,
     WaitTimeout,
@@ -109,7 +111,12 @@ class Cluster:
     def patch_skyhook(self, name: str, patch: Mapping[str, Any]) -> None:
         self.kube.request("PATCH", self.kube.skyhook_path(name), dict(patch), MERGE_PATCH)
 
-    def record(self, scr: str, seconds: float = 600) -> Recording:
+    def record(
+        self,
+        scr: str,
+        seconds: float = 600,
+        extra: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
+    ) -> Recording:
         """Start watches on this test's nodes and `scr`'s pods; every version is kept.
 
         Returns once both watches have delivered the objects that exist now.
@@ -118,6 +125,7 @@ class Cluster:
         sources = [
             ("node", "/api/v1/nodes", {"labelSelector": f"{TEST_LABEL}={self.label}"}),
             ("pod", "/api/v1/pods", {"labelSelector": f"{keys.NAME_LABEL}={scr}"}),
+            *((what, path, query) for what, (path, query) in (extra or {}).items()),
         ]
         synced = [threading.Event() for _ in sources]
         for (what, path, query), flag in zip(sources, synced, strict=True):
@@ -153,7 +161,7 @@ class Cluster:
                     synced.set()
                 else:
                     recording.add(what, kind, obj)
-        except (ApiError, OSError):
+        except (ApiError, OSError, urllib3.exceptions.HTTPError):
             return
 
     # --- reading ----------------------------------------------------------------------------

@@ -88,7 +88,7 @@ class Kube:
                     response.status, response.data.decode(errors="replace"), "WATCH", path
                 )
             buffer = b""
-            for chunk in response.stream(65536):
+            for chunk in _chunks(response):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -140,3 +140,11 @@ def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:
         config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = pool_size
     return Kube(configuration)
+
+
+def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The body of a watch; a connection the apiserver drops just ends it (callers re-watch)."""
+    try:
+        yield from response.stream(65536)
+    except urllib3.exceptions.ProtocolError:
+        return

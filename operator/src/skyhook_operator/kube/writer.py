@@ -11,10 +11,11 @@ owns those keys.
 
 Order and speed: the plan's order is kept where it matters. Actions about one node (its
 patches, conditions, metadata ConfigMap, pods, events) form that node's lane and run in
-order; lanes of different nodes run concurrently. Actions about an SCR as a whole (package
-ConfigMaps, status, finalizers) are barriers: every lane queued before one finishes first.
-When an action fails its lane stops and the writer stops at the next barrier; the next pass
-re-plans from a fresh snapshot.
+order; lanes of different nodes run concurrently, except that node patches (the state a
+watcher counts for the budget) are written one after another in plan order. Actions about an
+SCR as a whole (package ConfigMaps, status, finalizers) are barriers: every lane queued
+before one finishes first. When an action fails, the rest of its lane is skipped and the
+writer stops at the next barrier; the next pass re-plans from a fresh snapshot.
 
 Every object the API returns is handed to the snapshot overlays (read-your-writes).
 """
@@ -23,10 +24,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+import urllib3
 
 from skyhook_operator.kube import events
 from skyhook_operator.kube.client import (
@@ -78,6 +82,21 @@ class ApplyResult:
         return not self.failures
 
 
+@dataclass
+class _Run:
+    """One plan's progress, shared by the threads applying it."""
+
+    result: ApplyResult = field(default_factory=ApplyResult)
+    failed_lanes: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _wait(tails: Mapping[str, Future[None] | None]) -> None:
+    for future in tails.values():
+        if future is not None:
+            future.result()
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -98,22 +117,33 @@ class Writer:
 
     def apply(self, plan: Plan, pod_nodes: dict[tuple[str, str], str]) -> ApplyResult:
         """Apply every action of `plan`; `pod_nodes` maps (namespace, pod) to its node."""
-        result = ApplyResult()
-        lanes: dict[str, list[Action]] = {}
+        run = _Run()
+        tails: dict[str, Future[None] | None] = {}
         for action in plan.actions:
             lane = self._lane(action, pod_nodes)
-            if lane is not None:
-                lanes.setdefault(lane, []).append(action)
-                continue
-            self._run_lanes(lanes, result)
-            lanes = {}
-            if not result.ok:
-                return result
-            self._run_one(action, result)
-            if not result.ok:
-                return result
-        self._run_lanes(lanes, result)
-        return result
+            if lane is None:
+                _wait(tails)
+                tails = {}
+                if run.result.ok:
+                    self._run_one(action, run, lane=None)
+                if not run.result.ok:
+                    return run.result
+            elif isinstance(action, PatchNode):
+                # Node patches keep the plan's order across nodes too: a node the plan
+                # releases is written before one it starts, so no watcher ever sees more
+                # nodes in progress than the budget. Each is one short request.
+                _wait({lane: tails.get(lane)})
+                self._run_one(action, run, lane)
+                tails[lane] = None
+            else:
+                tails[lane] = self._pool.submit(self._after, tails.get(lane), action, run, lane)
+        _wait(tails)
+        return run.result
+
+    def _after(self, previous: Future[None] | None, action: Action, run: _Run, lane: str) -> None:
+        if previous is not None:
+            previous.result()
+        self._run_one(action, run, lane)
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -135,37 +165,20 @@ class Writer:
             return action.name
         return None
 
-    def _run_lanes(self, lanes: dict[str, list[Action]], result: ApplyResult) -> None:
-        if not lanes:
-            return
-        if len(lanes) == 1:
-            for actions in lanes.values():
-                self._run_lane(actions, result)
-            return
-        partials = list(self._pool.map(self._lane_result, lanes.values()))
-        for partial in partials:
-            result.applied += partial.applied
-            result.failures.extend(partial.failures)
-
-    def _lane_result(self, actions: Sequence[Action]) -> ApplyResult:
-        partial = ApplyResult()
-        self._run_lane(actions, partial)
-        return partial
-
-    def _run_lane(self, actions: Sequence[Action], result: ApplyResult) -> None:
-        failed_before = len(result.failures)
-        for action in actions:
-            self._run_one(action, result)
-            if len(result.failures) > failed_before:
-                return
-
-    def _run_one(self, action: Action, result: ApplyResult) -> None:
+    def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
+        if lane is not None and lane in run.failed_lanes:
+            return  # an earlier action for this node failed: the next pass re-plans it
         try:
             self._dispatch(action)
-            result.applied += 1
-        except ApiError as error:
+        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
             log.warning("%s failed, the next pass re-plans: %s", type(action).__name__, error)
-            result.failures.append(f"{type(action).__name__}: {error}")
+            with run.lock:
+                run.result.failures.append(f"{type(action).__name__}: {error}")
+                if lane is not None:
+                    run.failed_lanes.add(lane)
+            return
+        with run.lock:
+            run.result.applied += 1
 
     def _dispatch(self, action: Action) -> None:
         handlers: dict[type, Callable[[Any], None]] = {
@@ -187,8 +200,6 @@ class Writer:
 
     def patch_node(self, action: PatchNode) -> None:
         path = self._kube.node_path(action.name)
-        if action.add_taints or action.remove_taints:
-            self._store.nodes.wrote(self._patch_taints(path, action))
         metadata: Json = {}
         if action.annotations:
             metadata["annotations"] = dict(action.annotations)
@@ -199,6 +210,10 @@ class Writer:
             body["spec"] = {"unschedulable": action.unschedulable}
         if body:
             self._store.nodes.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+        # Taints after the state: a taint removed because the node completed must never be
+        # seen gone while the node still reads incomplete.
+        if action.add_taints or action.remove_taints:
+            self._store.nodes.wrote(self._patch_taints(path, action))
 
     def _patch_taints(self, path: str, action: PatchNode) -> Json:
         """Replace spec.taints with the wanted list, retried on a concurrent change."""

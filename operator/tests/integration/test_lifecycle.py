@@ -1,0 +1,171 @@
+"""A package's life on real nodes: install, config change, upgrade, downgrade, removal, SCR
+deletion. The operator runs as a subprocess against the sandbox's apiserver; stage pods run
+on simulated nodes (the real agent where host files matter, the agentless image elsewhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from skyhook_operator.harness import wait_until
+from skyhook_schemas import keys
+
+from .helpers import SHELLSCRIPT, Cluster, agentless, entry, pod_stage
+
+DEMO_SCR = Path(__file__).parents[2] / "src" / "skyhook_operator" / "demo-scr.yaml"
+HELLO = "/skyhook-hello-world"
+
+
+def demo_packages() -> dict:
+    return yaml.safe_load(DEMO_SCR.read_text())["spec"]["packages"]
+
+
+def test_install_runs_apply_then_config_and_writes_the_host(cluster: Cluster) -> None:
+    nodes = cluster.add_nodes(2)
+    recording = cluster.record("install")
+    cluster.skyhook("install", demo_packages())
+    cluster.wait_complete("install", timeout=120)
+
+    for node in nodes:
+        state = cluster.states("install")[node]
+        assert entry(state, "tuning", "1.1.0") == {
+            "name": "tuning",
+            "version": "1.1.0",
+            "image": SHELLSCRIPT,
+            "stage": "config",
+            "state": "complete",
+        }
+        assert cluster.host_file(node, HELLO) == "hello world\na config is run\n"
+        labels = cluster.node(node)["metadata"]["labels"]
+        assert labels[keys.node_status_key("install")] == "complete"
+    stages = [pod_stage(p) for _, kind, p in recording.of("pod") if kind == "ADDED"]
+    assert sorted(stages) == ["apply", "apply", "config", "config"]
+    status = cluster.get_skyhook("install")["status"]
+    assert status["completeNodes"] == "2/2"
+    assert cluster.pods("install") == []
+
+
+def test_config_change_reruns_config_only(cluster: Cluster) -> None:
+    (node,) = cluster.add_nodes(1)
+    packages = demo_packages()
+    cluster.skyhook("config", packages)
+    cluster.wait_complete("config", timeout=120)
+    recording = cluster.record("config")
+
+    packages["tuning"]["configMap"]["config.sh"] = (
+        '#!/bin/bash\necho "a second config" >> /skyhook-hello-world\n'
+    )
+    cluster.skyhook("config", packages)
+    wait_until(
+        lambda: "a second config" in cluster.host_file(node, HELLO), 60, "the new config to run"
+    )
+    cluster.wait_complete("config", timeout=60)
+
+    assert cluster.host_file(node, HELLO) == "hello world\na config is run\na second config\n"
+    stages = {pod_stage(p) for _, kind, p in recording.of("pod") if kind == "ADDED"}
+    assert stages == {"config"}
+    assert entry(cluster.states("config")[node], "tuning", "1.1.0")["stage"] == "config"
+
+
+def test_upgrade_runs_upgrade_then_config_and_drops_the_old_entry(cluster: Cluster) -> None:
+    (node,) = cluster.add_nodes(1)
+    cluster.skyhook("upgrade", {"dexter": agentless("1.2.3")})
+    cluster.wait_complete("upgrade", timeout=90)
+    recording = cluster.record("upgrade")
+
+    cluster.skyhook("upgrade", {"dexter": agentless("1.3.0")})
+    wait_until(lambda: entry(cluster.states("upgrade")[node], "dexter", "1.3.0"), 30, "new entry")
+    cluster.wait_complete("upgrade", timeout=90)
+
+    state = cluster.states("upgrade")[node]
+    assert list(state) == ["dexter|1.3.0"]
+    assert state["dexter|1.3.0"]["stage"] == "config"
+    stages = [pod_stage(p) for _, kind, p in recording.of("pod") if kind == "ADDED"]
+    assert stages == ["upgrade", "config"]
+
+
+def test_downgrade_uninstalls_the_newer_version_then_applies(cluster: Cluster) -> None:
+    (node,) = cluster.add_nodes(1)
+    cluster.skyhook("downgrade", {"dogs": agentless("1.2.6")})
+    cluster.wait_complete("downgrade", timeout=90)
+    recording = cluster.record("downgrade")
+
+    cluster.skyhook("downgrade", {"dogs": agentless("1.2.5")})
+    wait_until(lambda: entry(cluster.states("downgrade")[node], "dogs", "1.2.5"), 30, "new entry")
+    cluster.wait_complete("downgrade", timeout=120)
+
+    assert list(cluster.states("downgrade")[node]) == ["dogs|1.2.5"]
+    added = [p for _, kind, p in recording.of("pod") if kind == "ADDED"]
+    versions = [(pod_stage(p), p["metadata"]["labels"][keys.PACKAGE_LABEL]) for p in added]
+    assert versions == [
+        ("uninstall", "dogs-1.2.6"),
+        ("apply", "dogs-1.2.5"),
+        ("config", "dogs-1.2.5"),
+    ]
+
+
+def test_removed_package_is_uninstalled(cluster: Cluster) -> None:
+    (node,) = cluster.add_nodes(1)
+    cluster.skyhook("removal", {"keep": agentless("1.0.0"), "drop": agentless("2.0.0")})
+    cluster.wait_complete("removal", timeout=120)
+    recording = cluster.record("removal")
+
+    cluster.kube.request(
+        "PATCH",
+        cluster.kube.skyhook_path("removal"),
+        {"spec": {"packages": {"drop": None}}},
+        "application/merge-patch+json",
+    )
+    wait_until(lambda: "drop|2.0.0" not in cluster.states("removal")[node], 90, "drop removed")
+    cluster.wait_complete("removal", timeout=60)
+
+    assert list(cluster.states("removal")[node]) == ["keep|1.0.0"]
+    added = [p for _, kind, p in recording.of("pod") if kind == "ADDED"]
+    assert [(pod_stage(p), p["metadata"]["labels"][keys.PACKAGE_LABEL]) for p in added] == [
+        ("uninstall", "drop-2.0.0")
+    ]
+    assert cluster.get_skyhook("removal")["status"]["packageList"] == "keep:1.0.0"
+
+
+def test_deleting_the_skyhook_mid_rollout_leaves_nodes_clean(cluster: Cluster) -> None:
+    nodes = cluster.add_nodes(2)
+    slow = agentless(
+        "1.0.0",
+        sleep=4,
+        configMap={"a.conf": "x"},
+        interrupt={"type": "service", "services": ["x"]},
+    )
+    cluster.skyhook("deleted", {"pkg": slow})
+
+    def cordoned_with_pod() -> bool:
+        cordoned = any(cluster.node(n)["spec"].get("unschedulable") for n in nodes)
+        return cordoned and bool(cluster.pods("deleted"))
+
+    wait_until(cordoned_with_pod, 60, "a node cordoned with a stage pod running")
+    cluster.kube.request("DELETE", cluster.kube.skyhook_path("deleted"))
+    wait_until(lambda: cluster._gone("deleted"), 60, "the Skyhook to be deleted")
+
+    for node in nodes:
+        obj = cluster.node(node)
+        meta = obj["metadata"]
+        leftovers = [
+            k
+            for k in {**meta.get("annotations", {}), **meta["labels"]}
+            if k.startswith(keys.PREFIX) and k.endswith("_deleted")
+        ]
+        assert leftovers == [], f"{node} keeps {leftovers}"
+        assert not obj["spec"].get("unschedulable"), f"{node} is still cordoned"
+    wait_until(lambda: cluster.pods("deleted") == [], 30, "the SCR's pods to be gone")
+
+    def configmaps_gone() -> bool:
+        items = []
+        for label in (keys.NAME_LABEL, keys.NODE_META_LABEL):
+            items += cluster.kube.request(
+                "GET",
+                cluster.kube.namespaced_path("configmaps", "skyhook"),
+                query={"labelSelector": f"{label}=deleted"},
+            )["items"]
+        return not items
+
+    wait_until(configmaps_gone, 30, "the SCR's ConfigMaps to be deleted")
