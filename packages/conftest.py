@@ -20,7 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +57,8 @@ name="$(basename "$0")"
 case "$name" in
 systemctl)
     # Service state the test controls: /run/skyhook-test/active/<unit> means "the init
-    # system runs it"; enablement is remembered from enable/disable calls.
+    # system runs it". Starting never sets it (nothing really runs); stopping clears it.
+    # Enablement is remembered from enable/disable calls.
     verb="" units=()
     for arg in "$@"; do
         case "$arg" in -*) ;; *) if [[ -z "$verb" ]]; then verb="$arg"; else units+=("${arg%.service}"); fi ;; esac
@@ -71,7 +72,10 @@ systemctl)
         [[ -e "/var/lib/skyhook-test/enabled/${units[0]}" ]] && { echo enabled; exit 0; }
         echo disabled; exit 1 ;;
     enable) for u in "${units[@]}"; do touch "/var/lib/skyhook-test/enabled/$u"; done ;;
-    disable) for u in "${units[@]}"; do rm -f "/var/lib/skyhook-test/enabled/$u"; done ;;
+    disable)
+        for u in "${units[@]}"; do rm -f "/var/lib/skyhook-test/enabled/$u"; done
+        [[ " $* " != *" --now "* ]] || for u in "${units[@]}"; do rm -f "/run/skyhook-test/active/$u"; done ;;
+    stop) for u in "${units[@]}"; do rm -f "/run/skyhook-test/active/$u"; done ;;
     status) [[ -e "/run/skyhook-test/active/${units[0]}" ]] || exit 3 ;;
     show) cat "/run/skyhook-test/mainpid/${units[0]}" 2>/dev/null || echo 0 ;;
     esac ;;
@@ -90,18 +94,23 @@ def _require_root() -> None:
         pytest.fail("package tests chroot into a Debian root and need uid 0", pytrace=False)
 
 
+def add_shim(root: Path, host_path: str) -> None:
+    """Put the recording shim at ``host_path`` in ``root``."""
+    shim = root / host_path.lstrip("/")
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(SHIM)
+    shim.chmod(0o755)
+
+
 def install_shims(root: Path) -> None:
     """Divert and replace every command that could reach the real kernel or init system."""
     for package_path in SHIMMED:
         subprocess.run(
-            ["chroot", str(root), "dpkg-divert", "--local", "--rename", "--quiet", "--divert",
+            ["chroot", str(root), "dpkg-divert", "--local", "--no-rename", "--quiet", "--divert",
              f"{package_path}.distrib", "--add", package_path],
             check=True,
         )  # fmt: skip
-        shim = root / package_path.lstrip("/")
-        shim.parent.mkdir(parents=True, exist_ok=True)
-        shim.write_text(SHIM)
-        shim.chmod(0o755)
+        add_shim(root, package_path)
 
 
 def interrupt_payload(kind: str, services: tuple[str, ...] = ()) -> str:
@@ -197,6 +206,24 @@ class PackageHost:
     def clear_calls(self) -> None:
         self.path(CALLS_LOG).unlink(missing_ok=True)
 
+    def add_shim(self, host_path: str) -> None:
+        """Record calls to ``host_path`` (e.g. a package manager) instead of running it."""
+        add_shim(self.root, host_path)
+
+    def enable_network(self) -> None:
+        """Let apt inside the root resolve deb.debian.org (the operator sets COPY_RESOLV=false)."""
+        shutil.copy2("/etc/resolv.conf", self.path("/etc/resolv.conf"))
+
+    def chroot(self, script: str) -> subprocess.CompletedProcess[str]:
+        """Run a bash snippet in the root directly (test setup and inspection, not steps)."""
+        return subprocess.run(
+            ["chroot", str(self.root), "bash", "-c", script],
+            env={"PATH": CHROOT_PATH, "LANG": "C.UTF-8"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
     def set_service_active(self, unit: str, active: bool = True) -> None:
         """Stand in for the init system's view of ``unit`` (read by the systemctl shim)."""
         marker = self.path(f"/run/skyhook-test/active/{unit}")
@@ -232,23 +259,26 @@ def debian_host(tmp_path: Path, debian_tarball: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def package_host(debian_host: Path) -> Callable[..., PackageHost]:
-    """Factory: ``package_host("tuning", cr_name="tuning", cr_version="1.1.4", env={...})``."""
-
+def _host_factory(root: Path) -> Callable[..., PackageHost]:
     def make(package: str, *, cr_name: str, cr_version: str, **kwargs: object) -> PackageHost:
-        host = PackageHost(debian_host, package, cr_name, cr_version, **kwargs)  # type: ignore[arg-type]
+        host = PackageHost(root, package, cr_name, cr_version, **kwargs)  # type: ignore[arg-type]
         host.copy_package()
         return host
 
     return make
 
 
+@pytest.fixture
+def package_host(debian_host: Path) -> Callable[..., PackageHost]:
+    """Factory: ``package_host("tuning", cr_name="tuning", cr_version="1.1.4", env={...})``."""
+    return _host_factory(debian_host)
+
+
 @pytest.fixture(scope="module")
-def module_debian_host(
+def module_package_host(
     tmp_path_factory: pytest.TempPathFactory, debian_tarball: Path
-) -> Iterator[Path]:
-    """One shimmed Debian root shared by a module's tests (for slow setup such as apt)."""
+) -> Callable[..., PackageHost]:
+    """Like ``package_host`` on one root shared by a module's tests (for slow setup like apt)."""
     root = debian_root(tmp_path_factory.mktemp("module-root") / "root")
     install_shims(root)
-    yield root
+    return _host_factory(root)
