@@ -93,18 +93,22 @@ def merge_conditions(
 
 def merge_patch(current: Any, desired: Any) -> Any:
     """The RFC 7386 merge patch taking `current` to `desired` (dicts recurse, None removes);
-    returns {} when they are equal."""
-    if not isinstance(current, Mapping) or not isinstance(desired, Mapping):
+    returns {} when they are equal. Shared sub-objects are skipped without a deep compare."""
+    if not isinstance(current, dict) or not isinstance(desired, dict):
         return desired
     patch: dict[str, Any] = {}
     for key, value in desired.items():
         if key not in current:
             patch[key] = value
-        elif isinstance(value, Mapping) and isinstance(current[key], Mapping):
-            sub = merge_patch(current[key], value)
+            continue
+        old = current[key]
+        if old is value:
+            continue
+        if isinstance(value, dict) and isinstance(old, dict):
+            sub = merge_patch(old, value)
             if sub:
                 patch[key] = sub
-        elif current[key] != value:
+        elif old != value:
             patch[key] = value
     for key in current:
         if key not in desired:
