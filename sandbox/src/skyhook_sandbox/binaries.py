@@ -76,12 +76,15 @@ def ensure_binaries(progress: BuildProgress | None = None) -> ControlPlaneBinari
         wanted = tuple(name for name in (*KUBE_COMMANDS, "etcd") if not _executable(cache / name))
     if not wanted:
         return ControlPlaneBinaries(etcd, apiserver, kcm, built=False)
-    with _build_lock(cache):
-        # Another process may have finished the build while we waited for the lock.
-        missing = tuple(name for name in wanted if not _executable(cache / name))
-        if missing:
-            _build(missing, cache, progress)
-    return ControlPlaneBinaries(etcd, apiserver, cache / "kube-controller-manager", built=True)
+    missing = tuple(name for name in wanted if not _executable(cache / name))
+    if missing:
+        with _build_lock(cache):
+            # Another process may have finished the build while we waited for the lock.
+            missing = tuple(name for name in wanted if not _executable(cache / name))
+            if missing:
+                _build(missing, cache, progress)
+    kcm = cache / "kube-controller-manager"
+    return ControlPlaneBinaries(etcd, apiserver, kcm, built=bool(missing))
 
 
 @contextmanager

@@ -135,7 +135,7 @@ class ImageMap:
     ):
         self.rules = [*(extra_rules or []), *DEFAULT_RULES]
         self.packages_dir = packages_dir or default_packages_dir()
-        self._compiled = [(_pattern(rule["image"]), rule) for rule in self.rules]
+        self._compiled = [(_pattern(repository(rule["image"])), rule) for rule in self.rules]
 
     @classmethod
     def from_environment(cls, map_file: Path | None = None) -> ImageMap:
