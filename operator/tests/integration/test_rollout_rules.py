@@ -15,12 +15,20 @@ RUNTIME_TAINT = {"key": "skyhook.nvidia.com", "value": "runtime-required", "effe
 
 
 def busy_nodes(latest_pods: dict[str, dict[str, Any]]) -> set[str]:
-    """Nodes with a stage pod that is not finished."""
-    return {
-        p["spec"]["nodeName"]
-        for p in latest_pods.values()
-        if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-    }
+    """Nodes with a stage pod whose work is not done: some init container (copy, stage,
+    check) has not exited 0 yet. The pause container keeps a finished pod Running until the
+    operator deletes it, so the phase alone would count finished work."""
+    busy = set()
+    for pod in latest_pods.values():
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        statuses = pod.get("status", {}).get("initContainerStatuses") or []
+        done = len(statuses) == len(pod["spec"]["initContainers"]) and all(
+            (s.get("state", {}).get("terminated") or {}).get("exitCode") == 0 for s in statuses
+        )
+        if not done:
+            busy.add(pod["spec"]["nodeName"])
+    return busy
 
 
 def test_budget_of_three_is_never_exceeded_on_ten_nodes(cluster: Cluster) -> None:
