@@ -10,7 +10,7 @@ A pass, in order:
 1. Learn: every finished Skyhook pod updates its package entry in the node's nodeState working
    copy (complete, or erroring with its restart count) and is deleted; a failed pod whose
    backoff has elapsed is deleted so its stage runs again. A changed boot id completes an
-   interrupt that was waiting for a reboot. (learning.py)
+   interrupt that was waiting for a reboot. (observe.py, learning.py)
 2. Per Skyhook, in (priority, name) order (ordering.py): add the finalizer; a deleting Skyhook
    gets its cleanup plan (cleanup.py) instead. Paused, disabled and invalid Skyhooks only get
    their status. Otherwise:
@@ -29,6 +29,12 @@ A pass, in order:
 3. Remove the runtime-required taint from nodes where every runtimeRequired Skyhook is done.
 4. Emit node patches (only what changed), node conditions, and each Skyhook's status as a
    merge patch (status.py).
+
+Modules: model.py (snapshot and actions), plan.py (the pass and what it shares), skyhook.py
+(one Skyhook's share), observe.py (finished pods, reboots, stale pods), learning.py (pod results
+as pure functions), configmaps.py, noderun.py (advancing one node), stages.py, budget.py,
+ordering.py, gates.py, interrupts.py, cleanup.py, simulate.py (an in-memory cluster for
+previews, tests and benchmarks).
 
 Invariants (tested with hypothesis in operator/tests/unit): a Skyhook never has more nodes in
 progress than its budget; stages on a node only ever follow the legal order; a package never
