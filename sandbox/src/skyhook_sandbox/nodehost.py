@@ -167,6 +167,7 @@ class NodeHost:
                 listing = await self.client.get("/api/v1/pods", params)
                 for pod in listing.get("items", []):
                     self._dispatch("ADDED", pod)
+                self._forget_missing({pod["metadata"]["uid"] for pod in listing.get("items", [])})
                 version = listing["metadata"]["resourceVersion"]
                 while not self._stop.is_set():
                     async for event in self.client.watch(
@@ -185,6 +186,13 @@ class NodeHost:
             except Exception as error:  # a dropped or expired watch: list again
                 log.info("pod watch restarting: %s", error)
                 await asyncio.sleep(0.5)
+
+    def _forget_missing(self, present: set[str]) -> None:
+        """Pods deleted while no watch was open never sent DELETED: drop them after a list."""
+        for node in self.nodes.values():
+            for uid, worker in list(node.workers.items()):
+                if uid not in present:
+                    node.pod_event("DELETED", worker.pod)
 
     def _dispatch(self, kind: str, pod: JsonDict) -> None:
         node = self.nodes.get(pod.get("spec", {}).get("nodeName", ""))
