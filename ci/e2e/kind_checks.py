@@ -4,19 +4,25 @@
     python3 ci/e2e/kind_checks.py complete SCR_NAME          every selected node finished it
     python3 ci/e2e/kind_checks.py clean SCR_NAME             nothing of the SCR is left
 
+`complete` and `clean` look again every 2 s for up to 60 s: the operator's last writes (node
+conditions, ConfigMap deletions) may land just after the SCR's status or deletion is visible.
+
 Standard library only (the e2e machine needs just python3 besides docker, kind, kubectl, helm).
 The judging functions are pure so ci/tests can exercise them on recorded objects.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 GROUP = "skyhook.nvidia.com"
+SETTLE_SECONDS = 60.0
 Obj = Mapping[str, Any]
 
 
@@ -95,6 +101,16 @@ def leftover_problems(name: str, nodes: Sequence[Obj], objects: Sequence[Obj]) -
     return problems
 
 
+def settle(problems: Callable[[], list[str]], timeout: float = SETTLE_SECONDS) -> list[str]:
+    """Ask again until there are no problems or `timeout` passed; the last answer."""
+    deadline = time.monotonic() + timeout
+    found = problems()
+    while found and time.monotonic() < deadline:
+        time.sleep(2)
+        found = problems()
+    return found
+
+
 def report(problems: list[str], success: str) -> int:
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
@@ -104,26 +120,38 @@ def report(problems: list[str], success: str) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 2 or argv[0] not in {"package-images", "complete", "clean"}:
-        print(__doc__, file=sys.stderr)
-        return 2
-    command, target = argv
-    if command == "package-images":
+    parser = argparse.ArgumentParser(prog="ci/e2e/kind_checks.py", description=__doc__)
+    parser.add_argument("command", choices=("package-images", "complete", "clean"))
+    parser.add_argument("target", help="SCR file (package-images) or SCR name")
+    parser.add_argument(
+        "--settle", type=float, default=SETTLE_SECONDS, help="seconds to keep asking (default 60)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "package-images":
         # kubectl turns the YAML into JSON client-side, so no YAML library is needed.
-        scr = kubectl_json("create", "--dry-run=client", "-f", target)
+        scr = kubectl_json("create", "--dry-run=client", "-f", args.target)
         print("\n".join(package_images(scr)))
         return 0
-    nodes = kubectl_json("get", "nodes")["items"]
-    if command == "complete":
-        scr = kubectl_json("get", f"skyhooks.{GROUP}", target)
-        return report(completion_problems(scr, nodes), f"{target} complete on every selected node")
+    name = args.target
+    if args.command == "complete":
+        found = settle(lambda: completion_now(name), args.settle)
+        return report(found, f"{name} complete on every selected node")
+    return report(settle(lambda: leftovers_now(name), args.settle), f"nothing of {name} is left")
+
+
+def completion_now(name: str) -> list[str]:
+    scr = kubectl_json("get", f"skyhooks.{GROUP}", name)
+    return completion_problems(scr, kubectl_json("get", "nodes")["items"])
+
+
+def leftovers_now(name: str) -> list[str]:
     labelled = [
-        *kubectl_json("get", "pods,configmaps", "-A", "-l", f"{GROUP}/name={target}")["items"],
-        *kubectl_json("get", "configmaps", "-A", "-l", f"{GROUP}/skyhook-node-meta={target}")[
+        *kubectl_json("get", "pods,configmaps", "-A", "-l", f"{GROUP}/name={name}")["items"],
+        *kubectl_json("get", "configmaps", "-A", "-l", f"{GROUP}/skyhook-node-meta={name}")[
             "items"
         ],
     ]
-    return report(leftover_problems(target, nodes, labelled), f"nothing of {target} is left")
+    return leftover_problems(name, kubectl_json("get", "nodes")["items"], labelled)
 
 
 if __name__ == "__main__":

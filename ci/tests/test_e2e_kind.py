@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from skyhook_schemas.crds import SKYHOOK_CRD_PATH
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "ci" / "e2e-kind"
 DEMO_SCR = REPO / "operator/src/skyhook_operator/demo-scr.yaml"
@@ -203,3 +205,81 @@ def test_clean_nodes_pass_and_leftovers_are_named() -> None:
             "Pod skyhook/demo-w2-tuning-apply left",
         ]
     )
+
+
+# --- the checks' kubectl plumbing, on a real apiserver ---------------------------------------
+
+CHECKS = REPO / "ci" / "e2e" / "kind_checks.py"
+
+
+def run_checks(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CHECKS), *args, "--settle", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> None:
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.sandbox
+def test_checks_read_a_real_cluster(sandbox_kubeconfig: Path, sandbox_nodes: Any) -> None:
+    """What the e2e run sees after a rollout, written by hand: the checks must judge it."""
+    kubectl(sandbox_kubeconfig, "apply", "--server-side", "-f", str(SKYHOOK_CRD_PATH))
+    kubectl(
+        sandbox_kubeconfig,
+        "wait",
+        "--for=condition=Established",
+        "crd/skyhooks.skyhook.nvidia.com",
+        "--timeout=60s",
+    )
+    images = run_checks(sandbox_kubeconfig, "package-images", str(DEMO_SCR))
+    assert images.returncode == 0, images.stderr
+    assert images.stdout.split() == ["ghcr.io/nvidia/skyhook-packages/shellscript:1.1.0"]
+
+    scr = {**SCR, "metadata": {"name": "kindcheck"}}
+    kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=json.dumps(scr))
+    try:
+        names = sandbox_nodes(2, labels={"skyhook.nvidia.com/test-node": "demo"})
+        missing = run_checks(sandbox_kubeconfig, "complete", "kindcheck")
+        assert missing.returncode == 1
+        assert f"{names[0]}: no skyhook.nvidia.com/nodeState_kindcheck annotation" in missing.stderr
+
+        state = json.dumps({"tuning|1.1.0": entry("config", "complete")})
+        for name in names:
+            kubectl(
+                sandbox_kubeconfig, "annotate", "node", name,
+                f"skyhook.nvidia.com/nodeState_kindcheck={state}",
+            )  # fmt: skip
+            kubectl(
+                sandbox_kubeconfig, "label", "node", name,
+                "skyhook.nvidia.com/status_kindcheck=complete",
+            )  # fmt: skip
+        done = run_checks(sandbox_kubeconfig, "complete", "kindcheck")
+        assert done.returncode == 0, done.stderr
+        assert "ok: kindcheck complete on every selected node" in done.stdout
+
+        left = run_checks(sandbox_kubeconfig, "clean", "kindcheck")
+        assert left.returncode == 1
+        assert f"{names[1]}: label skyhook.nvidia.com/status_kindcheck left" in left.stderr
+        for name in names:
+            kubectl(
+                sandbox_kubeconfig, "annotate", "node", name,
+                "skyhook.nvidia.com/nodeState_kindcheck-",
+            )  # fmt: skip
+            kubectl(
+                sandbox_kubeconfig, "label", "node", name, "skyhook.nvidia.com/status_kindcheck-"
+            )
+        clean = run_checks(sandbox_kubeconfig, "clean", "kindcheck")
+        assert clean.returncode == 0, clean.stderr
+    finally:
+        kubectl(sandbox_kubeconfig, "delete", "skyhooks.skyhook.nvidia.com", "kindcheck")
