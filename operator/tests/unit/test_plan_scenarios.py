@@ -449,3 +449,16 @@ def test_reapply_on_reboot_resets_nodes_but_not_for_our_own_reboot() -> None:
         "interrupt",
         "post-interrupt",
     ]
+
+
+def test_half_done_nodes_finish_before_fresh_ones_start() -> None:
+    d = Driver(3, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "interruptionBudget": {"count": 1}, "packages": {"alpha": package()}}
+    )
+    # node-0002 was left half-way: its apply is recorded as due, but nothing holds a slot
+    d.sim.nodes["node-0002"]["metadata"]["annotations"][keys.node_state_key("scr")] = (
+        '{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"x","stage":"config","state":"in_progress"}}'
+    )
+    d.step()
+    assert [pod_stage(p)[0] for p in d.sim.created_pods] == ["node-0002"]

@@ -12,6 +12,8 @@ from skyhook_operator import nodestate, status
 from skyhook_operator.nodestate import (
     COMPLETE,
     ERRORING,
+    IN_PROGRESS,
+    SKIPPED,
     UNINSTALL,
     NodeState,
     PackageEntry,
@@ -187,6 +189,9 @@ class SkyhookPass:
         limit = budget.ceiling(spec.budget, len(self.matched))
         admitted: list[NodeView] = []
         if not (self.paused or self.disabled):
+            # Nodes left half-way (a pause, an external status edit) finish before fresh ones
+            # start; the sort is stable, so node order decides otherwise.
+            candidates.sort(key=lambda n: not self._started(n))
             admitted, _ = budget.admit(occupied, candidates, limit)
         running = {n.name for n in occupied} | {n.name for n in admitted}
         for node in admitted:
@@ -208,6 +213,12 @@ class SkyhookPass:
             statuses[node.name] = self._finish_node(node, node.name in running, blocked[node.name])
         self._selection_conditions(ignored, untolerated)
         return statuses
+
+    def _started(self, node: NodeView) -> bool:
+        return any(
+            e.state in {IN_PROGRESS, ERRORING, SKIPPED}
+            for e in self.node_state(node).packages.values()
+        )
 
     def _normalise(self, node: NodeView) -> None:
         """Re-key same-version entries spelled differently; drop finished uninstall markers of
