@@ -462,3 +462,86 @@ def test_half_done_nodes_finish_before_fresh_ones_start() -> None:
     )
     d.step()
     assert [pod_stage(p)[0] for p in d.sim.created_pods] == ["node-0002"]
+
+
+def test_serial_runs_one_stage_pod_at_a_time_per_node() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "serial": True, "packages": {"alpha": package(), "beta": package()}}
+    )
+    most = 0
+
+    def watch(driver: Driver) -> None:
+        nonlocal most
+        most = max(most, len(driver.sim.pods))
+
+    d.run(on_step=watch)
+    assert most == 1
+    assert d.status("scr")["status"] == "complete"
+
+
+def test_auto_taint_marks_new_nodes_once() -> None:
+    d = Driver(2, LABELS)
+    d.sim.nodes["node-0001"]["metadata"]["annotations"]["skyhook.nvidia.com/status_other"] = (
+        "complete"
+    )
+    spec = {
+        **SEL,
+        "runtimeRequired": True,
+        "autoTaintNewNodes": True,
+        "packages": {"alpha": package()},
+    }
+    d.sim.add_skyhook("scr", spec)
+    first = d.step()
+    tainted = {a.name for a in first.actions if isinstance(a, PatchNode) and a.add_taints}
+    assert tainted == {"node-0000"}, "a node with skyhook annotations is not new"
+    assert (
+        d.sim.nodes["node-0000"]["metadata"]["annotations"][
+            keys.auto_taint_key("skyhook.nvidia.com")
+        ]
+        == "true"
+    )
+    d.run()
+    assert d.sim.nodes["node-0000"]["spec"]["taints"] == [], "removed again once complete"
+
+
+def test_ignored_node_is_blocked() -> None:
+    d = Driver(2, LABELS)
+    d.sim.nodes["node-0001"]["metadata"]["labels"][keys.IGNORE_LABEL] = "true"
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    d.run()
+    assert d.node_status("scr", "node-0001") == "blocked"
+    assert {pod_stage(p)[0] for p in d.sim.created_pods} == {"node-0000"}
+    ignored = next(
+        c for c in d.status("scr")["conditions"] if c["type"] == keys.CONDITION_NODES_IGNORED
+    )
+    assert ignored["status"] == "True" and "node-0001" in ignored["message"]
+
+
+def test_build_metadata_change_renames_without_rerunning() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"alpha": package("1.0.0+build1")}})
+    before = len(d.sim.created_pods)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["version"] = "1.0.0+build2"
+    d.run()
+    assert len(d.sim.created_pods) == before
+    assert d.entries("scr", "node-0000") == {"alpha|1.0.0+build2": ("config", "complete")}
+
+
+def test_node_leaving_the_selector_is_uncordoned() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}})
+    d.step()
+    assert d.sim.nodes["node-0000"]["spec"]["unschedulable"] is True
+    d.sim.nodes["node-0000"]["metadata"]["labels"]["role"] = "cpu"
+    d.step()
+    assert d.sim.nodes["node-0000"]["spec"]["unschedulable"] is False
+
+
+def test_removed_package_configmap_is_deleted() -> None:
+    d = installed(
+        Driver(1, LABELS), {"packages": {"alpha": package(configMap={"a": "1"}), "beta": package()}}
+    )
+    assert ("skyhook", "scr-alpha-1.0.0") in d.sim.configmaps
+    del d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]
+    d.run()
+    assert ("skyhook", "scr-alpha-1.0.0") not in d.sim.configmaps
