@@ -4,6 +4,7 @@ controller-manager duties, the kubeconfig, the CLI."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from click.testing import CliRunner
 from helpers import NAMESPACE, pod_manifest, shell, wait_for, wait_phase
@@ -101,3 +102,31 @@ def test_cli_rejects_bad_labels(sandbox):
     )
     assert result.exit_code != 0
     assert "--label" in result.output and "key=value" in result.output
+
+
+def test_cli_up_status_down_beside_another_sandbox(sandbox, tmp_path):
+    """A second sandbox (another state dir) runs beside the session's on its own free ports."""
+    runner = CliRunner()
+    state = ["--state-dir", str(tmp_path / "second")]
+    up = runner.invoke(
+        main, ["up", *state, "--nodes", "2", "--label", "pool=cli", "--prefix", "second"]
+    )
+    try:
+        assert up.exit_code == 0, up.output
+        assert "2 node(s) Ready" in up.output
+        kubeconfig = tmp_path / "second" / "kubeconfig"
+        assert f"kubeconfig: {kubeconfig}" in up.output
+        nodes = subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-l", "pool=cli", "-o", "name"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert nodes == ["node/second-1", "node/second-2"]
+        assert "127.0.0.1" in sandbox.server and sandbox.server not in kubeconfig.read_text()
+    finally:
+        down = runner.invoke(main, ["down", *state])
+    assert down.exit_code == 0, down.output
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(tmp_path / "second") not in mounts
+    status = runner.invoke(main, ["status", *state])
+    assert status.exit_code != 0
+    assert "no sandbox in" in status.output

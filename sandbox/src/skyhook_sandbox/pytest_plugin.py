@@ -12,6 +12,7 @@ Nothing here skips: if the control plane cannot be built or started, the fixture
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,10 +26,19 @@ NodeFactory = Callable[..., list[str]]
 
 
 @pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+def sandbox(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Sandbox]:
     state_dir = tmp_path_factory.mktemp("skyhook-sandbox")
-    with Sandbox(state_dir, backoff_initial=0.5, backoff_max=4.0) as running:
+    running = Sandbox(state_dir, backoff_initial=0.5, backoff_max=4.0)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    # A first run builds the control plane for minutes: let its progress reach the terminal.
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        running.start()
+    try:
         yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture(scope="session")
