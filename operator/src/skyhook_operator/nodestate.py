@@ -13,6 +13,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from skyhook_operator.planner.model import NodeCondition, NodeView
@@ -162,13 +164,20 @@ class NodeState:
         return replace(self, entries={k: v for k, v in self.packages.items() if k != key})
 
 
+@lru_cache(maxsize=16384)
+def _decode_shared(text: str) -> Mapping[str, PackageEntry]:
+    """Most nodes' annotations do not change between passes: decode each text once. The
+    result is read-only because it is shared."""
+    return MappingProxyType(decode_entries(text))
+
+
 def read(node: NodeView, scr: str) -> NodeState:
     annotations = node.annotations
     raw = annotations.get(keys.node_state_key(scr))
     entries: Mapping[str, PackageEntry] | None
     error = ""
     try:
-        entries = decode_entries(raw) if raw is not None else None
+        entries = _decode_shared(raw) if raw is not None else None
     except NodeStateError as err:
         entries, error = None, f"{keys.node_state_key(scr)}: {err}"
     return NodeState(
@@ -206,7 +215,8 @@ def diff_into(
 
     annotations = node.annotations
     if after.entries is not None and (
-        before.entries is None or dict(before.entries) != dict(after.entries)
+        before.entries is None
+        or (before.entries is not after.entries and dict(before.entries) != dict(after.entries))
     ):
         changes.annotations[keys.node_state_key(scr)] = encode_entries(after.entries)
     status_key = keys.node_status_key(scr)
