@@ -89,8 +89,7 @@ class RolloutView:
 
 
 def _pod_activity(pod: Json) -> str:
-    """`apply: running agent` style summary of a stage pod's init containers."""
-    annotation = (pod.get("metadata", {}).get("annotations") or {}).get(keys.PACKAGE_ANNOTATION, "")
+    """What a stage pod is doing: `tuning-apply running`, `finished`, `pending`."""
     statuses = pod.get("status", {}).get("initContainerStatuses") or []
     for status in statuses:
         state = status.get("state") or {}
@@ -101,8 +100,14 @@ def _pod_activity(pod: Json) -> str:
         terminated = state.get("terminated")
         if terminated and terminated.get("exitCode"):
             return f"{status['name']} exit {terminated['exitCode']}"
-    phase = pod.get("status", {}).get("phase", "Pending")
-    return f"{phase.lower()}" if annotation else ""
+    expected = len(pod.get("spec", {}).get("initContainers") or [])
+    if (
+        statuses
+        and len(statuses) == expected
+        and all("terminated" in (s.get("state") or {}) for s in statuses)
+    ):
+        return "finished"
+    return str(pod.get("status", {}).get("phase", "Pending")).lower()
 
 
 class Watchers:

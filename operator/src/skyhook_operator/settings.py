@@ -89,7 +89,7 @@ class Settings:
         ),
     )
     pass_debounce: float = field(
-        default=0.2,
+        default=0.05,
         metadata=_meta(
             None,
             "Seconds a pass waits after the first watch event so a burst of events "

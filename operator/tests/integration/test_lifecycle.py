@@ -156,6 +156,8 @@ def test_deleting_the_skyhook_mid_rollout_leaves_nodes_clean(cluster: Cluster) -
         ]
         assert leftovers == [], f"{node} keeps {leftovers}"
         assert not obj["spec"].get("unschedulable"), f"{node} is still cordoned"
+        conditions = [c["type"] for c in obj["status"].get("conditions", [])]
+        assert not [c for c in conditions if c.startswith(f"{keys.GROUP}/deleted/")]
     wait_until(lambda: cluster.pods("deleted") == [], 30, "the SCR's pods to be gone")
 
     def configmaps_gone() -> bool:

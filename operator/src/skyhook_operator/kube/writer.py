@@ -252,7 +252,9 @@ class Writer:
             }
             for c in action.conditions
         ]
-        body = {"status": {"conditions": conditions}}
+        # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
+        removals = [{"type": t, "$patch": "delete"} for t in action.remove_types]
+        body = {"status": {"conditions": conditions + removals}}
         path = self._kube.node_path(action.name, "status")
         self._store.nodes.wrote(self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH))
 
