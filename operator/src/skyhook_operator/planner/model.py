@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from skyhook_operator.spec import SkyhookSpec, SpecError, decode_spec
+
 JsonDict = Mapping[str, Any]
 
 
@@ -451,7 +453,3 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.actions)
-
-
-# Imported last: spec.py refers to Taint above (the cycle is broken at import time).
-from skyhook_operator.spec import SkyhookSpec, SpecError, decode_spec  # noqa: E402
