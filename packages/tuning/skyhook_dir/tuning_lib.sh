@@ -78,6 +78,29 @@ sysctl_pairs() {
     done <<<"$(content_lines "$1")"
 }
 
+# systemd limit value (number, K/M/G/T/P/E suffix, infinity) -> what /proc/<pid>/limits shows.
+proc_limit_value() {
+    local value="$1" number suffix power prefix units=KMGTPE
+    if [[ "$value" == infinity ]]; then
+        echo unlimited
+        return
+    fi
+    if [[ ! "$value" =~ ^([0-9]+)([KMGTPE]?)$ ]]; then
+        return 1
+    fi
+    number="$((10#${BASH_REMATCH[1]}))" # base 10 even with leading zeros
+    suffix="${BASH_REMATCH[2]}"
+    power=0
+    if [[ -n "$suffix" ]]; then
+        prefix="${units%%"$suffix"*}"
+        power=$(((${#prefix} + 1) * 10))
+    fi
+    if ((number > (0x7fffffffffffffff >> power))); then
+        return 1 # beyond what a 64-bit limit can hold
+    fi
+    echo $((number << power))
+}
+
 sysctl_proc_path() { echo "/proc/sys/${1//.//}"; }
 
 # Print "name<TAB>value" per ulimit.conf line, rejecting names limits.conf does not know.

@@ -33,26 +33,6 @@ declare -A LIMIT_ROWS=(
     [LimitRTPRIO]="Max realtime priority" [LimitRTTIME]="Max realtime timeout"
 )
 
-# systemd limit value (number, K/M/G/T/P/E suffix, infinity) -> what /proc/<pid>/limits shows.
-proc_limit_value() {
-    local value="$1" number suffix power prefix units=KMGTPE
-    if [[ "$value" == infinity ]]; then
-        echo unlimited
-        return
-    fi
-    if [[ ! "$value" =~ ^([0-9]+)([KMGTPE]?)$ ]]; then
-        return 1
-    fi
-    number="${BASH_REMATCH[1]}"
-    suffix="${BASH_REMATCH[2]}"
-    power=0
-    if [[ -n "$suffix" ]]; then
-        prefix="${units%%"$suffix"*}"
-        power=$(((${#prefix} + 1) * 10))
-    fi
-    echo $((number << power))
-}
-
 check_service_limits() {
     local svc="$1" dropin line name value soft hard pid limits row actual_soft actual_hard
     dropin="$(service_dropin "$svc")"
