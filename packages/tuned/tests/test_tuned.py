@@ -104,6 +104,10 @@ def test_config_deploys_profiles_and_scripts_and_selects_the_profile(tuned):
     # tuned-adm recorded the choice; applying it is the daemon's job (never run here).
     assert tuned.path("/etc/tuned/active_profile").read_text().strip() == "gpu-training"
 
+    before = tuned.snapshot("/etc/tuned", STATE)
+    assert tuned.run("config").returncode == 0
+    assert tuned.snapshot("/etc/tuned", STATE) == before  # a rerun changes nothing
+
 
 @pytest.mark.chroot
 def test_config_check_fails_while_the_daemon_does_not_run_the_profile(tuned):
