@@ -20,7 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,7 @@ SCR_UID = "0b7c5a4e-1d2f-4c55-9a61-7f0e6c3d2b10"
 STATE_DIR = f"/var/lib/skyhook/{SCR_NAME}"
 LOG_DIR = f"/var/log/skyhook/{SCR_NAME}"
 CALLS_LOG = "/var/log/skyhook-test/calls.log"
+CALL_PASSED = pytest.StashKey[bool]()
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Package path of each shimmed command in Debian bookworm (pre-usrmerge names dpkg uses).
@@ -252,11 +253,16 @@ def debian_tarball() -> Path:
 
 
 @pytest.fixture
-def debian_host(tmp_path: Path, debian_tarball: Path) -> Path:
-    """A fresh, shimmed Debian root for one test."""
+def debian_host(
+    request: pytest.FixtureRequest, tmp_path: Path, debian_tarball: Path
+) -> Iterator[Path]:
+    """A fresh, shimmed Debian root for one test; deleted when the test passes (~175 MB each),
+    kept for inspection when it fails."""
     root = debian_root(tmp_path / "root")
     install_shims(root)
-    return root
+    yield root
+    if request.node.stash.get(CALL_PASSED, False):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _host_factory(root: Path) -> Callable[..., PackageHost]:
@@ -277,8 +283,18 @@ def package_host(debian_host: Path) -> Callable[..., PackageHost]:
 @pytest.fixture(scope="module")
 def module_package_host(
     tmp_path_factory: pytest.TempPathFactory, debian_tarball: Path
-) -> Callable[..., PackageHost]:
+) -> Iterator[Callable[..., PackageHost]]:
     """Like ``package_host`` on one root shared by a module's tests (for slow setup like apt)."""
     root = debian_root(tmp_path_factory.mktemp("module-root") / "root")
     install_shims(root)
-    return _host_factory(root)
+    yield _host_factory(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Remember whether the test body passed, so its root can be kept for a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[CALL_PASSED] = report.passed
