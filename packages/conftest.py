@@ -114,6 +114,11 @@ def install_shims(root: Path) -> None:
         add_shim(root, package_path)
 
 
+def remove_root(root: Path) -> None:
+    """Delete a test root (nothing is ever mounted in it); rm is faster than shutil.rmtree."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
 def interrupt_payload(kind: str, services: tuple[str, ...] = ()) -> str:
     """The base64 JSON the operator passes to an interrupt pod (agent.md §2.4)."""
     body: dict[str, object] = {"type": kind}
@@ -262,7 +267,7 @@ def debian_host(
     install_shims(root)
     yield root
     if request.node.stash.get(CALL_PASSED, False):
-        shutil.rmtree(root, ignore_errors=True)
+        remove_root(root)
 
 
 def _host_factory(root: Path) -> Callable[..., PackageHost]:
@@ -288,7 +293,7 @@ def module_package_host(
     root = debian_root(tmp_path_factory.mktemp("module-root") / "root")
     install_shims(root)
     yield _host_factory(root)
-    shutil.rmtree(root, ignore_errors=True)
+    remove_root(root)
 
 
 @pytest.hookimpl(hookwrapper=True)
