@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -64,7 +65,7 @@ def main() -> int:
             operator = OperatorProcess(
                 sandbox.kubeconfig,
                 Path(workdir) / "operator.log",
-                env={"SKYHOOK_LOG_LEVEL": "warning"},
+                env={"SKYHOOK_LOG_LEVEL": "info"},
             ).start()
             try:
                 measured = _rollout(
@@ -78,6 +79,7 @@ def main() -> int:
                 cpu, rss = _usage(operator)
             finally:
                 operator.stop()
+            passes = _pass_stats(Path(workdir) / "operator.log")
         finally:
             sandbox.stop()
 
@@ -86,6 +88,7 @@ def main() -> int:
     print(f"lower bound        {bound:8.1f} s  (ceil({args.nodes}/{budget}) x {chain:g} s)")
     print(f"ratio              {measured / bound:8.3f}  (target <= 1.15)")
     print(f"operator CPU time  {cpu:8.1f} s   peak RSS {rss / 2**20:.0f} MiB")
+    print(passes)
     return 0
 
 
@@ -133,6 +136,24 @@ def _rollout(
         if not operator.running:
             raise SystemExit("operator exited:\n" + operator.log_tail())
     raise SystemExit(f"rollout not complete after {timeout:.0f} s ({len(complete)}/{len(names)})")
+
+
+_PASS = re.compile(r"applied (\d+) in ([\d.]+) s \(planned in ([\d.]+) s\)")
+
+
+def _pass_stats(log: Path) -> str:
+    """Passes that wrote something: how many, and their planning and writing times."""
+    found = [_PASS.search(line) for line in log.read_text(errors="replace").splitlines()]
+    rows = [(int(m[1]), float(m[2]), float(m[3])) for m in found if m]
+    if not rows:
+        return "passes             none logged"
+    writes = sorted(r[1] for r in rows)
+    plans = sorted(r[2] for r in rows)
+    return (
+        f"passes             {len(rows)} that wrote ({sum(r[0] for r in rows)} actions); "
+        f"plan median {plans[len(plans) // 2] * 1000:.0f} ms, max {plans[-1] * 1000:.0f} ms; "
+        f"write median {writes[len(writes) // 2] * 1000:.0f} ms, max {writes[-1] * 1000:.0f} ms"
+    )
 
 
 def _usage(operator: OperatorProcess) -> tuple[float, int]:

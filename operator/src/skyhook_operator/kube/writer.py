@@ -11,8 +11,9 @@ owns those keys.
 
 Order and speed: the plan's order is kept where it matters. Actions about one node (its
 patches, conditions, metadata ConfigMap, pods, events) form that node's lane and run in
-order; lanes of different nodes run concurrently, except that node patches (the state a
-watcher counts for the budget) are written one after another in plan order. Actions about an
+order; lanes of different nodes run concurrently, except that lanes of nodes the plan moves
+into progress wait for all the others (releases before admissions, so the budget a watcher
+counts always holds). Actions about an
 SCR as a whole (package ConfigMaps, status, finalizers) are barriers: every lane queued
 before one finishes first. When an action fails, the rest of its lane is skipped and the
 writer stops at the next barrier; the next pass re-plans from a fresh snapshot.
@@ -25,8 +26,8 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,12 +92,6 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _wait(tails: Mapping[str, Future[None] | None]) -> None:
-    for future in tails.values():
-        if future is not None:
-            future.result()
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -111,44 +106,58 @@ class Writer:
         self._store = store
         self._evictor = evictor
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="writer")
+        self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._events.shutdown(wait=True)
 
-    def apply(self, plan: Plan, pod_nodes: dict[tuple[str, str], str]) -> ApplyResult:
-        """Apply every action of `plan`; `pod_nodes` maps (namespace, pod) to its node."""
+    def apply(
+        self,
+        plan: Plan,
+        pod_nodes: Mapping[tuple[str, str], str],
+        starting: Collection[str] = (),
+    ) -> ApplyResult:
+        """Apply every action of `plan`.
+
+        `pod_nodes` maps (namespace, pod) to its node; `starting` names the nodes this plan
+        moves into progress. Their lanes run only after every other lane of the same segment
+        has finished, so a node the plan releases is written before one it starts, and no
+        watcher ever sees more nodes in progress than the budget.
+        """
         run = _Run()
-        tails: dict[str, Future[None] | None] = {}
+        lanes: dict[str, list[Action]] = {}
         for action in plan.actions:
             lane = self._lane(action, pod_nodes)
-            if lane is None:
-                _wait(tails)
-                tails = {}
-                if run.result.ok:
-                    self._run_one(action, run, lane=None)
-                if not run.result.ok:
-                    return run.result
-            elif isinstance(action, PatchNode):
-                # Node patches keep the plan's order across nodes too: a node the plan
-                # releases is written before one it starts, so no watcher ever sees more
-                # nodes in progress than the budget. Each is one short request.
-                _wait({lane: tails.get(lane)})
-                self._run_one(action, run, lane)
-                tails[lane] = None
-            else:
-                tails[lane] = self._pool.submit(self._after, tails.get(lane), action, run, lane)
-        _wait(tails)
+            if lane is not None:
+                lanes.setdefault(lane, []).append(action)
+                continue
+            self._run_segment(lanes, starting, run)
+            lanes = {}
+            if run.result.ok:
+                self._run_one(action, run, lane=None)
+            if not run.result.ok:
+                return run.result
+        self._run_segment(lanes, starting, run)
         return run.result
 
-    def _after(self, previous: Future[None] | None, action: Action, run: _Run, lane: str) -> None:
-        if previous is not None:
-            previous.result()
-        self._run_one(action, run, lane)
+    def _run_segment(
+        self, lanes: Mapping[str, list[Action]], starting: Collection[str], run: _Run
+    ) -> None:
+        releasing = [(lane, actions) for lane, actions in lanes.items() if lane not in starting]
+        admitting = [(lane, actions) for lane, actions in lanes.items() if lane in starting]
+        for group in (releasing, admitting):
+            for _ in self._pool.map(lambda item: self._run_lane(*item, run=run), group):
+                pass
+
+    def _run_lane(self, lane: str, actions: Sequence[Action], *, run: _Run) -> None:
+        for action in actions:
+            self._run_one(action, run, lane)
 
     # --- scheduling -------------------------------------------------------------------------
 
     @staticmethod
-    def _lane(action: Action, pod_nodes: dict[tuple[str, str], str]) -> str | None:
+    def _lane(action: Action, pod_nodes: Mapping[tuple[str, str], str]) -> str | None:
         """The node an action belongs to, or None for an SCR-wide barrier."""
         if isinstance(action, PatchNode | SetNodeConditions):
             return action.name
@@ -161,8 +170,8 @@ class Writer:
             if keys.NODE_META_LABEL in (meta.get("labels") or {}):
                 return (meta.get("annotations") or {}).get(keys.NODE_NAME_ANNOTATION)
             return None
-        if isinstance(action, EmitEvent) and action.kind == "Node":
-            return action.name
+        if isinstance(action, EmitEvent):
+            return action.name  # never a barrier: events are posted in the background
         return None
 
     def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
@@ -354,8 +363,12 @@ class Writer:
                     raise
 
     def emit_event(self, action: EmitEvent) -> None:
+        """Events are best-effort and order-free: posted in the background, never waited for,
+        so they add nothing to a pass's latency."""
         subject = events.Subject(kind=action.kind, name=action.name)
-        events.post(self._kube, subject, action.reason, action.message, action.type)
+        self._events.submit(
+            events.post, self._kube, subject, action.reason, action.message, action.type
+        )
 
 
 def _wanted_taints(
