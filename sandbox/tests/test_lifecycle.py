@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 from helpers import (
     NAMESPACE,
@@ -162,17 +163,23 @@ def test_reboot_requested_from_inside_the_host_root(api, sandbox, sandbox_nodes)
 
 
 def test_machine_systemctl_inside_a_container_is_a_shim(api, sandbox, sandbox_nodes):
-    """Without the chroot, `systemctl` would be this machine's: it is shimmed there too."""
+    """Without the chroot, `systemctl` and `sysctl` would act on this machine: they are shimmed."""
     (node,) = sandbox_nodes()
+    swappiness = Path("/proc/sys/vm/swappiness").read_text()
+    unusual = "7" if swappiness.strip() != "7" else "8"
+    commands = (
+        f"systemctl restart kubelet && service foo status && sysctl -w vm.swappiness={unusual}"
+    )
     api.create_namespaced_pod(
         NAMESPACE,
-        pod_manifest("no-chroot", node, restartPolicy="Never",
-                     containers=[shell("c", "systemctl restart kubelet && service foo status")]),
-    )  # fmt: skip
+        pod_manifest("no-chroot", node, restartPolicy="Never", containers=[shell("c", commands)]),
+    )
     assert wait_phase(api, "no-chroot", ("Succeeded", "Failed"))["status"]["phase"] == "Succeeded"
     logs = sandbox.host_root_upper(node) / "var" / "log" / "skyhook-sandbox"
     assert (logs / "systemctl.log").read_text() == "systemctl restart kubelet\n"
     assert (logs / "service.log").read_text() == "service foo status\n"
+    assert (logs / "sysctl.log").read_text() == f"sysctl -w vm.swappiness={unusual}\n"
+    assert Path("/proc/sys/vm/swappiness").read_text() == swappiness
 
 
 def test_never_pod_running_at_reboot_fails(api, sandbox, sandbox_nodes):

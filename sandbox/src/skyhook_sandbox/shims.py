@@ -1,5 +1,5 @@
 """Stand-ins for the commands that would act on this machine: reboot, shutdown, systemctl,
-service and friends. Packages and the agent run them inside a node's host root; the shims
+service, sysctl, update-grub and friends. Packages and the agent run them inside a node's host root; the shims
 record each request in that host root and turn a reboot into a request the simulated node
 acts on. They never reach the real init system.
 """
@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SHIMMED_COMMANDS = ("reboot", "shutdown", "halt", "poweroff", "systemctl", "service", "telinit")
+# sysctl is here because a container shares this machine's kernel: `sysctl -w` in a package
+# step would retune the real host. update-grub would rewrite a boot loader that is not there.
+SHIMMED_COMMANDS = (
+    "reboot",
+    "shutdown",
+    "halt",
+    "poweroff",
+    "systemctl",
+    "service",
+    "telinit",
+    "sysctl",
+    "update-grub",
+)
 REBOOT_REQUEST = "var/lib/skyhook-sandbox/reboot-request"
 LOG_DIR = "var/log/skyhook-sandbox"
 
