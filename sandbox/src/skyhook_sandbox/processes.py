@@ -42,16 +42,22 @@ def spawn(
             start_new_session=True,
             env=env,
         )
-    managed = ManagedProcess(name=name, pid=process.pid, executable=argv[0], log=str(log))
-    # Right after fork the child may still show our own command line; wait for the exec.
-    deadline = time.monotonic() + 2
-    while not is_running(managed) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return managed
+    return ManagedProcess(name=name, pid=process.pid, executable=argv[0], log=str(log))
 
 
 def is_running(process: ManagedProcess) -> bool:
-    """True if the pid is alive and still runs the program we started (pids get reused)."""
+    """True if the pid is alive and still runs the program we started (pids get reused).
+
+    For our own children `waitpid` is the truth: it also covers the moment between fork and
+    exec, when /proc still shows this Python process's command line. Processes started by
+    another invocation (`skyhook-sandbox down` after `up`) are recognised by their command line.
+    """
+    try:
+        pid, _ = os.waitpid(process.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: judge by /proc below
+    else:
+        return pid == 0
     try:
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes()
         status = Path(f"/proc/{process.pid}/stat").read_text()
