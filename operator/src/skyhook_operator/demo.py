@@ -92,10 +92,21 @@ def _run(
         view = RolloutView(scr, {name: NodeRow() for name in names})
         watchers = Watchers(kube, scr, timeout).start()
         deadline = time.monotonic() + timeout
-        with Live(view.table(), console=console, refresh_per_second=4) as live:
+        if console.is_terminal:
+            with Live(view.table(), console=console, refresh_per_second=4) as live:
+                while not view.done and time.monotonic() < deadline and operator.running:
+                    watchers.drain_into(view, wait=0.25)
+                    live.update(view.table())
+        else:  # a log or a pipe: a line whenever a node's row changes
+            shown: dict[str, str] = {}
             while not view.done and time.monotonic() < deadline and operator.running:
                 watchers.drain_into(view, wait=0.25)
-                live.update(view.table())
+                for name, line in view.lines().items():
+                    if shown.get(name) != line:
+                        console.print(
+                            f"{time.monotonic() - view.started:5.0f}s  {line}", soft_wrap=True
+                        )
+                        shown[name] = line
         if not view.done:
             reason = "the operator exited" if not operator.running else f"{timeout:.0f} s passed"
             console.print(Panel(operator.log_tail(), title=f"not complete: {reason}"))

@@ -64,6 +64,19 @@ class RolloutView:
     def done(self) -> bool:
         return bool(self.nodes) and all(r.status == "complete" for r in self.nodes.values())
 
+    def lines(self) -> dict[str, str]:
+        """One plain line per node: what a log (no terminal) shows when it changes."""
+        rendered = {}
+        for name, row in sorted(self.nodes.items()):
+            packages = ", ".join(
+                f"{key.replace('|', ' ')} {entry.get('stage', '-')}/{entry.get('state', '-')}"
+                for key, entry in sorted(row.packages.items())
+            )
+            cordon = " (cordoned)" if row.cordoned else ""
+            pod = f"  pod: {row.pod}" if row.pod else ""
+            rendered[name] = f"{name}: {row.status or '-'}{cordon}  {packages or '-'}{pod}"
+        return rendered
+
     def table(self) -> Table:
         elapsed = time.monotonic() - self.started
         table = Table(title=f"Skyhook [bold]{self.scr}[/bold] rollout  ({elapsed:.0f} s)")
