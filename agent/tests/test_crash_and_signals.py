@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 
@@ -53,11 +54,16 @@ def test_sigterm_lets_the_running_step_finish_then_stops_and_fails(host: Host) -
     host.path("/block").touch()
     agent = subprocess.Popen(host.agent_argv("apply"), env=host.agent_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(agent.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     wait_for(lambda: "two " in host.markers(), "step two to start")
     agent.send_signal(signal.SIGTERM)  # to the agent only, as kubelet signals the container
-    time.sleep(0.2)
+    wait_for(lambda: any("SIGTERM received" in line for line in lines), "the agent to see SIGTERM")
     host.path("/block").unlink()
-    out, _ = agent.communicate(timeout=20)
+    agent.wait(timeout=20)
+    reader.join(timeout=5)
+    out = "".join(lines)
     assert agent.returncode == 1
     assert host.markers() == ["one ", "two "]
     assert "apply 2/3 OK" in out

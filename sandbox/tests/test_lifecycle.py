@@ -46,20 +46,24 @@ def test_eviction_of_a_running_workload_pod_completes_within_seconds(api, sandbo
 
 def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(api, sandbox, sandbox_nodes):
     (node,) = sandbox_nodes()
-    stubborn = "trap 'echo got-term >> /root/signals' TERM; while :; do sleep 0.1; done"
+    stubborn = (
+        "trap 'echo got-term >> /root/signals' TERM; echo trapped > /root/signals; "
+        "while :; do sleep 0.1; done"
+    )
     api.create_namespaced_pod(
         NAMESPACE,
         pod_manifest("stubborn", node, volumes=HOST, terminationGracePeriodSeconds=2,
                      containers=[shell("c", stubborn, volumeMounts=HOST_MOUNT)]),
     )  # fmt: skip
     wait_phase(api, "stubborn", ("Running",))
-    time.sleep(0.5)  # let the shell install its trap
+    signals = sandbox.host_root_upper(node) / "signals"
+    wait_for(signals.exists, 15, "the shell to install its trap")
     started = time.monotonic()
     api.delete_namespaced_pod("stubborn", NAMESPACE)
     wait_for(lambda: pod_gone(api, "stubborn"), 15, "the deleted pod to be gone")
     elapsed = time.monotonic() - started
     assert 1.5 <= elapsed < 8  # waited out the 2 s grace period, then killed
-    assert "got-term" in (sandbox.host_root_upper(node) / "signals").read_text()
+    assert "got-term" in signals.read_text()
 
 
 def test_a_finished_pod_is_finalized_on_delete(api, sandbox_nodes):

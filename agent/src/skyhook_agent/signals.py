@@ -17,3 +17,5 @@ class StopSignal:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
+        # Said at once, so `kubectl logs` shows why the pod is still busy after the SIGTERM.
+        print("SIGTERM received: finishing the running step, then stopping", flush=True)
