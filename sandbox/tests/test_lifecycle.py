@@ -172,7 +172,8 @@ def test_machine_systemctl_inside_a_container_is_a_shim(api, sandbox, sandbox_no
     swappiness = Path("/proc/sys/vm/swappiness").read_text()
     unusual = "7" if swappiness.strip() != "7" else "8"
     commands = (
-        f"systemctl restart kubelet && service foo status && sysctl -w vm.swappiness={unusual}"
+        f"systemctl restart kubelet && service foo start && service foo status"
+        f" && sysctl -w vm.swappiness={unusual}"
     )
     api.create_namespaced_pod(
         NAMESPACE,
@@ -181,8 +182,11 @@ def test_machine_systemctl_inside_a_container_is_a_shim(api, sandbox, sandbox_no
     assert wait_phase(api, "no-chroot", ("Succeeded", "Failed"))["status"]["phase"] == "Succeeded"
     logs = sandbox.host_root_upper(node) / "var" / "log" / "skyhook-sandbox"
     assert (logs / "systemctl.log").read_text() == "systemctl restart kubelet\n"
-    assert (logs / "service.log").read_text() == "service foo status\n"
+    assert (logs / "service.log").read_text() == "service foo start\nservice foo status\n"
     assert (logs / "sysctl.log").read_text() == f"sysctl -w vm.swappiness={unusual}\n"
+    # The node's simulated kernel took the value; this machine's did not.
+    simulated = sandbox.host_root(node) / "var/lib/skyhook-sandbox/kernel/sys/vm/swappiness"
+    assert simulated.read_text() == f"{unusual}\n"
     assert Path("/proc/sys/vm/swappiness").read_text() == swappiness
 
 

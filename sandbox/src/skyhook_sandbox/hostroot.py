@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyhook_sandbox import shims
+from skyhook_sandbox import shims, simkernel
 from skyhook_sandbox.binaries import skyhook_cache_root
 
 BASE_TOOLS = (
@@ -134,6 +134,7 @@ def build_shim_layer(base: Path) -> Path:
     staging = base.parent / f".{layer.name}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     shims.write_shims(staging, base)
+    simkernel.seed_sysctl(staging)
     try:
         staging.rename(layer)
     except OSError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyhook_sandbox import hostroot
+from skyhook_sandbox import hostroot, simkernel
 from skyhook_sandbox.hostroot import NodeRoot
 from skyhook_sandbox.images import ImageMap
 from skyhook_sandbox.kubeclient import ApiError, KubeClient
@@ -92,6 +92,7 @@ class SimulatedNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self.machine_shims = self._write_machine_shims()
+        simkernel.boot(root.merged)
 
     def _write_machine_shims(self) -> list[tuple[str, str]]:
         """Copies of the shim for this node, bound over the machine's own reboot/systemctl."""
@@ -302,6 +303,7 @@ class SimulatedNode:
             workers = list(self.workers.values())
             await asyncio.gather(*(w.node_going_down(self.settings.reboot_grace) for w in workers))
             hostroot.clear_volatile(self.root)
+            simkernel.boot(self.root.merged)
             (self.root.merged / REBOOT_REQUEST).unlink(missing_ok=True)
             self.boot_id = str(uuid.uuid4())
             self.reboots += 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyhook_sandbox import simkernel
 from skyhook_sandbox.container import Mount
 from skyhook_sandbox.podenv import field_value
 
@@ -197,4 +198,7 @@ def mounts_for(container: JsonDict, volumes: dict[str, PreparedVolume]) -> list[
                 host_root=volume.host_root and not sub_path,
             )
         )
+        if volume.host_root and not sub_path:
+            # The node's simulated /proc/sys, /proc/cmdline and unit limits over the real /proc.
+            mounts.extend(simkernel.proc_mounts(source, mount["mountPath"]))
     return mounts
