@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skyhook_sandbox import simkernel
-from skyhook_sandbox.shims import KERNEL_DIR, SYSTEMD_DIR, shim_script
+from skyhook_sandbox.shims import KERNEL_DIR, SYSTEMD_DIR, shim_script, write_shims
 
 
 @pytest.fixture
@@ -166,3 +166,19 @@ def test_pid_pool_holds_permanent_kernel_threads() -> None:
     pool = simkernel.pid_pool()
     assert 2 in pool  # kthreadd
     assert all(Path(f"/proc/{pid}").is_dir() for pid in pool)
+
+
+def test_shim_layer_diverts_shimmed_paths_from_dpkg(tmp_path: Path) -> None:
+    """apt installing systemd or procps must not replace the shims on a Debian host root."""
+    base, layer = tmp_path / "base", tmp_path / "layer"
+    (base / "usr/bin").mkdir(parents=True)
+    (base / "var/lib/dpkg").mkdir(parents=True)
+    (base / "var/lib/dpkg/diversions").write_text("/bin/sh\n/bin/sh.distrib\ndash\n")
+    write_shims(layer, base)
+    lines = (layer / "var/lib/dpkg/diversions").read_text().splitlines()
+    assert lines[:3] == ["/bin/sh", "/bin/sh.distrib", "dash"]
+    entries = {lines[i]: (lines[i + 1], lines[i + 2]) for i in range(0, len(lines), 3)}
+    assert entries["/bin/systemctl"] == ("/bin/systemctl.distrib", ":")
+    assert entries["/usr/sbin/sysctl"] == ("/usr/sbin/sysctl.distrib", ":")
+    assert (layer / "usr/bin/systemctl").read_text().startswith("#!/bin/sh")
+    assert (layer / SYSTEMD_DIR / "enabled/containerd.service").is_file()

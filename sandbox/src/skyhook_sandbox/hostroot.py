@@ -125,10 +125,8 @@ def build_plain_base(cache: Path | None = None) -> Path:
 
 def build_shim_layer(base: Path) -> Path:
     """Shims sit above a given base; one layer per base, cached next to it."""
-    layer = (
-        base.parent
-        / f"{base.name}.shims-{hashlib.sha256(shims.shim_script().encode()).hexdigest()[:8]}"
-    )
+    content = shims.LAYER_VERSION + shims.shim_script()
+    layer = base.parent / f"{base.name}.shims-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
     if layer.is_dir():
         return layer
     staging = base.parent / f".{layer.name}.staging-{os.getpid()}"

@@ -303,7 +303,7 @@ class SimulatedNode:
             workers = list(self.workers.values())
             await asyncio.gather(*(w.node_going_down(self.settings.reboot_grace) for w in workers))
             hostroot.clear_volatile(self.root)
-            simkernel.boot(self.root.merged)
+            await asyncio.to_thread(simkernel.boot, self.root.merged)
             (self.root.merged / REBOOT_REQUEST).unlink(missing_ok=True)
             self.boot_id = str(uuid.uuid4())
             self.reboots += 1

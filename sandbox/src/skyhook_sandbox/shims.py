@@ -38,6 +38,8 @@ SYSTEMD_DIR = "var/lib/skyhook-sandbox/systemd"
 BOOT_SCRIPT = "usr/lib/skyhook-sandbox/boot"
 # A unit every node starts with, as a GPU node's container runtime would be.
 PRESEEDED_UNITS = ("containerd.service",)
+# Part of the shim layer's cache key: bump when the layer's content changes but the script not.
+LAYER_VERSION = "2"
 
 # Inside the host root the shim computes nothing from its own path: ROOT is "/" there. The
 # copies bound over the machine's own binaries in containers get the node's host root path.
@@ -417,6 +419,24 @@ def write_shims(layer: Path, base: Path) -> None:
         (enabled / unit).touch()
     (layer / LOG_DIR).mkdir(parents=True, exist_ok=True)
     (layer / REBOOT_REQUEST).parent.mkdir(parents=True, exist_ok=True)
+    _divert_from_dpkg(layer, base)
+
+
+def _divert_from_dpkg(layer: Path, base: Path) -> None:
+    """On a dpkg base, local diversions keep the shims in place when a package step installs
+    systemd, procps or grub with apt (dpkg then writes the real binary as `<path>.distrib`)."""
+    diversions = base / "var/lib/dpkg/diversions"
+    if not diversions.is_file():
+        return
+    text = diversions.read_text()
+    for directory in ("/bin", "/sbin", "/usr/bin", "/usr/sbin"):
+        for command in SHIMMED_COMMANDS:
+            path = f"{directory}/{command}"
+            if f"{path}\n{path}.distrib\n" not in text:
+                text += f"{path}\n{path}.distrib\n:\n"
+    target = layer / "var/lib/dpkg/diversions"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
 
 
 def machine_command_paths() -> list[str]:
