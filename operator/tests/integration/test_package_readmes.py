@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from skyhook_operator.harness import apply_skyhook, node_state
+from skyhook_operator.harness import apply_skyhook, node_state, wait_until
+from skyhook_operator.kube.client import ApiError
 from skyhook_schemas import keys
 
 from .helpers import TEST_LABEL, Cluster
@@ -109,3 +110,57 @@ def test_tuning_readme_scr_completes_with_live_settings(cluster: Cluster) -> Non
     assert stages[keys.package_key("tuning", "1.1.4")]["state"] == "complete"
     # This machine's kernel was not touched.
     assert Path("/proc/sys/kernel/threads-max").read_text() == machine_threads_max
+
+
+def pod_logs(cluster: Cluster, scr: str) -> str:
+    """Every container log of the SCR's pods, headed by pod and container names."""
+    parts = []
+    for pod in cluster.pods(scr):
+        meta = pod["metadata"]
+        spec = pod["spec"]
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/log"
+            try:
+                text = cluster.kube.get_text(f"{path}?container={container['name']}")
+            except ApiError as error:
+                text = f"({error})"
+            parts.append(f"--- {meta['name']} {container['name']}\n{text}")
+    return "\n".join(parts)
+
+
+def test_tuned_readme_scr_installs_tuned_and_stops_where_tuned_needs_its_daemon(
+    cluster: Cluster,
+) -> None:
+    """The tuned SCR gets through apply (apt installs tuned in the Debian host root, the
+    simulated init enables and starts tuned.service) and config (profiles deployed,
+    `tuned-adm profile` run), then config-check fails truthfully: a simulated unit is state, not
+    a running tuned daemon, so `tuned-adm active` over D-Bus reports no active profile."""
+    (node,) = readme_nodes(cluster, host_root="debian")
+    name = apply_readme(cluster, "tuned")
+    key = keys.package_key("tuned", "1.2.0")
+
+    def settled() -> bool:
+        entry = node_state(cluster.node(node), name).get(key) or {}
+        return entry.get("state") in ("complete", "erroring")
+
+    wait_until(settled, 600, "tuned to complete or error")
+    entry = node_state(cluster.node(node), name)[key]
+    assert (entry["stage"], entry["state"]) == ("config", "erroring"), entry
+    expected = "active profile is '', expected 'gpu-training' (is the tuned daemon running?)"
+    logs: list[str] = []
+
+    def check_failed_visibly() -> bool:
+        logs[:] = [pod_logs(cluster, name)]
+        return expected in logs[0]
+
+    wait_until(check_failed_visibly, 60, "the config-check message in the pod logs")
+    print(logs[0])
+    assert "requested tuned profile 'gpu-training'" in logs[0]  # config itself succeeded
+    assert "Cannot talk to TuneD daemon via DBus" in logs[0]
+
+    upper = cluster.sandbox.host_root_upper(node)
+    assert (upper / "usr/sbin/tuned").is_file(), "apply did not install tuned on this node"
+    units = upper / "var/lib/skyhook-sandbox/systemd"
+    assert (units / "enabled/tuned.service").is_file()
+    assert (units / "active/tuned.service").is_file()
+    assert "include=gpu-base" in cluster.host_file(node, "/etc/tuned/gpu-training/tuned.conf")
