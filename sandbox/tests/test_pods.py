@@ -4,10 +4,12 @@ restarts, volumes, env, images, logs. These run against the real apiserver."""
 from __future__ import annotations
 
 import base64
+import itertools
 import stat
 import time
 
 from helpers import NAMESPACE, pod_dict, pod_manifest, shell, terminated, wait_for, wait_phase
+from kubernetes import watch
 
 HOST = [{"name": "host", "hostPath": {"path": "/"}}]
 HOST_MOUNT = [{"name": "host", "mountPath": "/root"}]
@@ -237,6 +239,38 @@ def test_pause_and_agentless_images(api, sandbox_nodes):
         wait_phase(api, "pauses", ("Running",))["status"]["containerStatuses"][0]["ready"] is True
     )
     assert time.monotonic() - started < 20
+
+
+def test_status_changes_that_follow_each_other_go_out_together(api, sandbox_nodes):
+    # A kubelet reports "init container done" and "next one started" in one sync; so do we:
+    # no version of the pod shows a finished init container next to a successor not started.
+    (node,) = sandbox_nodes()
+    inits = [shell(f"init{i}", "true") for i in range(3)]
+    stream = watch.Watch().stream(
+        api.list_namespaced_pod,
+        NAMESPACE,
+        field_selector="metadata.name=coalesced",
+        timeout_seconds=60,
+        _preload_content=False,
+    )
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("coalesced", node, initContainers=inits,
+                     containers=[{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]),
+    )  # fmt: skip
+    versions = []
+    for event in stream:
+        status = event["raw_object"].get("status") or {}
+        versions.append(status)
+        if status.get("phase") == "Running":
+            break
+    assert versions[-1]["phase"] == "Running"
+    for status in versions:
+        states = [s["state"] for s in status.get("initContainerStatuses") or []]
+        for done, following in itertools.pairwise(states):
+            assert not ("terminated" in done and "waiting" in following), status
+    # Created, then one write per container start (three inits and the pause container).
+    assert len(versions) <= 5
 
 
 def test_created_files_keep_their_mode(api, sandbox, sandbox_nodes):

@@ -141,6 +141,30 @@ def test_default_image_map(tmp_path):
         images.resolve("quay.io/x/y:1")
 
 
+def test_only_pause_and_agentless_entrypoints_may_skip_the_mount_namespace(tmp_path):
+    (tmp_path / "shellscript").mkdir()
+    images = ImageMap(
+        [
+            {"image": "example.com/sleeper", "run": "pause"},
+            {"image": "example.com/custom", "run": "agentless", "entrypoint": ["/bin/cat"]},
+        ],
+        packages_dir=tmp_path,
+    )
+    plain = [
+        "registry.k8s.io/pause:3.10",
+        "ghcr.io/nvidia/skyhook/agentless:1",
+        "example.com/sleeper",
+    ]
+    isolated = [
+        "ghcr.io/nvidia/skyhook/agent:1",
+        "ghcr.io/nvidia/skyhook-packages/shellscript:1",
+        "busybox:1.36",
+        "example.com/custom",
+    ]
+    assert all(images.resolve(ref).touches_no_files for ref in plain)
+    assert not any(images.resolve(ref).touches_no_files for ref in isolated)
+
+
 def test_user_rules_come_first_and_errors_name_the_field(tmp_path):
     images = ImageMap([{"image": "busybox", "run": "pause"}], packages_dir=tmp_path)
     assert "trap" in " ".join(images.resolve("busybox:1").entrypoint)

@@ -65,6 +65,9 @@ class ResolvedImage:
     args: list[str]
     content: list[tuple[str, str]] = field(default_factory=list)  # (source dir, path in container)
     env: dict[str, str] = field(default_factory=dict)
+    # The image's own entrypoint reads and writes no file (pause, agentless): run unchanged,
+    # it behaves the same without the mount namespace, so it may start as a plain process.
+    touches_no_files: bool = False
 
 
 def repository(reference: str) -> str:
@@ -184,4 +187,5 @@ class ImageMap:
             args=list(rule.get("args", [])),
             content=content,
             env=env,
+            touches_no_files=kind in ("agentless", "pause") and "entrypoint" not in rule,
         )

@@ -52,7 +52,11 @@ class KubeClient:
         body: object | None = None,
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
+        *,
+        answer: bool = True,
     ) -> JsonDict:
+        """The decoded answer; `answer=False` skips decoding it (returns {}) for writes whose
+        result nobody reads (lease renewals, pod status): most of a busy node host's JSON."""
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else {}
         async with self.session.request(
@@ -63,9 +67,12 @@ class KubeClient:
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=30),
         ) as response:
-            text = await response.text()
             if response.status >= 400:
-                raise ApiError(response.status, text, method, path)
+                raise ApiError(response.status, await response.text(), method, path)
+            if not answer:
+                await response.read()
+                return {}
+            text = await response.text()
             return json.loads(text) if text else {}
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> JsonDict:
@@ -74,8 +81,10 @@ class KubeClient:
     async def create(self, path: str, body: JsonDict) -> JsonDict:
         return await self.request("POST", path, body)
 
-    async def merge_patch(self, path: str, body: JsonDict) -> JsonDict:
-        return await self.request("PATCH", path, body, content_type="application/merge-patch+json")
+    async def merge_patch(self, path: str, body: JsonDict, *, answer: bool = True) -> JsonDict:
+        return await self.request(
+            "PATCH", path, body, content_type="application/merge-patch+json", answer=answer
+        )
 
     async def strategic_patch(self, path: str, body: JsonDict) -> JsonDict:
         return await self.request(

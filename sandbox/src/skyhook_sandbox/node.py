@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
 import platform
 import uuid
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class SimulatedNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self.machine_shims = self._write_machine_shims()
+        self._reboot_request = str(root.merged / REBOOT_REQUEST)
         simkernel.boot(root.merged)
 
     def _write_machine_shims(self) -> list[tuple[str, str]]:
@@ -208,7 +210,7 @@ class SimulatedNode:
     async def _renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
         try:
-            await self.client.merge_patch(path, {"spec": {"renewTime": micro_time()}})
+            await self.client.merge_patch(path, {"spec": {"renewTime": micro_time()}}, answer=False)
         except ApiError as error:
             if error.status != 404:
                 raise
@@ -284,11 +286,12 @@ class SimulatedNode:
     # -- reboot ----------------------------------------------------------------------------------
 
     def reboot_requested(self) -> bool:
-        request = self.root.merged / REBOOT_REQUEST
-        if request.exists():
-            request.unlink(missing_ok=True)
-            return True
-        return False
+        # Polled for every node twice a second: a plain string path, no pathlib per call.
+        try:
+            os.unlink(self._reboot_request)
+        except FileNotFoundError:
+            return False
+        return True
 
     async def reboot(self) -> str:
         """Simulate a reboot; returns the new boot ID once the node is Ready again."""

@@ -3,7 +3,9 @@
 Init containers run one at a time in order, then the app containers together. restartPolicy
 decides what a failed container does: Never fails the pod, OnFailure/Always restart it after a
 back-off (CrashLoopBackOff in between, restartCount counting). Status goes back to the API after
-every change. Deletion stops the processes (SIGTERM, grace period, SIGKILL) and finalizes the
+every change; a change followed at once by another (a volume set up, an init container done:
+the next container starts right away) goes out with the next one, as one kubelet sync would
+report both. Deletion stops the processes (SIGTERM, grace period, SIGKILL) and finalizes the
 pod; a node reboot kills them and, for restartable pods, runs the init containers again.
 """
 
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 JsonDict = dict[str, Any]
 log = logging.getLogger("skyhook_sandbox.pod")
 TERMINAL = ("Succeeded", "Failed")
+# How long a deferred status change may wait for the write that would carry it.
+STATUS_COALESCE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class PodWorker:
         self.finalizing = False
         self._written: str = ""
         self._write_lock = asyncio.Lock()
+        self._deferred: asyncio.TimerHandle | None = None
+        self._deferred_write: asyncio.Task[None] | None = None
         self.pod_ip = node.host_ip if spec.get("hostNetwork") else node.allocate_pod_ip()
 
     @property
@@ -96,8 +102,9 @@ class PodWorker:
     async def forget(self) -> None:
         """The pod object is gone (force-deleted): stop everything at once."""
         self.finalizing = True
+        self._cancel_deferred()
         await self._stop_processes(grace=0)
-        shutil.rmtree(self.pod_dir, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
 
     async def node_going_down(self, grace: float) -> None:
         """A reboot: every process of the pod gets SIGTERM, then SIGKILL after `grace`.
@@ -182,7 +189,7 @@ class PodWorker:
                 )  # fmt: skip
                 self.prepared = await builder.prepare()
                 self.volumes_ready = True
-                await self._write_status()
+                self._defer_status()  # the first container starts now and reports both
                 return
             except (volumes.VolumeError, ApiError) as error:
                 attempt += 1
@@ -290,6 +297,10 @@ class PodWorker:
             layers=layers,
             mounts=mounts,
             shims=self.node.machine_shims,
+            # Only while the image's own entrypoint runs: a pod's `command` may do anything.
+            isolated=not (
+                image.touches_no_files and not spec.get("command") and not spec.get("workingDir")
+            ),
         )
         log_path = self.log_path(record.name, record.restart_count)
         process = await container.start(container_spec, log_path, self.node.name)
@@ -302,7 +313,10 @@ class PodWorker:
         self.processes.pop(record.name, None)
         record.finish(code)
         self._check()  # killed by a deletion or reboot: no restart logic, the stopper reports
-        await self._write_status()
+        if record.init and code == 0:
+            self._defer_status()  # the next container starts now and reports both
+        else:
+            await self._write_status()
         return code
 
     def log_path(self, container_name: str, run: int) -> Path:
@@ -362,11 +376,27 @@ class PodWorker:
         except ApiError as error:
             if error.status not in (404, 409):
                 log.warning("finalizing %s/%s: %s", self.namespace, self.name, error)
-        shutil.rmtree(self.pod_dir, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
 
     # -- status ------------------------------------------------------------------------------
 
+    def _defer_status(self) -> None:
+        """Leave the current change to the next write, or write it after STATUS_COALESCE_S."""
+        if self._deferred is None:
+            loop = asyncio.get_running_loop()
+            self._deferred = loop.call_later(STATUS_COALESCE_S, self._write_deferred)
+
+    def _write_deferred(self) -> None:
+        self._deferred = None
+        self._deferred_write = asyncio.create_task(self._write_status())
+
+    def _cancel_deferred(self) -> None:
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
+
     async def _write_status(self, force: bool = False) -> None:
+        self._cancel_deferred()  # this write carries whatever was deferred
         status = pod_status(
             self.phase,
             host_ip=self.node.host_ip,
@@ -383,7 +413,9 @@ class PodWorker:
             if self.finalizing and not force:
                 return
             try:
-                await self.node.client.merge_patch(self.path + "/status", {"status": status})
+                await self.node.client.merge_patch(
+                    self.path + "/status", {"status": status}, answer=False
+                )
                 self._written = text
             except ApiError as error:
                 if error.status != 404:

@@ -3,6 +3,7 @@ per-pod dir, configMap / secret / downwardAPI / projected rendered into files.""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import shutil
@@ -77,9 +78,17 @@ class VolumeBuilder:
         self.request_token = request_token
 
     async def prepare(self) -> dict[str, PreparedVolume]:
+        """Every volume at once (each has its own directory), as a kubelet's volume manager
+        sets them up in parallel: a pod waits for its slowest volume, not for their sum."""
+        volumes = self.pod["spec"].get("volumes") or []
+        results = await asyncio.gather(
+            *(self._prepare_one(volume) for volume in volumes), return_exceptions=True
+        )
         prepared = {}
-        for volume in self.pod["spec"].get("volumes") or []:
-            prepared[volume["name"]] = await self._prepare_one(volume)
+        for volume, result in zip(volumes, results, strict=True):
+            if isinstance(result, BaseException):
+                raise result
+            prepared[volume["name"]] = result
         return prepared
 
     def _fresh_dir(self, name: str) -> Path:
