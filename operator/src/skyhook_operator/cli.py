@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -40,8 +39,6 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
         settings = load_settings()
     except SettingsError as error:
         raise click.ClickException(f"invalid settings:\n{error}") from error
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
     level = getattr(logging, settings.log_level.upper())
     kopf.configure(verbose=verbose, log_prefix=False)
     logging.getLogger().setLevel(logging.DEBUG if verbose else level)
@@ -50,7 +47,10 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
         logging.getLogger("kopf").setLevel(logging.WARNING)
         logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger(__name__).debug("handlers registered from %s", handlers.__name__)
-    asyncio.run(kopf.operator(clusterwide=True, standalone=True, memo=kopf.Memo(settings=settings)))
+    # The kubeconfig travels in the memo: the `kubernetes` package read $KUBECONFIG when it was
+    # imported, so setting it now would reach neither kopf's login nor our client.
+    memo = kopf.Memo(settings=settings, kubeconfig=kubeconfig)
+    asyncio.run(kopf.operator(clusterwide=True, standalone=True, memo=memo))
 
 
 @main.command()

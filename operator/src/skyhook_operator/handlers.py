@@ -1,24 +1,30 @@
 """kopf wiring: indexes that mirror the cluster, events that poke the reconciler.
 
-Nothing here decides anything. Skyhooks, Nodes, Pods (bound to a node) and our ConfigMaps
-each get an index, which turns every object into the planner's view as it changes, and an
-event handler, which asks the one global reconcile loop (reconcile.py explains why one) for
-a pass. kopf calls no event handler before every index is filled, so the first pass sees the
-whole cluster. Handlers are coroutines: they run on kopf's loop with no thread hop, and they
-only decode and poke. No handler stores anything on the objects: finalizers and status are the
+Nothing here decides anything. Skyhooks, Nodes and Pods (bound to a node) each get a kopf
+index, which turns every object into the planner's view as it changes, and an event handler,
+which asks the one global reconcile loop (reconcile.py explains why one) for a pass. kopf
+calls no event handler before every index is filled, so the first pass sees the whole
+cluster. Handlers are coroutines: they run on kopf's loop with no thread hop, and they only
+decode and poke. No handler stores anything on the objects: finalizers and status are the
 planner's, written by the writer.
+
+Our ConfigMaps live only in the operator's namespace, and kopf can only watch a namespaced
+kind in the namespaces it watches pods in (all of them), so they get a namespaced watch of
+their own (kube/nswatch.py), listed in full at startup, before kopf starts watching.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
-from skyhook_operator.kube.client import connect
+from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
+from skyhook_operator.kube.nswatch import NamespacedIndex
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.planner.model import ConfigMapView, NodeView, PodView, SkyhookView
 from skyhook_operator.planner.plan import plan
@@ -29,7 +35,7 @@ from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
-INDEXES = ("skyhook_index", "node_index", "pod_index", "configmap_index")
+INDEXES = ("skyhook_index", "node_index", "pod_index")
 
 
 @kopf.on.startup()
@@ -41,11 +47,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     store = ClusterStore()
     for name in INDEXES:
         store.attach(name, kwargs[name])
-    kube = connect()
+    kube = connect(memo.get("kubeconfig"))
+    configmaps = NamespacedIndex(
+        kube,
+        "configmaps",
+        ours.namespace,
+        decode=ConfigMapView.from_api,
+        keep=_ours,
+        on_change=lambda: _nudge(memo),
+    )
+    await configmaps.start()
+    store.attach("configmap_index", configmaps.index)
+    memo.configmaps = configmaps
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
     reconciler = Reconciler(store, writer, ours, memo.get("planner") or plan)
-    memo.reconciler, memo.writer = reconciler, writer
+    memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
     memo.loop_task = asyncio.create_task(reconciler.run_forever(), name="skyhook-reconcile")
     log.info("operator started; settings:\n  %s", "\n  ".join(ours.describe()))
 
@@ -56,16 +73,49 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("loop_task")
     if task is not None:
         task.cancel()
+    configmaps = memo.get("configmaps")
+    if configmaps is not None:
+        configmaps.stop()
     writer = memo.get("writer")
     if writer is not None:
         await asyncio.to_thread(writer.close)
+    kube = memo.get("kube")
+    if kube is not None:
+        log.info("operator stopped; API requests made: %s", kube.request_counts())
+
+
+@kopf.on.login()
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's default login reads the kubeconfig location the `kubernetes` package fixed at
+    import time; ours comes from the same place as our own client (`run --kubeconfig`,
+    $KUBECONFIG, the in-cluster account, ~/.kube/config)."""
+    return connection_info(connect(memo.get("kubeconfig")))
+
+
+def connection_info(kube: Kube) -> kopf.ConnectionInfo:
+    configuration = kube.configuration
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    scheme, _, token = (header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme if token else None,
+        token=token or scheme or None,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+        username=configuration.username or None,
+        password=configuration.password or None,
+    )
 
 
 def _configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     # kopf's own bookkeeping lives in annotations under our prefix, never in `status`,
     # whose schema is upstream's and would prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ours.kopf_prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = _NoDiffBase(
         prefix=ours.kopf_prefix, key="last-handled-configuration"
     )
     settings.persistence.finalizer = f"{ours.kopf_prefix}/kopf"
@@ -75,10 +125,29 @@ def _configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.watching.client_timeout = 330
 
 
+class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds a diff-base (a deep copy of the whole object, status included) on every
+    watch event, for change handlers (on.create/update/...). We register none: indexes and
+    event handlers never see it. Skipping the copy saves a fifth of the operator's CPU at
+    1,000 nodes (pods, nodes, and a Skyhook whose status lists every node)."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
 def _poke(memo: kopf.Memo) -> None:
     reconciler = memo.get("reconciler")
     if reconciler is not None:
         reconciler.poke()
+
+
+def _nudge(memo: kopf.Memo) -> None:
+    """A poke from outside kopf: ignored until kopf's first poke says its indexes are full."""
+    reconciler = memo.get("reconciler")
+    if reconciler is not None:
+        reconciler.nudge()
 
 
 # --- indexes: one view per object, keyed by (namespace, name) ---------------------------------
@@ -107,16 +176,10 @@ async def pod_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Versione
     return {_key(body): versioned(body, PodView.from_api)}
 
 
-def _ours(labels: kopf.Labels, namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
-    wanted = memo.settings.namespace if "settings" in memo else None
-    return namespace == wanted and (keys.NAME_LABEL in labels or keys.NODE_META_LABEL in labels)
-
-
-@kopf.index("", "v1", "configmaps", when=_ours)
-async def configmap_index(
-    body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], Versioned[ConfigMapView]]:
-    return {_key(body): versioned(body, ConfigMapView.from_api)}
+def _ours(configmap: Mapping[str, Any]) -> bool:
+    """A package or node-metadata ConfigMap of some Skyhook (the watch is in our namespace)."""
+    labels = (configmap.get("metadata") or {}).get("labels") or {}
+    return keys.NAME_LABEL in labels or keys.NODE_META_LABEL in labels
 
 
 # --- events: each change asks for a pass -----------------------------------------------------
@@ -134,9 +197,4 @@ async def node_changed(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "pods", when=_bound_to_node)
 async def pod_changed(memo: kopf.Memo, **_: Any) -> None:
-    _poke(memo)
-
-
-@kopf.on.event("", "v1", "configmaps", when=_ours)
-async def configmap_changed(memo: kopf.Memo, **_: Any) -> None:
     _poke(memo)

@@ -138,19 +138,27 @@ class Recorder:
 
 @dataclass
 class OperatorProcess:
-    """`skyhook-operator run` in its own process group, logging to `log_path`."""
+    """`skyhook-operator run` in its own process group, logging to `log_path`.
+
+    The kubeconfig is passed as $KUBECONFIG, or with `kubeconfig_flag` as `--kubeconfig`
+    (with $KUBECONFIG unset)."""
 
     kubeconfig: Path
     log_path: Path
     env: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    kubeconfig_flag: bool = False
 
     def start(self) -> OperatorProcess:
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         environment.setdefault("SKYHOOK_LOG_LEVEL", "info")
+        command = [sys.executable, "-m", "skyhook_operator", "run"]
+        if self.kubeconfig_flag:
+            del environment["KUBECONFIG"]
+            command += ["--kubeconfig", str(self.kubeconfig)]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "skyhook_operator", "run"],
+            command,
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -48,10 +48,13 @@ class Reconciler:
         self._plan = planner
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._indexes_full = False
         self.passes = 0
 
     def poke(self) -> None:
-        """Ask for a pass soon; safe to call from any thread."""
+        """Ask for a pass soon; safe to call from any thread. The first poke must come once
+        every index is full (kopf calls no handler before that)."""
+        self._indexes_full = True
         loop = self._loop
         if loop is None:
             return
@@ -63,6 +66,12 @@ class Reconciler:
             self._wake.set()
         else:
             loop.call_soon_threadsafe(self._wake.set)
+
+    def nudge(self) -> None:
+        """Like `poke`, for sources that may fire before the indexes are full: a pass then
+        could plan from a partial cluster, so those are dropped (the first pass sees all)."""
+        if self._indexes_full:
+            self.poke()
 
     def bind(self) -> None:
         """Remember the running loop so other threads can poke; call from that loop."""

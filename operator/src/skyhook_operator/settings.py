@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhook_operator.planner.model import PlannerSettings, Taint
+from skyhook_operator.planner.model import PlannerSettings, Taint, image_tag
 
 _DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$")
 
@@ -44,8 +44,8 @@ class Settings:
         default="ghcr.io/nvidia/skyhook/agent:latest",
         metadata=_meta(
             "AGENT_IMAGE",
-            "Image of the agent that runs each stage; must carry a tag. The text after the "
-            "last ':' is the agentVersion written into node metadata.",
+            "Image of the agent that runs each stage; must carry a tag (a digest may follow, "
+            "`repo:tag@sha256:...`). The tag is the agentVersion written into node metadata.",
         ),
     )
     pause_image: str = field(
@@ -136,7 +136,7 @@ class Settings:
     @property
     def agent_version(self) -> str:
         """The agent image's tag, as upstream writes it into node metadata."""
-        return self.agent_image.rsplit(":", 1)[-1]
+        return image_tag(self.agent_image)
 
     def describe(self) -> list[str]:
         """`name = value` lines for the startup log."""
@@ -198,8 +198,8 @@ def _check(name: str, value: Any) -> str | None:
     """The problem with one parsed value, or None."""
     if name == "namespace" and not value:
         return "must not be empty"
-    if name in {"agent_image", "pause_image"} and ":" not in value:
-        return f"{value!r} must name a tag (image:tag)"
+    if name in {"agent_image", "pause_image"} and not image_tag(value):
+        return f"{value!r} must name a tag (image:tag, optionally followed by @sha256:<digest>)"
     if name in {"copy_dir_root", "agent_log_root"} and not value.startswith("/"):
         return f"{value!r} must be an absolute path"
     if name == "default_interval" and value < 60:

@@ -42,9 +42,11 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
     started: list[OperatorProcess] = []
     log = tmp_path / "operator.log"
 
-    def start(**env: str) -> OperatorProcess:
+    def start(kubeconfig_flag: bool = False, **env: str) -> OperatorProcess:
         settings = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1", **env}
-        process = OperatorProcess(sandbox.kubeconfig, log, env=settings).start()
+        process = OperatorProcess(
+            sandbox.kubeconfig, log, env=settings, kubeconfig_flag=kubeconfig_flag
+        ).start()
         started.append(process)
         return process
 

@@ -57,3 +57,33 @@ def test_planner_settings_carry_the_same_values() -> None:
     planner = settings.for_planner()
     assert planner.namespace == "ops"
     assert planner.runtime_required_taint == Taint("x", "NoExecute", "y")
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        pytest.param("ghcr.io/nvidia/skyhook/agent:6.2.0", "6.2.0", id="tag"),
+        pytest.param(
+            "ghcr.io/nvidia/skyhook/agent:6.2.0@sha256:" + "ab" * 32, "6.2.0", id="tag-and-digest"
+        ),
+        pytest.param("registry.local:5000/skyhook/agent:v1", "v1", id="registry-port"),
+    ],
+)
+def test_agent_version_is_the_tag_without_a_digest(image: str, version: str) -> None:
+    settings = load_settings({"AGENT_IMAGE": image})
+    assert settings.agent_version == version
+    assert settings.for_planner().agent_version == version
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        pytest.param("ghcr.io/nvidia/skyhook/agent@sha256:" + "ab" * 32, id="digest-only"),
+        pytest.param("registry.local:5000/skyhook/agent", id="registry-port-no-tag"),
+    ],
+)
+def test_agent_image_without_a_tag_is_refused(image: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"AGENT_IMAGE": image})
+    assert "AGENT_IMAGE" in str(caught.value)
+    assert "must name a tag" in str(caught.value)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -44,6 +46,14 @@ class Kube:
         self.configuration = configuration
         self.api_client = client.ApiClient(configuration)
         self._pool = self.api_client.rest_client.pool_manager
+        self._counted = threading.Lock()
+        self.requests: Counter[str] = Counter()  # "VERB resource[/subresource]" -> requests
+
+    def request_counts(self) -> str:
+        """What this client asked so far, busiest first (the shutdown log line)."""
+        with self._counted:
+            counts = self.requests.most_common()
+        return ", ".join(f"{what} {n}" for what, n in counts) or "none"
 
     def request(
         self,
@@ -58,6 +68,8 @@ class Kube:
         url = self.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)
+        with self._counted:
+            self.requests[f"{method} {resource_of(path)}"] += 1
         headers = self._headers(content_type)
         payload = None if body is None else json.dumps(body).encode()
         response = self._pool.request(method, url, body=payload, headers=headers, timeout=timeout)
@@ -69,6 +81,14 @@ class Kube:
                 reason = data or str(response.reason)
             raise ApiError(response.status, reason, method, path)
         return json.loads(data) if data else {}
+
+    def get_text(self, path: str) -> str:
+        """A GET of a non-JSON endpoint (the apiserver's /metrics), as text."""
+        url = self.configuration.host.rstrip("/") + path
+        response = self._pool.request("GET", url, headers=self._headers(), timeout=30.0)
+        if response.status >= 300:
+            raise ApiError(response.status, response.data.decode(errors="replace"), "GET", path)
+        return str(response.data.decode())
 
     def stream(
         self, path: str, query: Mapping[str, str], read_timeout: float = 330.0
@@ -126,6 +146,15 @@ class Kube:
         if name:
             path += f"/{quote(name)}"
         return path + (f"/{subresource}" if subresource else "")
+
+
+def resource_of(path: str) -> str:
+    """`/api/v1/namespaces/ns/pods/p/status` -> `pods/status`; `/apis/g/v/things` -> `things`."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    return "/".join(parts[:1] + parts[2:3]) or path
 
 
 def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:

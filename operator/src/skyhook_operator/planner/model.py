@@ -308,7 +308,15 @@ class PlannerSettings:
 
     @property
     def agent_version(self) -> str:
-        return self.agent_image.rsplit(":", 1)[-1]
+        return image_tag(self.agent_image)
+
+
+def image_tag(reference: str) -> str:
+    """The tag of an image reference: `repo:1.2@sha256:<hex>` -> `1.2` (a digest is not a tag;
+    a registry port such as `host:5000/repo` is not one either). Empty when there is none."""
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else ""
 
 
 # --- the output plan -------------------------------------------------------------------------
