@@ -270,16 +270,17 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         | expand("", "pods", "create delete get list watch patch")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
-        | expand("", "configmaps", "list watch")
         | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch update")
         | expand("skyhook.nvidia.com", "skyhooks/status skyhooks/finalizers", "get patch update")
         | expand("apiextensions.k8s.io", "customresourcedefinitions", "get list watch")
     )
     assert grants(only(objects, "ClusterRole")["rules"]) == expected
-    # ConfigMaps are written only in the release namespace.
+    # ConfigMaps are watched and written only in the release namespace.
     role = only(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert grants(role["rules"]) == expand("", "configmaps", "create get update patch delete")
+    assert grants(role["rules"]) == expand(
+        "", "configmaps", "create get list watch update patch delete"
+    )
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         binding = only(objects, kind)
         assert binding["roleRef"] == {
@@ -461,11 +462,9 @@ ALLOWED = [
     ("create", "pods/eviction", "default"),
     ("create", "events", "default"),
     ("patch", "events", RBAC_NAMESPACE),
-    ("list", "configmaps", ""),
-    ("watch", "configmaps", ""),
     *(
         (verb, "configmaps", RBAC_NAMESPACE)
-        for verb in ("create", "get", "update", "patch", "delete")
+        for verb in ("create", "get", "list", "watch", "update", "patch", "delete")
     ),
     *(
         (verb, "skyhooks.skyhook.nvidia.com", "")
@@ -481,6 +480,8 @@ DENIED = [
     ("delete", "nodes", ""),
     ("update", "nodes", ""),
     ("create", "configmaps", "default"),
+    ("list", "configmaps", ""),
+    ("watch", "configmaps", "default"),
     ("create", "pods/exec", RBAC_NAMESPACE),
     ("delete", "skyhooks.skyhook.nvidia.com", ""),
     ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
