@@ -6,7 +6,10 @@ each stage pod running `<stage>` then `<stage>-check`, so one node needs at leas
 chain = 2 stages x 2 containers x SLEEP_LEN seconds, and no schedule can beat
 lower bound = ceil(N / B) x chain. We print the measured time (SCR applied -> SCR complete),
 that bound, and their ratio (target: <= 1.15 at N = 1000), plus the operator's CPU time and
-memory. `--nodes` makes it smaller for a quick run.
+memory, where the machine's CPU went during the rollout (apiserver, etcd, controller-manager,
+node host with its containers, operator), and the API requests per node and stage: all of
+them by verb and resource (the apiserver's own counters) and the operator's share (its log).
+`--nodes` makes it smaller for a quick run.
 
     python benchmarks/rollout.py --nodes 1000 --budget 100 --sleep 5
 """
@@ -19,6 +22,7 @@ import os
 import re
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from skyhook_operator.harness import (
@@ -68,6 +72,8 @@ def main() -> int:
                 env={"SKYHOOK_LOG_LEVEL": "info"},
             ).start()
             try:
+                pids = _pids(sandbox, operator)
+                cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)
                 measured = _rollout(
                     kube,
                     names,
@@ -76,10 +82,13 @@ def main() -> int:
                     timeout=args.timeout,
                     operator=operator,
                 )
+                cpu_used = _cpu(pids) - cpu_before
+                requests = _apiserver_requests(kube) - requests_before
                 cpu, rss = _usage(operator)
             finally:
                 operator.stop()
-            passes = _pass_stats(Path(workdir) / "operator.log")
+            log = (Path(workdir) / "operator.log").read_text(errors="replace")
+            passes = _pass_stats(log)
         finally:
             sandbox.stop()
 
@@ -89,7 +98,18 @@ def main() -> int:
     print(f"ratio              {measured / bound:8.3f}  (target <= 1.15)")
     print(f"operator CPU time  {cpu:8.1f} s   peak RSS {rss / 2**20:.0f} MiB")
     print(passes)
+    print("CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu_used.items()))
+    stages = args.nodes * len(STAGES)
+    print(f"apiserver requests per node and stage: {requests.total() / stages:.1f}")
+    print("  " + _per_stage(requests, stages))
+    ours = _operator_requests(log)
+    print(f"operator requests per node and stage: {ours.total() / stages:.1f}")
+    print("  " + _per_stage(ours, stages))
     return 0
+
+
+def _per_stage(counts: Counter[str], stages: int, top: int = 14) -> str:
+    return ", ".join(f"{what} {n / stages:.2f}" for what, n in counts.most_common(top))
 
 
 def _rollout(
@@ -141,9 +161,9 @@ def _rollout(
 _PASS = re.compile(r"applied (\d+) in ([\d.]+) s \(planned in ([\d.]+) s\)")
 
 
-def _pass_stats(log: Path) -> str:
+def _pass_stats(log: str) -> str:
     """Passes that wrote something: how many, and their planning and writing times."""
-    found = [_PASS.search(line) for line in log.read_text(errors="replace").splitlines()]
+    found = [_PASS.search(line) for line in log.splitlines()]
     rows = [(int(m[1]), float(m[2]), float(m[3])) for m in found if m]
     if not rows:
         return "passes             none logged"
@@ -154,6 +174,61 @@ def _pass_stats(log: Path) -> str:
         f"plan median {plans[len(plans) // 2] * 1000:.0f} ms, max {plans[-1] * 1000:.0f} ms; "
         f"write median {writes[len(writes) // 2] * 1000:.0f} ms, max {writes[-1] * 1000:.0f} ms"
     )
+
+
+_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _apiserver_requests(kube: Kube) -> Counter[str]:
+    """Requests the apiserver has served, as "VERB resource[/subresource]" (all clients)."""
+    counts: Counter[str] = Counter()
+    for line in kube.get_text("/metrics").splitlines():
+        match = _METRIC.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        resource = labels.get("resource") or "-"
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[f"{labels.get('verb', '?')} {resource}"] += int(float(match["value"]))
+    return counts
+
+
+def _operator_requests(log: str) -> Counter[str]:
+    """The operator's own requests, from the line it logs when it stops."""
+    counts: Counter[str] = Counter()
+    for line in log.splitlines():
+        if "API requests made:" in line:
+            for item in line.split("API requests made:", 1)[1].split(","):
+                what, _, n = item.strip().rpartition(" ")
+                if n.isdigit():
+                    counts[what] = int(n)
+    return counts
+
+
+def _pids(sandbox: Sandbox, operator: OperatorProcess) -> dict[str, int]:
+    assert sandbox.control_plane is not None and sandbox.nodehost is not None
+    assert operator.process is not None
+    pids = {p.name: p.pid for p in sandbox.control_plane.processes}
+    pids["node host"] = sandbox.nodehost.pid
+    pids["operator"] = operator.process.pid
+    return pids
+
+
+class _CpuTimes(dict[str, float]):
+    def __sub__(self, other: dict[str, float]) -> _CpuTimes:
+        return _CpuTimes({k: v - other.get(k, 0.0) for k, v in self.items()})
+
+
+def _cpu(pids: dict[str, int]) -> _CpuTimes:
+    """CPU seconds of each process, its reaped children included (the node host's containers)."""
+    times = _CpuTimes()
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        times[name] = ticks / os.sysconf("SC_CLK_TCK")
+    return times
 
 
 def _usage(operator: OperatorProcess) -> tuple[float, int]:
