@@ -9,18 +9,16 @@ sandboxes from building at once.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from skyhook_sandbox import gomod
+from skyhook_sandbox.cachelock import exclusive_lock
 from skyhook_sandbox.progress import BuildProgress
 from skyhook_sandbox.versions import ETCD_VERSION, KUBERNETES_VERSION
 
@@ -78,24 +76,14 @@ def ensure_binaries(progress: BuildProgress | None = None) -> ControlPlaneBinari
         return ControlPlaneBinaries(etcd, apiserver, kcm, built=False)
     missing = tuple(name for name in wanted if not _executable(cache / name))
     if missing:
-        with _build_lock(cache):
+        cache.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(cache.parent / f".{cache.name}.lock"):
             # Another process may have finished the build while we waited for the lock.
             missing = tuple(name for name in wanted if not _executable(cache / name))
             if missing:
                 _build(missing, cache, progress)
     kcm = cache / "kube-controller-manager"
     return ControlPlaneBinaries(etcd, apiserver, kcm, built=bool(missing))
-
-
-@contextmanager
-def _build_lock(cache: Path) -> Iterator[None]:
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache.parent / f".{cache.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _go_env() -> dict[str, str]:

@@ -13,7 +13,6 @@ Needs root (debootstrap and the extraction keep ownership and device nodes) and 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import platform
@@ -22,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from skyhook_sandbox.cachelock import exclusive_lock
 
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -66,18 +66,6 @@ def tarball_name(suite: str, arch: str, include: Sequence[str]) -> str:
         digest = hashlib.sha256(",".join(sorted(include)).encode()).hexdigest()[:10]
         name += f"-{digest}"
     return name + ".tar"
-
-
-@contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    """Serialise builds across processes (parallel test runs share one cache)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _require_root_and_tools(*tools: str) -> None:
@@ -150,7 +138,7 @@ def debian_rootfs_tarball(
     if target.is_file():
         return target
     _require_root_and_tools("debootstrap", "tar")
-    with _exclusive_lock(cache / ".build.lock"):
+    with exclusive_lock(cache / ".build.lock"):
         if not target.is_file():  # another process may have built it while we waited
             _build_tarball(
                 target, suite=suite, mirror=mirror, arch=arch, include=include, progress=progress
