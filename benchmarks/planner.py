@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from skyhook_operator.planner.model import CreatePod, PlannerSettings
-from skyhook_operator.planner.plan import plan
-from skyhook_operator.planner.simulate import SimCluster, make_node
+from skyhook_dev.simulate import SimCluster, make_node
+from skyhook_operator.core.actions import CreatePod
+from skyhook_operator.core.plan import plan
+from skyhook_operator.core.settings import PlannerSettings
 
 IMAGE = "ghcr.io/nvidia/skyhook/agentless"
 

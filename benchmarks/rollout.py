@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from skyhook_operator.harness import (
+from skyhook_dev.harness import (
     OperatorProcess,
     apply_skyhook,
     ensure_namespace,

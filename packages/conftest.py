@@ -120,7 +120,7 @@ def remove_root(root: Path) -> None:
 
 
 def interrupt_payload(kind: str, services: tuple[str, ...] = ()) -> str:
-    """The base64 JSON the operator passes to an interrupt pod (agent.md §2.4)."""
+    """The base64 JSON the operator passes to an interrupt pod: the interrupt type in the agent's words, services omitted when empty."""
     body: dict[str, object] = {"type": kind}
     if services:
         body["services"] = list(services)

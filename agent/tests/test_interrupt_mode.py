@@ -91,7 +91,7 @@ def test_new_resource_id_rearms_the_interrupt(host: Host) -> None:
 
 
 # A Skyhook CR interrupt (or configInterrupts entry) as the operator encodes it for the
-# interrupt pod: CRD type -> agent type, `services` omitted when empty (agent.md §2.4).
+# interrupt pod: CRD type -> agent type, `services` omitted when empty.
 CR_INTERRUPTS = [
     ("reboot", {}, ["reboot"]),
     ("service", {"services": ["containerd"]},

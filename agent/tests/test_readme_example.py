@@ -13,7 +13,7 @@ from conftest import STATE_DIR, Host
 REPO = Path(__file__).resolve().parents[2]
 SHELLSCRIPT = REPO / "packages" / "shellscript"
 # The demo SCR exactly as users apply it (the operator ships it for `skyhook-operator demo`).
-DEMO_SCR = REPO / "operator" / "src" / "skyhook_operator" / "demo-scr.yaml"
+DEMO_SCR = REPO / "dev" / "src" / "skyhook_dev" / "demo-scr.yaml"
 
 
 def demo_configmap() -> dict[str, str]:

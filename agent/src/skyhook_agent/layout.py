@@ -1,6 +1,6 @@
 """Where everything lives: host paths (as steps see them) and their place under the root mount.
 
-Pure path arithmetic, no I/O. The shapes are upstream's (docs: agent.md §4.3), so flags,
+Pure path arithmetic, no I/O. The shapes are upstream's, so flags,
 history and logs written by upstream's agent are recognised by ours and the other way round.
 """
 

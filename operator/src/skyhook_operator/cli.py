@@ -1,17 +1,10 @@
-"""`skyhook-operator`: run the operator, or the sandbox demo.
-
-`run` reads the settings (SKYHOOK_* or upstream's env names; every problem reported at once),
-logs them, and runs kopf cluster-wide in standalone mode. `demo` brings up a sandbox cluster,
-runs the operator against it and shows a package rolling out (demo.py).
-"""
+"""`skyhook-operator run`: read the settings (SKYHOOK_* or upstream's env names; every problem
+reported at once), log them, and run kopf cluster-wide in standalone mode."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import sys
-from pathlib import Path
 
 import click
 import kopf
@@ -51,19 +44,3 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
     # imported, so setting it now would reach neither kopf's login nor our client.
     memo = kopf.Memo(settings=settings, kubeconfig=kubeconfig)
     asyncio.run(kopf.operator(clusterwide=True, standalone=True, memo=memo))
-
-
-@main.command()
-@click.argument("scr", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--nodes", default=3, show_default=True, help="Simulated nodes to start.")
-@click.option(
-    "--keep", is_flag=True, help="Leave the sandbox running at the end (prints how to reach it)."
-)
-@click.option(
-    "--timeout", default=600.0, show_default=True, help="Seconds to wait for the rollout."
-)
-def demo(scr: Path | None, nodes: int, keep: bool, timeout: float) -> None:
-    """Sandbox cluster, operator, the demo SCR (or SCR), live progress, final node states."""
-    # The demo needs the sandbox package, which the operator's own image does not carry.
-    demo_module = importlib.import_module("skyhook_operator.demo")
-    sys.exit(demo_module.run_demo(scr, nodes=nodes, keep=keep, timeout=timeout))

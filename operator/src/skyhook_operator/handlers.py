@@ -22,12 +22,12 @@ from typing import Any
 
 import kopf
 
+from skyhook_operator.core.plan import plan
+from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, SkyhookView
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.nswatch import NamespacedIndex
 from skyhook_operator.kube.writer import Writer
-from skyhook_operator.planner.model import ConfigMapView, NodeView, PodView, SkyhookView
-from skyhook_operator.planner.plan import plan
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.snapshot import ClusterStore, Versioned, versioned

@@ -24,11 +24,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from skyhook_operator.core.actions import Plan
+from skyhook_operator.core.settings import PlannerSettings
+from skyhook_operator.core.views import ClusterSnapshot
 from skyhook_operator.kube.writer import ApplyResult, Writer
-from skyhook_operator.planner.model import ClusterSnapshot, PatchNode, Plan, PlannerSettings
 from skyhook_operator.settings import Settings
 from skyhook_operator.snapshot import ClusterStore
-from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,7 @@ class Reconciler:
         plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
         planned = time.monotonic()
         pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
-        starting = nodes_starting(snapshot, plan)
-        result = await asyncio.to_thread(self._writer.apply, plan, pod_nodes, starting)
+        result = await asyncio.to_thread(self._writer.apply, plan, pod_nodes)
         self.passes += 1
         _log_pass(plan, result, planned - started, time.monotonic() - planned)
         return self._next_delay(plan, result)
@@ -116,22 +116,6 @@ class Reconciler:
         if plan.requeue_after is not None:
             delays.append(plan.requeue_after)
         return min(delays)
-
-
-def nodes_starting(snapshot: ClusterSnapshot, plan: Plan) -> set[str]:
-    """Nodes the plan moves into progress for some SCR (their status annotation becomes
-    `in_progress` from anything else): the writer admits them after every release."""
-    prefix = keys.node_status_key("")
-    current = {node.name: node.annotations for node in snapshot.nodes}
-    starting = set()
-    for action in plan.actions:
-        if not isinstance(action, PatchNode):
-            continue
-        before = current.get(action.name, {})
-        for key, value in action.annotations.items():
-            if key.startswith(prefix) and value == "in_progress" and before.get(key) != value:
-                starting.add(action.name)
-    return starting
 
 
 def _log_pass(plan: Plan, result: ApplyResult, plan_s: float, write_s: float) -> None:

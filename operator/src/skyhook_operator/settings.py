@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
-from skyhook_operator.planner.model import PlannerSettings, Taint, image_tag
-
-_DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$")
+from skyhook_operator.core.settings import PlannerSettings
+from skyhook_operator.core.vocabulary import Taint, image_tag, parse_duration
 
 
 class SettingsError(ValueError):
@@ -26,6 +25,15 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+def _installed_version() -> str:
+    """`v<version>` of the installed skyhook-operator distribution, spelled as upstream
+    spells its versions."""
+    try:
+        return f"v{metadata.version('skyhook-operator')}"
+    except metadata.PackageNotFoundError:
+        return "dev"
 
 
 def _meta(env: str | None, doc: str) -> dict[str, Any]:
@@ -128,6 +136,26 @@ class Settings:
             "Skyhook objects.",
         ),
     )
+    retry_backoff_base: float = field(
+        default=10.0,
+        metadata=_meta(
+            None,
+            "Seconds before a failed stage pod is retried; doubles with each retry of the "
+            "same stage.",
+        ),
+    )
+    retry_backoff_max: float = field(
+        default=300.0,
+        metadata=_meta(None, "Longest wait, in seconds, before retrying a failed stage pod."),
+    )
+    operator_version: str = field(
+        default_factory=_installed_version,
+        metadata=_meta(
+            None,
+            "The version written into the `version` annotation of each SCR and the "
+            "`version_<scr>` annotation of each node; defaults to the installed operator's.",
+        ),
+    )
     log_level: str = field(
         default="info",
         metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
@@ -140,7 +168,7 @@ class Settings:
 
     def describe(self) -> list[str]:
         """`name = value` lines for the startup log."""
-        return [f"{f.name} = {_show(getattr(self, f.name))}" for f in dataclasses.fields(self)]
+        return [f"{f.name} = {getattr(self, f.name)}" for f in dataclasses.fields(self)]
 
     def for_planner(self) -> PlannerSettings:
         """The subset the pure planner decides with."""
@@ -153,36 +181,23 @@ class Settings:
             runtime_required_taint=self.runtime_required_taint,
             reapply_on_reboot=self.reapply_on_reboot,
             image_pull_secret=self.image_pull_secret,
+            retry_backoff_base_s=self.retry_backoff_base,
+            retry_backoff_max_s=self.retry_backoff_max,
+            operator_version=self.operator_version,
         )
 
 
-def _show(value: Any) -> str:
-    return format_taint(value) if isinstance(value, Taint) else str(value)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from `90`, `90s`, `10m` or `1h30m`; raises ValueError otherwise."""
-    text = text.strip()
+def parse_seconds(text: str) -> float:
+    """Seconds from a plain number (`90`, `2.5`) or a Go duration (`90s`, `10m`, `1h30m`);
+    raises ValueError otherwise."""
     try:
         return float(text)
     except ValueError:
         pass
-    match = _DURATION.match(text)
-    if not text or match is None:
-        raise ValueError(f"{text!r} is not a duration such as 90s, 10m or 1h30m")
-    return int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + float(match["s"] or 0.0)
-
-
-def parse_taint(text: str) -> Taint:
-    """`key[=value]:Effect`; raises ValueError naming what is wrong."""
-    if text.strip().endswith("-"):
-        raise ValueError(f"{text!r} ends with '-', which removes a taint rather than naming one")
-    return Taint.parse(text.strip())
-
-
-def format_taint(taint: Taint) -> str:
-    head = f"{taint.key}={taint.value}" if taint.value else taint.key
-    return f"{head}:{taint.effect}"
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise ValueError(f"{text.strip()!r} is not a duration such as 90s, 10m or 1h30m")
+    return seconds
 
 
 def _parse_bool(text: str) -> bool:
@@ -206,20 +221,32 @@ def _check(name: str, value: Any) -> str | None:
         return f"{value} s is shorter than the minimum of 60 s"
     if name == "log_level" and value.lower() not in {"debug", "info", "warning", "error"}:
         return f"{value!r} must be debug, info, warning or error"
-    if name in {"pass_debounce", "retry_interval", "drain_timeout"} and value < 0:
+    if name in {"pass_debounce", "retry_interval", "drain_timeout", "retry_backoff_base"} and (
+        value < 0
+    ):
         return f"{value} must not be negative"
+    if name == "retry_backoff_max" and value < 1:
+        return f"{value} s is shorter than the minimum of 1 s"
+    if name == "operator_version" and not value:
+        return "must not be empty"
     if name == "write_concurrency" and value < 1:
         return f"{value} must be at least 1"
     return None
 
 
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
-    if f.type in {"Taint"}:
-        return parse_taint(raw)
+    if f.type == "Taint":
+        return Taint.parse(raw)
     if f.type == "bool":
         return _parse_bool(raw)
     if f.type == "float":
-        return parse_duration(raw)
+        return parse_seconds(raw)
     if f.type == "int":
         return int(raw)
     return raw
@@ -241,7 +268,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         if f.name in overrides:
             value, source = overrides[f.name], f"{f.name} (argument)"
         elif source is None:
-            value = f.default
+            value = _default(f)
         else:
             try:
                 value = _parse(f, environ[source])
@@ -255,15 +282,3 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     if problems:
         raise SettingsError(problems)
     return Settings(**values)
-
-
-def environment_lines() -> list[str]:
-    """Markdown table rows documenting every setting (used to keep the README honest)."""
-    rows = []
-    for f in dataclasses.fields(Settings):
-        names = f"`SKYHOOK_{f.name.upper()}`"
-        if f.metadata["upstream_env"]:
-            names += f" / `{f.metadata['upstream_env']}`"
-        default = _show(getattr(Settings(), f.name))
-        rows.append(f"| {names} | `{default}` | {f.metadata['doc']} |")
-    return rows

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from skyhook_operator.planner.model import (
+from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
     NodeView,

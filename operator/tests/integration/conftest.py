@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skyhook_operator.harness import OperatorProcess, ensure_namespace, install_crd
+from skyhook_dev.harness import OperatorProcess, ensure_namespace, install_crd
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_sandbox.sandbox import Sandbox
 

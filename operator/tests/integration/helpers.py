@@ -12,7 +12,7 @@ from typing import Any
 
 import urllib3
 
-from skyhook_operator.harness import (
+from skyhook_dev.harness import (
     OperatorProcess,
     WaitTimeout,
     apply_skyhook,

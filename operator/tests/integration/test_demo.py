@@ -8,7 +8,7 @@ import sys
 
 def test_demo_rolls_out_the_demo_scr_and_shows_progress_and_results() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "skyhook_operator", "demo"],
+        [sys.executable, "-m", "skyhook_dev", "demo"],
         capture_output=True,
         text=True,
         timeout=300,

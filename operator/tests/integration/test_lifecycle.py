@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from skyhook_operator.harness import wait_until
+from skyhook_dev.harness import wait_until
 from skyhook_schemas import keys
 
 from .helpers import SHELLSCRIPT, Cluster, agentless, entry, pod_stage
 
-DEMO_SCR = Path(__file__).parents[2] / "src" / "skyhook_operator" / "demo-scr.yaml"
+DEMO_SCR = Path(__file__).parents[3] / "dev" / "src" / "skyhook_dev" / "demo-scr.yaml"
 HELLO = "/skyhook-hello-world"
 
 

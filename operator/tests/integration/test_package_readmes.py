@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from skyhook_operator.harness import apply_skyhook, node_state, wait_until
+from skyhook_dev.harness import apply_skyhook, node_state, wait_until
 from skyhook_operator.kube.client import ApiError
 from skyhook_schemas import keys
 

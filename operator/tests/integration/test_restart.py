@@ -4,7 +4,7 @@ root, so a stage run twice (or skipped) shows in the file."""
 
 from __future__ import annotations
 
-from skyhook_operator.harness import wait_until
+from skyhook_dev.harness import wait_until
 from skyhook_schemas import keys
 
 from .helpers import SHELLSCRIPT, Cluster, marker_scripts

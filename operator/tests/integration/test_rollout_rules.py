@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skyhook_operator.harness import node_state, wait_until
+from skyhook_dev.harness import node_state, wait_until
 from skyhook_schemas import keys
 
 from .helpers import SHELLSCRIPT, Cluster, agentless, pod_stage

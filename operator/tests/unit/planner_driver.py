@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from skyhook_operator import nodestate
-from skyhook_operator.planner.model import Plan, PlannerSettings
-from skyhook_operator.planner.plan import plan
-from skyhook_operator.planner.simulate import SimCluster, make_node
+from skyhook_dev.simulate import SimCluster, make_node
+from skyhook_operator.core import nodestate
+from skyhook_operator.core.actions import Plan
+from skyhook_operator.core.plan import plan
+from skyhook_operator.core.settings import PlannerSettings
 from skyhook_schemas import keys
 
 SETTINGS = PlannerSettings(retry_backoff_base_s=1.0, retry_backoff_max_s=4.0)

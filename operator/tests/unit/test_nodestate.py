@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_operator import nodestate
-from skyhook_operator.nodestate import NodeChanges, NodeState, NodeStateError, PackageEntry
-from skyhook_operator.planner.model import NodeView
+from skyhook_operator.core import nodestate
+from skyhook_operator.core.nodestate import NodeState, NodeStateError, PackageEntry
+from skyhook_operator.core.views import NodeView
 from skyhook_schemas import keys
 
 UPSTREAM_EXAMPLE = (
@@ -110,11 +110,9 @@ def test_diff_writes_only_what_changed_and_mirrors_status_to_the_label() -> None
         },
     )
     before = nodestate.read(node, "scr")
-    changes = NodeChanges()
-    nodestate.diff_into(changes, node, "scr", before, before)
-    assert not changes
+    assert not nodestate.diff(node, "scr", before, before)
     after = NodeState(entries=before.entries, status="complete", cordoned=True)
-    nodestate.diff_into(changes, node, "scr", before, after)
+    changes = nodestate.diff(node, "scr", before, after)
     assert changes.annotations == {
         keys.node_status_key("scr"): "complete",
         keys.cordon_key("scr"): "true",

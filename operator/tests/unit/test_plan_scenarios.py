@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from planner_driver import SETTINGS, Driver, package, pod_stage
 
-from skyhook_operator.planner.model import CreatePod, EvictPod, PatchNode
+from skyhook_operator.core.actions import CreatePod, EvictPod, PatchNode
 from skyhook_schemas import keys
 
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
@@ -545,3 +545,36 @@ def test_removed_package_configmap_is_deleted() -> None:
     del d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]
     d.run()
     assert ("skyhook", "scr-alpha-1.0.0") not in d.sim.configmaps
+
+
+def test_version_annotations_name_the_running_operator() -> None:
+    settings = replace(SETTINGS, operator_version="v1.4.2")
+    d = Driver(2, LABELS, settings=settings)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package()}})
+    d.run()
+    assert d.sim.skyhooks["scr"]["metadata"]["annotations"][keys.SKYHOOK_VERSION_ANNOTATION] == (
+        "v1.4.2"
+    )
+    for node in d.sim.nodes.values():
+        assert node["metadata"]["annotations"][keys.version_key("scr")] == "v1.4.2"
+
+
+def test_an_operator_upgrade_rewrites_the_skyhook_version_only() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": package()}})
+    d.settings = replace(SETTINGS, operator_version="v2.0.0")
+    d.run()
+    annotations = d.sim.skyhooks["scr"]["metadata"]["annotations"]
+    assert annotations[keys.SKYHOOK_VERSION_ANNOTATION] == "v2.0.0"
+    node = d.sim.nodes["node-0000"]["metadata"]["annotations"]
+    assert node[keys.version_key("scr")] == SETTINGS.operator_version  # the one it was rolled by
+
+
+def test_retry_backoff_follows_the_settings() -> None:
+    slow = replace(SETTINGS, retry_backoff_base_s=30.0, retry_backoff_max_s=30.0)
+    d = Driver(1, LABELS, settings=slow)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package()}})
+    d.step()
+    (pod,) = d.pending_pods()
+    d.sim.finish_pod(pod, 1, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"), failed_phase=True)
+    waiting = d.step()
+    assert waiting.requeue_after == pytest.approx(30.0)

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_driver import Driver, package, pod_stage
 
-from skyhook_operator.planner import budget, stages
-from skyhook_operator.planner.model import CreatePod
-from skyhook_operator.spec import Budget
+from skyhook_operator.core import budget, stages
+from skyhook_operator.core.actions import CreatePod
+from skyhook_operator.core.spec import Budget
 from skyhook_schemas import keys
 
 NAMES = ["alpha", "bravo", "charlie", "delta"]

@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from skyhook_operator.nodestate import PackageEntry
-from skyhook_operator.planner import budget, gates, interrupts, learning, stages
-from skyhook_operator.planner.model import ContainerStatusView, ContainerView, NodeView, PodView
-from skyhook_operator.spec import Budget, Interrupt, LabelSelector, Package
+from skyhook_operator.core import budget, gates, interrupts, learning, stages
+from skyhook_operator.core.nodestate import PackageEntry
+from skyhook_operator.core.spec import Budget, Interrupt, Package
+from skyhook_operator.core.views import ContainerStatusView, ContainerView, NodeView, PodView
+from skyhook_operator.core.vocabulary import LabelSelector
 
 Pkg = Package
 

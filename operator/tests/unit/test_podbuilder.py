@@ -1,15 +1,17 @@
-"""Stage and interrupt pods look exactly like upstream's (operator.md §6)."""
+"""Stage and interrupt pods look exactly like upstream's."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
-from skyhook_operator import podbuilder
-from skyhook_operator.planner.model import NodeView, PlannerSettings, PodView, SkyhookView
-from skyhook_operator.spec import Interrupt, decode_spec
+from skyhook_operator.core import podbuilder
+from skyhook_operator.core.settings import PlannerSettings
+from skyhook_operator.core.spec import Interrupt, decode_spec
+from skyhook_operator.core.views import NodeView, PodView, SkyhookView
 from skyhook_schemas import keys
 
 SETTINGS = PlannerSettings()
@@ -208,3 +210,31 @@ def test_metadata_configmap() -> None:
             }
         },
     }
+
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    ("version", "label"),
+    [
+        pytest.param("1.2.3", "dexter-1.2.3", id="plain-as-upstream"),
+        pytest.param("1.2.3+b1", "dexter-1.2.3_b1", id="build-metadata"),
+        pytest.param("1.2.3-rc.1+build.5", "dexter-1.2.3-rc.1_build.5", id="prerelease-and-build"),
+        pytest.param("1.0.0-" + "x" * 60, None, id="too-long-for-a-label"),
+    ],
+)
+def test_package_label_is_always_a_valid_label_value(version: str, label: str | None) -> None:
+    view = scr(version=version)
+    pod = podbuilder.build_stage_pod(
+        SETTINGS, view, view.spec.packages["dexter"], "node-1", "apply"
+    )  # type: ignore[union-attr]
+    value = pod["metadata"]["labels"][keys.PACKAGE_LABEL]
+    assert LABEL_VALUE.match(value) and len(value) <= 63
+    if label is not None:
+        assert value == label
+    configmap = podbuilder.build_package_configmap(
+        SETTINGS, scr(version=version, configMap={"a": "b"}), view.spec.packages["dexter"]
+    )  # type: ignore[union-attr]
+    assert OBJECT_NAME.match(configmap["metadata"]["name"])

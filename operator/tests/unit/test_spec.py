@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from skyhook_operator.spec import SpecError, decode_spec, find_cycle, parse_duration, parse_quantity
+from skyhook_operator.core.spec import SpecError, decode_spec, find_cycle, parse_quantity
+from skyhook_operator.core.vocabulary import parse_duration
 
 DEMO = Path("/work/shared/examples/demo-scr.yaml")
 

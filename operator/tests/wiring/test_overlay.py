@@ -1,6 +1,6 @@
 """Read-your-writes: the snapshot prefers our newer writes until the watch catches up."""
 
-from skyhook_operator.planner.model import NodeView, PodView
+from skyhook_operator.core.views import NodeView, PodView
 from skyhook_operator.snapshot import Overlay, versioned
 
 

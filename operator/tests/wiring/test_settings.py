@@ -1,9 +1,11 @@
 """Settings from the environment: our names win, upstream's names work, every error is named."""
 
+from importlib import metadata
+
 import pytest
 
-from skyhook_operator.planner.model import Taint
-from skyhook_operator.settings import SettingsError, load_settings, parse_duration
+from skyhook_operator.core.vocabulary import Taint
+from skyhook_operator.settings import SettingsError, load_settings, parse_seconds
 
 
 def test_defaults_match_upstream() -> None:
@@ -33,7 +35,7 @@ def test_upstream_names_are_read_and_ours_win() -> None:
     ],
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+    assert parse_seconds(text) == seconds
 
 
 def test_every_problem_is_reported_with_its_variable() -> None:
@@ -87,3 +89,58 @@ def test_agent_image_without_a_tag_is_refused(image: str) -> None:
         load_settings({"AGENT_IMAGE": image})
     assert "AGENT_IMAGE" in str(caught.value)
     assert "must name a tag" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("1.5m", 90, id="fractional-minutes"),
+        pytest.param("300ms", 0.3, id="milliseconds"),
+        pytest.param("2h45m30s", 9930, id="go-composite"),
+    ],
+)
+def test_settings_take_every_go_duration(text: str, seconds: float) -> None:
+    """Settings and SCR fields read durations with one grammar, Go's."""
+    assert parse_seconds(text) == pytest.approx(seconds)
+    assert load_settings({"SKYHOOK_RETRY_INTERVAL": text}).retry_interval == pytest.approx(seconds)
+
+
+def test_retry_backoff_and_operator_version_reach_the_planner() -> None:
+    settings = load_settings(
+        {
+            "SKYHOOK_RETRY_BACKOFF_BASE": "3s",
+            "SKYHOOK_RETRY_BACKOFF_MAX": "1m",
+            "SKYHOOK_OPERATOR_VERSION": "v9.9.9",
+        }
+    )
+    planner = settings.for_planner()
+    assert (planner.retry_backoff_base_s, planner.retry_backoff_max_s) == (3, 60)
+    assert planner.operator_version == "v9.9.9"
+
+
+def test_operator_version_defaults_to_the_installed_one() -> None:
+    installed = metadata.version("skyhook-operator")
+    assert load_settings({}).for_planner().operator_version == f"v{installed}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("skyhook.nvidia.com=runtime-required:NoSchedule", id="key-value"),
+        pytest.param("dedicated:NoExecute", id="key-only"),
+    ],
+)
+def test_taint_text_round_trips(text: str) -> None:
+    taint = Taint.parse(text)
+    assert str(taint) == text
+    assert (
+        load_settings({"RUNTIME_REQUIRED_TAINT": text})
+        .describe()
+        .count(f"runtime_required_taint = {text}")
+        == 1
+    )
+
+
+def test_a_taint_removal_is_not_a_taint() -> None:
+    with pytest.raises(ValueError, match="removes a taint"):
+        Taint.parse("key=value:NoSchedule-")

@@ -7,6 +7,7 @@ the same keys. ``<scr>`` below is a Skyhook object's name, verbatim.
 from __future__ import annotations
 
 import hashlib
+import re
 
 GROUP = "skyhook.nvidia.com"
 VERSION = "v1alpha1"
@@ -107,7 +108,9 @@ def safe_name(limit: int, *parts: str) -> str:
 
 
 def package_configmap_name(scr: str, package: str, version: str) -> str:
-    return f"{scr}-{package}-{version}".lower()
+    """``<scr>-<package>-<version>``, lowercased. Build metadata's ``+`` is not allowed in an
+    object name and becomes ``-`` (upstream's create fails on it)."""
+    return re.sub(r"[^a-z0-9.-]", "-", f"{scr}-{package}-{version}".lower())
 
 
 def node_metadata_configmap_name(scr: str, node: str) -> str:

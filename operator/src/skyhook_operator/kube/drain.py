@@ -46,10 +46,6 @@ class Evictor:
         threading.Thread(target=self._run, args=key, name=f"evict-{name}", daemon=True).start()
         return True
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._running)
-
     def _run(self, namespace: str, name: str) -> None:
         deadline = time.monotonic() + self._timeout
         try:

@@ -33,6 +33,23 @@ from typing import Any
 
 import urllib3
 
+from skyhook_operator.core.actions import (
+    Action,
+    AddFinalizer,
+    AnnotateSkyhook,
+    CreatePod,
+    DeleteConfigMap,
+    DeletePod,
+    EmitEvent,
+    EvictPod,
+    PatchNode,
+    PatchSkyhookStatus,
+    Plan,
+    RemoveFinalizer,
+    SetNodeConditions,
+    UpsertConfigMap,
+)
+from skyhook_operator.core.vocabulary import Taint
 from skyhook_operator.kube import events
 from skyhook_operator.kube.client import (
     APPLY_PATCH,
@@ -45,22 +62,6 @@ from skyhook_operator.kube.client import (
     Kube,
 )
 from skyhook_operator.kube.drain import Evictor
-from skyhook_operator.planner.model import (
-    Action,
-    AddFinalizer,
-    CreatePod,
-    DeleteConfigMap,
-    DeletePod,
-    EmitEvent,
-    EvictPod,
-    PatchNode,
-    PatchSkyhookStatus,
-    Plan,
-    RemoveFinalizer,
-    SetNodeConditions,
-    Taint,
-    UpsertConfigMap,
-)
 from skyhook_operator.snapshot import ClusterStore
 from skyhook_schemas import keys
 
@@ -112,19 +113,15 @@ class Writer:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._events.shutdown(wait=True)
 
-    def apply(
-        self,
-        plan: Plan,
-        pod_nodes: Mapping[tuple[str, str], str],
-        starting: Collection[str] = (),
-    ) -> ApplyResult:
+    def apply(self, plan: Plan, pod_nodes: Mapping[tuple[str, str], str]) -> ApplyResult:
         """Apply every action of `plan`.
 
-        `pod_nodes` maps (namespace, pod) to its node; `starting` names the nodes this plan
-        moves into progress. Their lanes run only after every other lane of the same segment
-        has finished, so a node the plan releases is written before one it starts, and no
-        watcher ever sees more nodes in progress than the budget.
+        `pod_nodes` maps (namespace, pod) to its node. The lanes of the nodes the plan starts
+        (`plan.starting`) run only after every other lane of the same segment has finished, so
+        a node the plan releases is written before one it starts, and no watcher ever sees
+        more nodes in progress than the budget.
         """
+        starting = plan.starting
         run = _Run()
         lanes: dict[str, list[Action]] = {}
         for action in plan.actions:
@@ -201,6 +198,7 @@ class Writer:
             PatchSkyhookStatus: self.patch_skyhook_status,
             AddFinalizer: self.add_finalizer,
             RemoveFinalizer: self.remove_finalizer,
+            AnnotateSkyhook: self.annotate_skyhook,
             EmitEvent: self.emit_event,
         }
         handlers[type(action)](action)
@@ -325,6 +323,15 @@ class Writer:
                 return  # deleted meanwhile: nothing left to report on
             raise
         self._store.skyhooks.wrote(answer)
+
+    def annotate_skyhook(self, action: AnnotateSkyhook) -> None:
+        path = self._kube.skyhook_path(action.name)
+        body = {"metadata": {"annotations": dict(action.annotations)}}
+        try:
+            self._store.skyhooks.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+        except ApiError as error:
+            if error.status != 404:
+                raise
 
     def add_finalizer(self, action: AddFinalizer) -> None:
         self._edit_finalizers(

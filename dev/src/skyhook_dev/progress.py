@@ -17,7 +17,7 @@ import urllib3
 from rich.table import Table
 from rich.text import Text
 
-from skyhook_operator.harness import node_state, node_status, watch
+from skyhook_dev.harness import node_state, node_status, watch
 from skyhook_operator.kube.client import ApiError, Json, Kube
 from skyhook_schemas import keys
 

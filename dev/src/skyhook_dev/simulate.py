@@ -1,4 +1,4 @@
-"""An in-memory cluster that applies plans: for previews, tests and benchmarks.
+"""An in-memory cluster that applies plans: for planner tests and benchmarks.
 
 `SimCluster` holds API-shaped dicts for nodes, pods, ConfigMaps and Skyhooks, applies every
 `Action` the way the writer does against a real API server (idempotently), and can play kubelet:
@@ -13,24 +13,27 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from skyhook_operator.planner.model import (
+from skyhook_operator.core.actions import (
     Action,
     AddFinalizer,
-    ClusterSnapshot,
-    ConfigMapView,
+    AnnotateSkyhook,
     CreatePod,
     DeleteConfigMap,
     DeletePod,
     EmitEvent,
     EvictPod,
-    NodeView,
     PatchNode,
     PatchSkyhookStatus,
-    PodView,
     RemoveFinalizer,
     SetNodeConditions,
-    SkyhookView,
     UpsertConfigMap,
+)
+from skyhook_operator.core.views import (
+    ClusterSnapshot,
+    ConfigMapView,
+    NodeView,
+    PodView,
+    SkyhookView,
 )
 
 
@@ -168,6 +171,10 @@ class SimCluster:
                 ]
                 if scr["metadata"].get("deletionTimestamp") and not scr["metadata"]["finalizers"]:
                     del self.skyhooks[action.name]
+        elif isinstance(action, AnnotateSkyhook):
+            scr = self.skyhooks.get(action.name)
+            if scr is not None:
+                apply_merge_patch(scr["metadata"].setdefault("annotations", {}), action.annotations)
         elif isinstance(action, EmitEvent):
             self.events.append(action)
 

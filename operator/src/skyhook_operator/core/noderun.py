@@ -6,10 +6,16 @@ for an interrupt shares one interrupt pod, which goes before anything new starts
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from skyhook_operator import podbuilder, status
-from skyhook_operator.nodestate import (
+from skyhook_operator.core import gates, interrupts, ordering, podbuilder, stages, status
+from skyhook_operator.core.actions import CreatePod, EvictPod
+from skyhook_operator.core.context import SkyhookContext
+from skyhook_operator.core.decision import Decision
+from skyhook_operator.core.nodestate import PackageEntry
+from skyhook_operator.core.spec import Package
+from skyhook_operator.core.views import NodeView
+from skyhook_operator.core.vocabulary import (
     APPLY,
     CONFIG,
     ERRORING,
@@ -18,69 +24,61 @@ from skyhook_operator.nodestate import (
     SKIPPED,
     UNINSTALL,
     UPGRADE,
-    PackageEntry,
 )
-from skyhook_operator.planner import gates, interrupts, ordering, stages
-from skyhook_operator.planner.model import (
-    CreatePod,
-    EvictPod,
-    NodeView,
-)
-from skyhook_operator.spec import Package
 from skyhook_schemas import keys
-
-if TYPE_CHECKING:
-    from skyhook_operator.planner.skyhook import SkyhookPass
-
 
 GATE_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
 
 
-class NodeRun:
-    """Advance one admitted node for one Skyhook: start the stages that may start now."""
+def advance(ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> Decision:
+    """Start the stages that may start on `node` now; returns what that decides."""
+    return _NodeRun(ctx, node, work).run()
 
-    def __init__(self, sky: SkyhookPass, node: NodeView, work: stages.NodeWork) -> None:
-        self.sky = sky
-        self.p = sky.p
+
+class _NodeRun:
+    """One node's advance. Its fields are its own working copy; `run` returns them as a
+    Decision."""
+
+    def __init__(self, ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> None:
+        self.ctx = ctx
         self.node = node
         self.work = work
-        self.entries = sky.entries(node)
-        self.pods = [p for p in self.p.pods_on_node.get(node.name, ()) if self.p.live(p)]
-        self.ours = [
-            p
-            for p in self.p.pods_on_node.get(node.name, ())
-            if p.labels.get(keys.NAME_LABEL) == sky.name and self.p.present(p)
-        ]
+        self.decision = Decision()
+        self.state = ctx.state(node)
+        self.entries = dict(self.state.packages)
+        on_node = ctx.index.pods_on_node.get(node.name, ())
+        self.pods = [p for p in on_node if ctx.live(p)]
+        self.ours = ctx.ours_on(node.name)
         self.busy = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
         self.created = 0
 
-    def run(self) -> None:
-        sky = self.sky
+    def run(self) -> Decision:
         if self.work.uninstalls:
             for entry in self.work.uninstalls:
                 stand_in = podbuilder.uninstall_stand_in(entry.name, entry.version, entry.image)
                 self._start(stand_in, UNINSTALL)
         else:
             self._spec_work()
-        sky.set_entries(self.node, self.entries)
+        self.decision.states[self.node.name] = replace(self.state, entries=self.entries, error="")
+        return self.decision
 
     def _spec_work(self) -> None:
-        sky = self.sky
-        packages = sky.spec.packages
-        due = {n: s for n, s in self.work.due.items() if n not in sky.stale_config}
+        ctx = self.ctx
+        packages = ctx.spec.packages
+        updates = ctx.config_updates
+        due = {n: s for n, s in self.work.due.items() if n not in ctx.stale_config}
         ready = ordering.runnable(
             packages,
             due,
-            lambda dep: stages.is_complete(packages[dep], self.entries, sky.config_updates),
+            lambda dep: stages.is_complete(packages[dep], self.entries, updates),
         )
-        updates = sky.config_updates
         interrupting = [
             n
             for n in ready
             if due[n] in {APPLY, UPGRADE, CONFIG, INTERRUPT}
             and interrupts.has_interrupt(packages[n], updates.get(n, ()))
         ]
-        gate = gates.check(self.node, self.pods, sky.spec.pod_non_interrupt_labels)
+        gate = gates.check(self.node, self.pods, ctx.spec.pod_non_interrupt_labels)
         if interrupting:
             self._cordon_and_drain(gate, packages[interrupting[0]])
         at_interrupt = [packages[n] for n in ready if due[n] == INTERRUPT]
@@ -90,34 +88,31 @@ class NodeRun:
             self._interrupt(at_interrupt, gate)
             return
         for name in ready:
-            package, stage = packages[name], due[name]
             if name in interrupting and not gate.open:
                 continue
-            self._start(package, stage)
+            self._start(packages[name], due[name])
 
     def _cordon_and_drain(self, gate: gates.GateResult, package: Package) -> None:
-        sky = self.sky
-        state = sky.node_state(self.node)
-        if not self.node.unschedulable and not state.cordoned:
-            self.p.out[self.node.name].unschedulable = True
-            sky.state[self.node.name] = replace(state, cordoned=True)
+        out = self.decision.node(self.node.name)
+        if not self.node.unschedulable and not self.state.cordoned:
+            out.unschedulable = True
+            self.state = replace(self.state, cordoned=True)
         if gate.to_evict:
-            self.p.event(
+            self.decision.event(
                 "Node",
                 self.node.name,
                 "Interrupt",
-                f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{sky.name}]",
+                f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{self.ctx.name}]",
             )
-            for pod in gate.to_evict:
-                self.p.out[self.node.name].actions.append(EvictPod(pod.namespace, pod.name))
+            out.actions += [EvictPod(pod.namespace, pod.name) for pod in gate.to_evict]
         if not gate.open:
-            self.p.wake_in(GATE_POLL_S)
+            self.decision.wake_in(GATE_POLL_S)
 
     def _start(self, package: Package, stage: str) -> None:
-        sky = self.sky
+        ctx = self.ctx
         if podbuilder.package_label(package.name, package.version) in self.busy:
             return  # its pod is still running; its result arrives through learning
-        if sky.spec.serial and (self.ours or self.created):
+        if ctx.spec.serial and (self.ours or self.created):
             return
         entry = self.entries.get(package.key)
         restarts = (
@@ -125,7 +120,7 @@ class NodeRun:
             if entry is not None and entry.stage == stage and entry.state == ERRORING
             else 0
         )
-        manifest = podbuilder.build_stage_pod(sky.settings, sky.scr, package, self.node.name, stage)
+        manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, package, self.node.name, stage)
         if not self._create(manifest):
             return
         self.entries[package.key] = PackageEntry(
@@ -138,51 +133,50 @@ class NodeRun:
             restarts,
         )
         label = f"[{package.name}:{package.version}]"
-        self.p.event(
+        self.decision.event(
             "Node",
             self.node.name,
             "Apply",
-            f"Applying package {label} from [skyhook:{sky.name}] stage [{stage}]",
+            f"Applying package {label} from [skyhook:{ctx.name}] stage [{stage}]",
         )
-        sky.conditions.append(
+        self.decision.conditions.append(
             status.condition(
                 keys.CONDITION_APPLY_PACKAGE,
                 True,
                 "ApplyPackage",
                 f"Applying package [{package.name}:{package.version}] to node [{self.node.name}]",
-                self.p.now,
-                generation=sky.scr.generation,
+                ctx.now,
+                generation=ctx.scr.generation,
             )
         )
 
     def _create(self, manifest: dict[str, Any]) -> bool:
         meta = manifest["metadata"]
-        if self.p.name_taken(meta["namespace"], meta["name"]):
-            self.p.wake_in(1.0)
+        if self.ctx.name_taken(meta["namespace"], meta["name"]):
+            self.decision.wake_in(1.0)
             return False
-        out = self.p.out[self.node.name]
-        if self.sky.scr not in out.metadata_for:
-            out.metadata_for.append(self.sky.scr)
+        out = self.decision.node(self.node.name)
+        if self.ctx.scr not in out.metadata_for:
+            out.metadata_for.append(self.ctx.scr)
         out.actions.append(CreatePod(manifest))
-        self.busy.add(manifest["metadata"]["labels"][keys.PACKAGE_LABEL])
+        self.busy.add(meta["labels"][keys.PACKAGE_LABEL])
         self.created += 1
-        self.p.started.add(self.node.name)
         return True
 
     def _interrupt(self, due: list[Package], gate: gates.GateResult) -> None:
         """One interrupt pod for every package due for an interrupt, once nothing else of ours
         runs on the node and the node is drained."""
-        sky = self.sky
-        on_node = self.p.pods_on_node.get(self.node.name, ())
-        if any(keys.NAME_LABEL in p.labels and self.p.present(p) for p in on_node):
+        ctx = self.ctx
+        on_node = ctx.index.pods_on_node.get(self.node.name, ())
+        if any(keys.NAME_LABEL in p.labels and ctx.present(p) for p in on_node):
             return
         if self.created or not gate.open:
             return
-        merged = interrupts.merge(due, sky.config_updates)
+        merged = interrupts.merge(due, ctx.config_updates)
         if merged is None:
             return
         manifest = podbuilder.build_interrupt_pod(
-            sky.settings, sky.scr, merged.chosen, self.node.name, merged.interrupt
+            ctx.settings, ctx.scr, merged.chosen, self.node.name, merged.interrupt
         )
         if not self._create(manifest):
             return
@@ -193,9 +187,9 @@ class NodeRun:
             )
             self.entries[package.key] = replace(base, stage=INTERRUPT, state=state, restarts=0)
         chosen = merged.chosen
-        self.p.event(
+        self.decision.event(
             "Skyhook",
-            sky.name,
+            ctx.name,
             "Interrupt",
-            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [skyhook:{sky.name}]",
+            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [skyhook:{ctx.name}]",
         )

@@ -1,4 +1,4 @@
-"""One interrupt per node: merge what the due packages ask for (operator.md §5.3).
+"""One interrupt per node: merge what the due packages ask for.
 
 reboot > restartAllServices > service > noop; service interrupts merge by unioning their
 services (sorted). The package that contributes the winning interrupt first, in name order,
@@ -11,7 +11,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from skyhook_operator.spec import Interrupt, Package
+from skyhook_operator.core.spec import Interrupt, Package
 
 PRIORITY = {"noop": 0, "service": 1, "restartAllServices": 2, "reboot": 3}
 

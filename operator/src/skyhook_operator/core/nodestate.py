@@ -1,8 +1,8 @@
 """Codecs for what Skyhook keeps on a Node: the nodeState annotation (per-package progress), the
-status annotation/label, the cordon marker and the two node conditions (crd-and-keys.md §5).
+status annotation/label, the cordon marker and the two node conditions.
 
-`read(node, scr)` decodes one Skyhook's view of a node into a `NodeState`; `node_patch(node, scr,
-before, after)` encodes the difference back as the fields of a `PatchNode`. The nodeState JSON is
+`read(node, scr)` decodes one Skyhook's view of a node into a `NodeState`; `diff(node, scr, before,
+after)` encodes the difference back as the fields of a `PatchNode`. The nodeState JSON is
 byte-compatible with upstream's Go `json.Marshal` output: compact, map keys sorted, struct fields
 in declaration order, omitempty fields left out, and `<`, `>`, `&` escaped.
 """
@@ -17,24 +17,9 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from skyhook_operator.planner.model import NodeCondition, NodeView
+from skyhook_operator.core.views import NodeView
+from skyhook_operator.core.vocabulary import APPLY, STAGES, NodeCondition
 from skyhook_schemas import keys
-
-# Stages in the order a fresh install runs them (uninstall only before a downgrade's apply).
-UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT = (
-    "uninstall", "upgrade", "apply", "config", "interrupt", "post-interrupt",
-)  # fmt: skip
-STAGES = (UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT)
-
-# Package entry states.
-COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN = (
-    "complete", "in_progress", "skipped", "erroring", "unknown",
-)  # fmt: skip
-
-# Node (and Skyhook) statuses.
-STATUS_VALUES = (
-    "unknown", "complete", "blocked", "waiting", "disabled", "paused", "in_progress", "erroring",
-)  # fmt: skip
 
 
 class NodeStateError(ValueError):
@@ -199,13 +184,17 @@ class NodeChanges:
     def __bool__(self) -> bool:
         return bool(self.annotations or self.labels)
 
+    def merge(self, other: NodeChanges) -> None:
+        """Take `other`'s changes too (a later Skyhook's win on the same key)."""
+        self.annotations.update(other.annotations)
+        self.labels.update(other.labels)
 
-def diff_into(
-    changes: NodeChanges, node: NodeView, scr: str, before: NodeState, after: NodeState
-) -> None:
-    """Record in `changes` what must change on `node` so that `read(node, scr)` gives `after`.
-    `before` is `read(node, scr)`; entries are re-encoded only when they really changed, so a
-    foreign but equivalent encoding is left alone."""
+
+def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeChanges:
+    """What must change on `node` so that `read(node, scr)` gives `after`. `before` is
+    `read(node, scr)`; entries are re-encoded only when they really changed, so a foreign but
+    equivalent encoding is left alone."""
+    changes = NodeChanges()
 
     def put(
         store: dict[str, str | None], current: Mapping[str, str], key: str, value: str | None
@@ -224,10 +213,12 @@ def diff_into(
     put(changes.labels, node.labels, status_key, after.status)
     put(changes.annotations, annotations, keys.cordon_key(scr), "true" if after.cordoned else None)
     put(changes.annotations, annotations, keys.version_key(scr), after.version)
+    return changes
 
 
-def removal_into(changes: NodeChanges, node: NodeView, scr: str) -> None:
-    """Record the removal of every key this Skyhook keeps on `node` (used on SCR deletion)."""
+def removal(node: NodeView, scr: str) -> NodeChanges:
+    """The removal of every key this Skyhook keeps on `node` (when the Skyhook is deleted)."""
+    changes = NodeChanges()
     for key in (
         keys.node_state_key(scr),
         keys.node_status_key(scr),
@@ -238,6 +229,7 @@ def removal_into(changes: NodeChanges, node: NodeView, scr: str) -> None:
             changes.annotations[key] = None
     if keys.node_status_key(scr) in node.labels:
         changes.labels[keys.node_status_key(scr)] = None
+    return changes
 
 
 # --- node conditions ----------------------------------------------------------------------------

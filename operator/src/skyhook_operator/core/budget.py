@@ -1,6 +1,6 @@
 """Interruption budget: how many of a Skyhook's nodes may be in progress at once.
 
-`ceiling` follows upstream's maths (policies-cli-metrics.md §1.3/§1.7) and its defaults: percent
+`ceiling` follows upstream's maths and defaults: percent
 -> max(1, floor(n * percent / 100)) computed in float64 as upstream does, count -> max(1, min(n,
 count)), neither -> 100 %. Unlike upstream, the budget is a sliding window, never a batch: a node
 that finishes frees its slot for the next node in the same pass, and nothing (a version change,
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from skyhook_operator.spec import Budget
+from skyhook_operator.core.spec import Budget
 
 T = TypeVar("T")
 
@@ -29,7 +29,8 @@ def ceiling(budget: Budget, matched: int) -> int:
 
 
 def reported_ceiling(budget: Budget, matched: int) -> int:
-    """The `ceiling` shown in status.compartmentStatuses (upstream's §1.3 formula)."""
+    """The `ceiling` shown in status.compartmentStatuses (upstream's formula: a count is shown
+    as given, even above the node count)."""
     if budget.count is not None:
         return budget.count
     percent = 100 if budget.percent is None else budget.percent

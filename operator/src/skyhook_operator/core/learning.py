@@ -1,4 +1,4 @@
-"""Learning a stage's result from its pod (operator.md §7), as pure functions.
+"""Learning a stage's result from its pod, as pure functions.
 
 `outcome(pod)` reads the init container statuses: the first failed container decides, otherwise
 the last one does. `record(...)` folds a finished pod into a node's entries.
@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from skyhook_operator.nodestate import (
+from skyhook_operator.core.nodestate import PackageEntry
+from skyhook_operator.core.podbuilder import PodPackage
+from skyhook_operator.core.spec import Package
+from skyhook_operator.core.views import PodView
+from skyhook_operator.core.vocabulary import (
     COMPLETE,
     ERRORING,
     INTERRUPT,
     UNINSTALL,
     UPGRADE,
-    PackageEntry,
 )
-from skyhook_operator.planner.model import PodView
-from skyhook_operator.podbuilder import PodPackage
-from skyhook_operator.spec import Package
 
 SUCCEEDED, FAILED, RUNNING, WAITING = "succeeded", "failed", "running", "waiting"
 CRASH_LOOP = "CrashLoopBackOff"

@@ -1,5 +1,5 @@
 """Statuses, computed purely: a node's status for one Skyhook, the Skyhook's overall status,
-its status block (operator.md §11, crd-and-keys.md §4) and the merge patch that gets it there.
+its status block and the merge patch that gets it there.
 """
 
 from __future__ import annotations
@@ -8,11 +8,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from skyhook_operator.core.vocabulary import (
+    BLOCKED,
+    COMPLETE,
+    DISABLED,
+    ERRORING,
+    IN_PROGRESS,
+    PAUSED,
+    UNKNOWN,
+    WAITING,
+)
 from skyhook_schemas import keys
 
-COMPLETE, IN_PROGRESS, ERRORING, WAITING, BLOCKED, PAUSED, DISABLED, UNKNOWN = (
-    "complete", "in_progress", "erroring", "waiting", "blocked", "paused", "disabled", "unknown",
-)  # fmt: skip
 CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
 

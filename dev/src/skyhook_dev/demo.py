@@ -1,4 +1,4 @@
-"""`skyhook-operator demo`: a package rolling out across a sandbox cluster, live.
+"""`skyhook-dev demo` (`tox -e demo`): a package rolling out across a sandbox cluster, live.
 
 Steps, each shown as it happens: build (first run only) and start the sandbox control plane;
 start simulated nodes labelled for the demo SCR; install the CRD; start the operator as a
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 
-from skyhook_operator.harness import (
+from skyhook_dev.harness import (
     OperatorProcess,
     apply_skyhook,
     ensure_namespace,
@@ -29,8 +29,8 @@ from skyhook_operator.harness import (
     load_manifest,
     node_state,
 )
+from skyhook_dev.progress import NodeRow, RolloutView, Watchers
 from skyhook_operator.kube.client import Kube, connect
-from skyhook_operator.progress import NodeRow, RolloutView, Watchers
 from skyhook_operator.settings import load_settings
 from skyhook_sandbox.progress import BuildProgress
 from skyhook_sandbox.sandbox import Sandbox

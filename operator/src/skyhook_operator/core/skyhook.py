@@ -1,47 +1,43 @@
-"""One Skyhook's share of a pass: select nodes, admit them under the budget, advance them, and
-write back node state and the Skyhook's status.
+"""One Skyhook's share of a pass: learn from its pods, select nodes, admit them under the
+budget, advance them, and return the node state and status it decided as one `Decision`.
+
+The steps (observe.py, configmaps.py, noderun.py) read a `SkyhookContext` and return their
+decisions; `SkyhookPass` merges each one before the next step runs, so every step sees what
+the earlier ones decided.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from skyhook_operator import nodestate, status
-from skyhook_operator.nodestate import (
+from skyhook_operator.core import budget, configmaps, noderun, nodestate, observe, ordering, stages
+from skyhook_operator.core import status as statuses
+from skyhook_operator.core.actions import AddFinalizer, AnnotateSkyhook, PatchSkyhookStatus
+from skyhook_operator.core.context import PassIndex, SkyhookContext
+from skyhook_operator.core.decision import Decision
+from skyhook_operator.core.nodestate import NodeState
+from skyhook_operator.core.spec import SkyhookSpec
+from skyhook_operator.core.views import NodeView, SkyhookView
+from skyhook_operator.core.vocabulary import (
+    BLOCKED,
     COMPLETE,
     ERRORING,
     IN_PROGRESS,
     SKIPPED,
     UNINSTALL,
-    NodeState,
-    PackageEntry,
-)
-from skyhook_operator.planner import (
-    budget,
-    configmaps,
-    observe,
-    ordering,
-    stages,
-)
-from skyhook_operator.planner.model import (
-    AddFinalizer,
-    NodeView,
-    PatchSkyhookStatus,
-    PodView,
-    SkyhookView,
+    UNKNOWN,
     Taint,
+    Toleration,
 )
-from skyhook_operator.planner.noderun import NodeRun
-from skyhook_operator.spec import SkyhookSpec, Toleration
 from skyhook_schemas import keys
 
-if TYPE_CHECKING:
-    from skyhook_operator.planner.plan import Pass
-
-
 UNSCHEDULABLE_TOLERATION = Toleration(keys.UNSCHEDULABLE_TAINT_KEY, "Exists", effect="NoSchedule")
+
+
+def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
+    """What the pass does for `scr`, given what the Skyhooks before it decided."""
+    return SkyhookPass(index, scr, earlier).run().released()
 
 
 def _tolerated(node: NodeView, spec: SkyhookSpec, runtime_taint: Taint) -> bool:
@@ -54,91 +50,95 @@ def _tolerated(node: NodeView, spec: SkyhookSpec, runtime_taint: Taint) -> bool:
 
 
 class SkyhookPass:
-    """One Skyhook's share of a pass."""
+    """One Skyhook's share of a pass. `decided` accumulates its steps' decisions."""
 
-    def __init__(self, run: Pass, scr: SkyhookView) -> None:
-        self.p = run
+    def __init__(self, index: PassIndex, scr: SkyhookView, earlier: Decision) -> None:
+        self.index = index
         self.scr = scr
         self.name = scr.name
-        self.settings = run.settings
-        self.before: dict[str, NodeState] = {}
-        self.state: dict[str, NodeState] = {}
-        self.config_updates: dict[str, list[str]] = {
-            k: list(v)
-            for k, v in (scr.status.get("configUpdates") or {}).items()
-            if isinstance(v, list)
-        }
-        self.stale_config: set[str] = set()  # packages whose ConfigMap must be rewritten first
-        self.conditions: list[dict[str, Any]] = []
-        self.expected_pods: dict[tuple[str, str], dict[str, Any]] = {}  # see observe.py
+        self.settings = index.settings
+        self.earlier = earlier
+        updates = scr.status.get("configUpdates") or {}
+        self.decided = Decision(
+            config_updates={k: list(v) for k, v in updates.items() if isinstance(v, list)}
+        )
 
-    def node_state(self, node: NodeView) -> NodeState:
-        if node.name not in self.state:
-            self.before[node.name] = self.state[node.name] = nodestate.read(node, self.name)
-        return self.state[node.name]
+    def _take(self, decision: Decision) -> None:
+        self.decided.merge(decision)
 
-    def entries(self, node: NodeView) -> dict[str, PackageEntry]:
-        return dict(self.node_state(node).packages)
-
-    def set_entries(self, node: NodeView, entries: Mapping[str, PackageEntry]) -> None:
-        self.state[node.name] = replace(self.node_state(node), entries=dict(entries), error="")
-
-    def pods(self) -> list[PodView]:
-        return self.p.skyhook_pods.get(self.name, [])
-
-    # --- the Skyhook's pass ---------------------------------------------------------------------
-
-    def run(self) -> None:
+    def run(self) -> Decision:
         scr = self.scr
         if keys.FINALIZER not in scr.finalizers:
-            self.p.first.append(AddFinalizer(scr.name, keys.FINALIZER))
+            self.decided.first.append(AddFinalizer(scr.name, keys.FINALIZER))
+        version = self.settings.operator_version
+        if scr.annotations.get(keys.SKYHOOK_VERSION_ANNOTATION) != version:
+            self.decided.first.append(
+                AnnotateSkyhook(scr.name, {keys.SKYHOOK_VERSION_ANNOTATION: version})
+            )
         spec = scr.spec
         if spec is None:
-            self._blocked(status.CONDITION_SPEC_INVALID, "SpecInvalid", "; ".join(scr.spec_errors))
-            return
+            message = "; ".join(scr.spec_errors)
+            self._blocked(statuses.CONDITION_SPEC_INVALID, "SpecInvalid", message)
+            return self.decided
         if spec.deployment_policy:  # not supported yet: fail closed, as upstream does when missing
             message = f'DeploymentPolicy "{spec.deployment_policy}" not found'
-            self._blocked(status.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message)
-            return
+            self._blocked(statuses.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message)
+            return self.decided
         self.spec = spec
         self.paused = scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause
         self.disabled = scr.annotations.get(keys.DISABLE_ANNOTATION) == "true"
         self.matched = sorted(
-            (n for n in self.p.snap.nodes if spec.node_selector.matches(n.labels)),
+            (n for n in self.index.snap.nodes if spec.node_selector.matches(n.labels)),
             key=ordering.node_order_key,
         )
+        ctx = self.ctx = SkyhookContext(
+            self.index,
+            scr,
+            spec=spec,
+            matched=self.matched,
+            earlier=self.earlier,
+            so_far=self.decided,
+        )
+        for pod in ctx.pods():
+            self._take(observe.learn(ctx, pod))
+        self.boot_ids, rebooted = observe.track_reboots(ctx)
+        self._take(rebooted)
+        self._take(observe.validate_pods(ctx))
+        self._take(configmaps.reconcile(ctx))
+        self._take(configmaps.clear_on_version_change(ctx))
+        node_statuses = self._rollout()
         matched_names = {n.name for n in self.matched}
-        for pod in self.pods():
-            observe.learn(self, pod)
-        self.boot_ids = observe.track_reboots(self)
-        observe.validate_pods(self)
-        configmaps.reconcile(self)
-        configmaps.clear_on_version_change(self)
-        statuses = self._rollout()
-        for node in self.p.snap.nodes:  # left the selector: give back a cordon we hold
+        for node in self.index.snap.nodes:  # left the selector: give back a cordon we hold
             if node.name not in matched_names:
                 self._release_unselected(node)
         self._save_nodes()
-        self._status(statuses)
+        self._status(node_statuses)
+        return self.decided
 
     def _blocked(self, condition: str, reason: str, message: str) -> None:
         """A Skyhook that cannot run at all: status blocked, with a condition saying why."""
         wanted = {
-            "status": status.BLOCKED,
-            "conditions": status.merge_conditions(
+            "status": BLOCKED,
+            "conditions": statuses.merge_conditions(
                 list(self.scr.status.get("conditions") or []),
-                [status.condition(condition, True, reason, message, self.p.now)],
+                [statuses.condition(condition, True, reason, message, self.index.now)],
             ),
         }
-        patch = status.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
+        patch = statuses.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
         if patch:
-            self.p.last.append(PatchSkyhookStatus(self.name, patch))
+            self.decided.last.append(PatchSkyhookStatus(self.name, patch))
 
     # --- rollout -------------------------------------------------------------------------------
 
+    def _set_state(self, node: NodeView, state: NodeState) -> None:
+        self.decided.states[node.name] = state
+
+    def _complete(self, node: NodeView) -> bool:
+        return self.decided.complete.get((self.name, node.name), False)
+
     def _ready_for_us(self, node: NodeView) -> bool:
         """Every Skyhook ahead of this one that targets the node is complete there."""
-        for other in ordering.skyhook_order(self.p.snap.skyhooks):
+        for other in ordering.skyhook_order(self.index.snap.skyhooks):
             if other.name == self.name:
                 return True
             spec = other.spec
@@ -148,14 +148,14 @@ class SkyhookPass:
                 or other.annotations.get(keys.DISABLE_ANNOTATION) == "true"
             ):
                 continue
-            if spec.node_selector.matches(node.labels) and not self.p.complete.get(
-                (other.name, node.name), True
+            if spec.node_selector.matches(node.labels) and not self.ctx.complete(
+                other.name, node.name, default=True
             ):
                 return False
         return True
 
     def _rollout(self) -> dict[str, str]:
-        spec = self.spec
+        spec, ctx = self.spec, self.ctx
         work: dict[str, stages.NodeWork] = {}
         blocked: dict[str, bool] = {}
         occupied: list[NodeView] = []
@@ -164,11 +164,11 @@ class SkyhookPass:
         untolerated: list[str] = []
         for node in self.matched:
             self._normalise(node)
-            state = self.node_state(node)
-            node_work = stages.node_work(spec.packages, state.packages, self.config_updates)
+            state = ctx.state(node)
+            node_work = stages.node_work(spec.packages, state.packages, ctx.config_updates)
             work[node.name] = node_work
             done = node_work.complete and not state.error
-            self.p.complete[(self.name, node.name)] = done
+            self.decided.complete[(self.name, node.name)] = done
             if node.labels.get(keys.IGNORE_LABEL) == "true":
                 ignored.append(node.name)
             if not _tolerated(node, spec, self.settings.runtime_required_taint):
@@ -178,11 +178,8 @@ class SkyhookPass:
             )
             if done:
                 continue
-            has_pods = any(
-                p.labels.get(keys.NAME_LABEL) == self.name and self.p.present(p)
-                for p in self.p.pods_on_node.get(node.name, ())
-            )
-            if state.status in {status.IN_PROGRESS, status.ERRORING} or has_pods or state.cordoned:
+            has_pods = bool(ctx.ours_on(node.name))
+            if state.status in {IN_PROGRESS, ERRORING} or has_pods or state.cordoned:
                 occupied.append(node)
             elif not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
@@ -195,51 +192,47 @@ class SkyhookPass:
             admitted, _ = budget.admit(occupied, candidates, limit)
         running = {n.name for n in occupied} | {n.name for n in admitted}
         for node in admitted:
-            state = self.node_state(node)
+            state = ctx.state(node)
             if state.version is None:
-                self.state[node.name] = replace(state, version=self.settings.operator_version)
-        statuses: dict[str, str] = {}
+                self._set_state(node, replace(state, version=self.settings.operator_version))
+        node_statuses: dict[str, str] = {}
         for node in self.matched:
-            nw = work[node.name]
             can_work = node.name in running and not (
                 self.paused or self.disabled or blocked[node.name]
             )
-            if can_work and node.ready and not self.p.complete[(self.name, node.name)]:
-                NodeRun(self, node, nw).run()
-                nw = stages.node_work(
-                    spec.packages, self.node_state(node).packages, self.config_updates
-                )
-                self.p.complete[(self.name, node.name)] = nw.complete
-            statuses[node.name] = self._finish_node(node, node.name in running, blocked[node.name])
+            if can_work and node.ready and not self._complete(node):
+                # Advancing only ever starts stages, so the node stays incomplete.
+                self._take(noderun.advance(ctx, node, work[node.name]))
+            node_statuses[node.name] = self._finish_node(
+                node, node.name in running, blocked[node.name]
+            )
         self._selection_conditions(ignored, untolerated)
-        return statuses
+        return node_statuses
 
     def _started(self, node: NodeView) -> bool:
         return any(
             e.state in {IN_PROGRESS, ERRORING, SKIPPED}
-            for e in self.node_state(node).packages.values()
+            for e in self.ctx.state(node).packages.values()
         )
 
     def _normalise(self, node: NodeView) -> None:
         """Re-key same-version entries spelled differently; drop finished uninstall markers of
         packages that are gone."""
-        entries = self.entries(node)
-        changed = False
+        entries = self.ctx.entries(node)
         packages = self.spec.packages
         if all(
             e.name in packages and e.version == packages[e.name].version for e in entries.values()
         ):
             return
-        for old, new in stages.node_work(
-            self.spec.packages, entries, self.config_updates
-        ).renames.items():
+        changed = False
+        renames = stages.node_work(packages, entries, self.ctx.config_updates).renames
+        for old, new in renames.items():
             entry = entries.pop(old)
             if new not in entries:
-                package = self.spec.packages[entry.name]
-                entries[new] = replace(entry, version=package.version)
+                entries[new] = replace(entry, version=packages[entry.name].version)
             changed = True
         for key, entry in list(entries.items()):
-            wanted = self.spec.packages.get(entry.name)
+            wanted = packages.get(entry.name)
             if (
                 entry.stage == UNINSTALL
                 and entry.state == COMPLETE
@@ -248,13 +241,13 @@ class SkyhookPass:
                 del entries[key]
                 changed = True
         if changed:
-            self.set_entries(node, entries)
+            self._set_state(node, replace(self.ctx.state(node), entries=entries, error=""))
 
     def _finish_node(self, node: NodeView, in_progress: bool, blocked: bool) -> str:
-        state = self.node_state(node)
-        complete = self.p.complete[(self.name, node.name)]
-        erroring = any(e.state in {ERRORING, "unknown"} for e in state.packages.values())
-        value = status.node_status(
+        state = self.ctx.state(node)
+        complete = self._complete(node)
+        erroring = any(e.state in {ERRORING, UNKNOWN} for e in state.packages.values())
+        value = statuses.node_status(
             complete=complete,
             blocked=blocked,
             erroring=erroring,
@@ -262,31 +255,31 @@ class SkyhookPass:
             paused=self.paused,
             disabled=self.disabled,
         )
-        out = self.p.out[node.name]
+        out = self.decided.node(node.name)
         if complete and state.cordoned:
             out.unschedulable = False
             state = replace(state, cordoned=False)
-        if complete and state.status != status.COMPLETE and state.entries is not None:
-            self.p.event("Node", node.name, "State", f"Skyhook [{self.name}] complete.")
-        self.state[node.name] = replace(state, status=value)
+        if complete and state.status != COMPLETE and state.entries is not None:
+            self.decided.event("Node", node.name, "State", f"Skyhook [{self.name}] complete.")
+        self._set_state(node, replace(state, status=value))
         wanted = nodestate.conditions_for(self.name, complete, erroring)
         out.conditions += nodestate.stale_conditions(node, wanted)
         return value
 
     def _release_unselected(self, node: NodeView) -> None:
-        state = self.node_state(node)
+        state = self.ctx.state(node)
         has_pods = any(
-            p.labels.get(keys.NAME_LABEL) == self.name and self.p.live(p)
-            for p in self.p.pods_on_node.get(node.name, ())
+            p.labels.get(keys.NAME_LABEL) == self.name and self.ctx.live(p)
+            for p in self.index.pods_on_node.get(node.name, ())
         )
         if state.cordoned and not has_pods:
-            self.p.out[node.name].unschedulable = False
-            self.state[node.name] = replace(state, cordoned=False)
+            self.decided.node(node.name).unschedulable = False
+            self._set_state(node, replace(state, cordoned=False))
 
     def _selection_conditions(self, ignored: list[str], untolerated: list[str]) -> None:
-        now = self.p.now
-        self.conditions.append(
-            status.condition(
+        now = self.index.now
+        self.decided.conditions.append(
+            statuses.condition(
                 keys.CONDITION_NODES_IGNORED,
                 bool(ignored),
                 "NodesIgnored",
@@ -296,8 +289,8 @@ class SkyhookPass:
                 now,
             )
         )
-        self.conditions.append(
-            status.condition(
+        self.decided.conditions.append(
+            statuses.condition(
                 keys.CONDITION_TAINT_NOT_TOLERABLE,
                 bool(untolerated),
                 "TaintNotTolerable",
@@ -311,67 +304,73 @@ class SkyhookPass:
     # --- saving ----------------------------------------------------------------------------
 
     def _save_nodes(self) -> None:
-        for name, after in self.state.items():
-            node = self.p.nodes[name]
-            nodestate.diff_into(self.p.out[name].changes, node, self.name, self.before[name], after)
+        """Node states become annotation and label changes; a node whose status turns
+        in_progress from anything else is one this pass starts."""
+        for name, after in self.decided.states.items():
+            node = self.index.nodes[name]
+            before = self.ctx.before(node)
+            self.decided.node(name).changes.merge(nodestate.diff(node, self.name, before, after))
+            if after.status == IN_PROGRESS and before.status != IN_PROGRESS:
+                self.decided.starting.add(name)
 
-    def _status(self, statuses: dict[str, str]) -> None:
+    def _status(self, node_statuses: dict[str, str]) -> None:
         scr = self.scr
         current = scr.status
-        overall = status.skyhook_status(statuses, paused=self.paused, disabled=self.disabled)
-        complete, in_progress = status.counts(statuses)
+        overall = statuses.skyhook_status(node_statuses, paused=self.paused, disabled=self.disabled)
+        complete, in_progress = statuses.counts(node_statuses)
         matched = len(self.matched)
-        conditions = list(self.conditions)
+        conditions = list(self.decided.conditions)
         old_status = current.get("status")
         if old_status != overall:
             conditions.append(
-                status.condition(
+                statuses.condition(
                     keys.CONDITION_TRANSITION,
-                    overall == status.COMPLETE,
+                    overall == COMPLETE,
                     overall,
                     f"Transitioned [{old_status or ''}] -> [{overall}]",
-                    self.p.now,
+                    self.index.now,
                     generation=scr.generation,
                 )
             )
-            self.p.event(
+            self.decided.event(
                 "Skyhook",
                 self.name,
                 "State",
                 f"Skyhook transitioned [{old_status or ''}] -> [{overall}]",
             )
         node_state = {
-            n.name: {k: e.to_json() for k, e in sorted(self.node_state(n).packages.items())}
+            n.name: {k: e.to_json() for k, e in sorted(self.ctx.state(n).packages.items())}
             for n in self.matched
-            if self.node_state(n).entries is not None
+            if self.ctx.state(n).entries is not None
         }
+        config_updates = self.decided.config_updates or {}
         desired: dict[str, Any] = {
             "status": overall,
             "nodeState": node_state,
-            "nodeStatus": dict(statuses),
+            "nodeStatus": dict(node_statuses),
             "nodeBootIds": self.boot_ids,
-            "configUpdates": {k: v for k, v in self.config_updates.items() if v},
+            "configUpdates": {k: v for k, v in config_updates.items() if v},
             "completeNodes": f"{complete}/{matched}",
             "nodesInProgress": in_progress,
-            "packageList": status.package_list(self.spec.packages),
+            "packageList": statuses.package_list(self.spec.packages),
             "compartmentStatuses": {
                 keys.DEFAULT_COMPARTMENT: {
                     "matched": matched,
                     "ceiling": budget.reported_ceiling(self.spec.budget, matched),
-                    "inProgress": list(statuses.values()).count(status.IN_PROGRESS),
+                    "inProgress": list(node_statuses.values()).count(IN_PROGRESS),
                     "completed": complete,
                     "progressPercent": complete * 100 // matched if matched else 0,
                 }
             },
-            "conditions": status.merge_conditions(
+            "conditions": statuses.merge_conditions(
                 list(current.get("conditions") or []), conditions
             ),
         }
-        if overall == status.COMPLETE:
+        if overall == COMPLETE:
             desired["observedGeneration"] = scr.generation
         elif "observedGeneration" in current:
             desired["observedGeneration"] = current["observedGeneration"]
         keep = {k: current[k] for k in desired if k in current}
-        patch = status.merge_patch(keep, desired)
+        patch = statuses.merge_patch(keep, desired)
         if patch:
-            self.p.last.append(PatchSkyhookStatus(self.name, patch))
+            self.decided.last.append(PatchSkyhookStatus(self.name, patch))

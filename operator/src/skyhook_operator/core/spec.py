@@ -2,8 +2,9 @@
 
 One decoder for the operator (planner, webhook-style checks, CLI). It collects every problem,
 each named by its field path (`spec.packages.tuning.version: "1.x" is not a strict semver
-version ...`), and raises them together in one `SpecError`. Rules: crd-and-keys.md §2, plus
-ours: strict SemVer 2.0 versions and `dependsOn` cycles rejected (docs/upstream-differences.md).
+version ...`), and raises them together in one `SpecError`. The rules are upstream's CRD and
+webhook rules, plus ours: strict SemVer 2.0 versions and `dependsOn` cycles rejected
+(docs/upstream-differences.md).
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from skyhook_operator.core.vocabulary import (
+    SELECTOR_OPERATORS,
+    TAINT_EFFECTS,
+    LabelSelector,
+    SelectorRequirement,
+    Toleration,
+    parse_duration,
+)
 from skyhook_schemas.versions import VersionError, parse_version
-
-if TYPE_CHECKING:  # model.py imports this module; Taint is only needed for annotations
-    from skyhook_operator.planner.model import Taint
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 INTERRUPT_TYPES = ("service", "reboot", "noop", "restartAllServices")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 DEFAULT_PRIORITY = 200
 
 
@@ -36,72 +40,6 @@ class SpecError(ValueError):
 
 
 # --- value types ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SelectorRequirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        if self.operator == "NotIn":
-            return self.key not in labels or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return self.key in labels
-        return self.key not in labels  # DoesNotExist
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """A Kubernetes label selector; the empty selector matches everything."""
-
-    match_labels: Mapping[str, str] = field(default_factory=dict)
-    match_expressions: tuple[SelectorRequirement, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
-            r.matches(labels) for r in self.match_expressions
-        )
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-    toleration_seconds: int | None = None
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Kubernetes matching: empty effect matches all effects; empty key with Exists matches
-        every taint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
-
-    def to_api(self) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if self.key:
-            body["key"] = self.key
-        body["operator"] = self.operator
-        if self.value:
-            body["value"] = self.value
-        if self.effect:
-            body["effect"] = self.effect
-        if self.toleration_seconds is not None:
-            body["tolerationSeconds"] = self.toleration_seconds
-        return body
 
 
 @dataclass(frozen=True)
@@ -348,20 +286,6 @@ def _decode_resources(raw: object, path: str, errors: _Errors) -> Resources | No
                 f"{given[f'{kind}Limit']!r} must be >= {kind}Request ({given[f'{kind}Request']!r})",
             )
     return Resources(*(str(given[n]) for n in names))
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float | None:
-    """A Go duration such as `46s`, `2m`, `1h30m`, in seconds; None when not one."""
-    text = text.strip()
-    if not text:
-        return None
-    if not re.fullmatch(r"(\d+(?:\.\d+)?(h|ms|m|s))+", text):
-        return None
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION.findall(text))
 
 
 def _decode_config(

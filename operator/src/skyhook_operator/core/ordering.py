@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
-from skyhook_operator.planner.model import NodeView, SkyhookView
-from skyhook_operator.spec import Package
+from skyhook_operator.core.spec import Package
+from skyhook_operator.core.views import NodeView, SkyhookView
 
 _EPOCH = datetime.min
 

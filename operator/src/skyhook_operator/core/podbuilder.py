@@ -1,5 +1,4 @@
-"""Every object the operator creates for a package, built in one place (operator.md §6,
-crd-and-keys.md §6-7): stage pods, interrupt pods, package and node-metadata ConfigMaps, with
+"""Every object the operator creates for a package, built in one place: stage pods, interrupt pods, package and node-metadata ConfigMaps, with
 their names, and beside each builder its inverse (`decode_pod_package`, `matches`).
 
 Builders return plain dicts in API form, ready for the writer.
@@ -9,13 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyhook_operator.nodestate import INTERRUPT, go_json, sorted_map
-from skyhook_operator.planner.model import NodeView, PlannerSettings, PodView, SkyhookView
-from skyhook_operator.spec import Interrupt, Package, parse_quantity
+from skyhook_operator.core.nodestate import go_json, sorted_map
+from skyhook_operator.core.settings import PlannerSettings
+from skyhook_operator.core.spec import Interrupt, Package, parse_quantity
+from skyhook_operator.core.views import NodeView, PodView, SkyhookView
+from skyhook_operator.core.vocabulary import INTERRUPT
 from skyhook_schemas import keys
 
 ROOT_MOUNT = "root-mount"
@@ -23,7 +25,7 @@ PACKAGE_COPY_COMMAND = (
     "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
 )
 OP_ENV_NAMES = ("SKYHOOK_LOG_DIR", "SKYHOOK_ROOT_DIR", "COPY_RESOLV", "SKYHOOK_RESOURCE_ID")
-# CRD interrupt type -> the type string the agent's interrupt payload uses (agent.md §2.4).
+# CRD interrupt type -> the type string the agent's interrupt payload uses.
 AGENT_INTERRUPT_TYPES = {
     "reboot": "node_restart",
     "service": "service_restart",
@@ -48,8 +50,16 @@ def metadata_volume_name(node: str) -> str:
     return keys.safe_name(63, "metadata", node)
 
 
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
 def package_label(package: str, version: str) -> str:
-    return f"{package}-{version}"
+    """The pods' `package` label, `<package>-<version>` as upstream writes it. A label value
+    allows only letters, digits, `-`, `_` and `.`: build metadata's `+` becomes `_`
+    (`dexter-1.2.3_b1`), where upstream's pod creation would be refused. The package name is
+    at most 43 characters, so only a version over 19 characters needs the hashed short form."""
+    label = _LABEL_UNSAFE.sub("_", f"{package}-{version}")
+    return label if len(label) <= 63 else keys.safe_name(63, label)
 
 
 def copy_dir(settings: PlannerSettings, scr: SkyhookView, package: Package) -> str:

@@ -1,4 +1,4 @@
-"""May a node be interrupted now? (operator.md §5.2.)
+"""May a node be interrupted now?
 
 A node passes the gate when it is cordoned, no pod matching the Skyhook's
 `podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. The gate
@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from skyhook_operator.planner.model import NodeView, PodView
-from skyhook_operator.spec import LabelSelector
+from skyhook_operator.core.views import NodeView, PodView
+from skyhook_operator.core.vocabulary import FINISHED_PHASES, LabelSelector
 from skyhook_schemas import keys
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The per-node, per-package stage machine (operator.md §4).
+"""The per-node, per-package stage machine.
 
 A fresh package runs apply -> config [-> interrupt -> post-interrupt]; a newer spec version runs
 upgrade -> config [-> ...]; an older spec version first uninstalls the installed version, then
@@ -12,21 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from skyhook_operator.nodestate import (
+from skyhook_operator.core.interrupts import has_interrupt
+from skyhook_operator.core.nodestate import PackageEntry
+from skyhook_operator.core.spec import Package
+from skyhook_operator.core.vocabulary import (
     APPLY,
     COMPLETE,
     CONFIG,
-    ERRORING,
-    IN_PROGRESS,
     INTERRUPT,
     POST_INTERRUPT,
     SKIPPED,
     UNINSTALL,
     UPGRADE,
-    PackageEntry,
 )
-from skyhook_operator.planner.interrupts import has_interrupt
-from skyhook_operator.spec import Package
 from skyhook_schemas.versions import VersionChange, VersionError, version_change
 
 # How far along the cycle a stage is; upgrade stands where apply does.
@@ -152,7 +150,3 @@ def node_work(
         if stage is not None:
             due[name] = stage
     return NodeWork(tuple(uninstalls), due, renames)
-
-
-def is_running_state(entry: PackageEntry | None) -> bool:
-    return entry is not None and entry.state in {IN_PROGRESS, ERRORING}

@@ -1,10 +1,7 @@
-"""The planner's vocabulary: what it reads (a cluster snapshot) and what it returns (a plan).
+"""What the core reads: a cluster snapshot of views, one frozen dataclass per kind.
 
-Everything here is a frozen dataclass. The wiring side builds a `ClusterSnapshot` from API
-objects (the `from_api` constructors below do the decoding, so there is one decoder per kind),
-calls `plan(snapshot, settings)` and hands each `Action` of the resulting `Plan`, in order, to
-the writer. Every action is idempotent: applying it twice, or applying a plan computed from a
-snapshot that already reflects it, changes nothing.
+The wiring side builds a `ClusterSnapshot` from API objects; the `from_api` constructors here do
+the decoding, so there is one decoder per kind. A view keeps only what a decision needs.
 """
 
 from __future__ import annotations
@@ -12,59 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from skyhook_operator.spec import SkyhookSpec, SpecError, decode_spec
-
-JsonDict = Mapping[str, Any]
-
-
-# --- small value types shared by spec, snapshot and actions ---------------------------------
-
-
-@dataclass(frozen=True)
-class Taint:
-    """A node taint. Two taints are "the same taint" when key and effect match."""
-
-    key: str
-    effect: str
-    value: str = ""
-
-    def same_as(self, other: Taint) -> bool:
-        return self.key == other.key and self.effect == other.effect
-
-    def to_api(self) -> dict[str, str]:
-        body = {"key": self.key, "effect": self.effect}
-        if self.value:
-            body["value"] = self.value
-        return body
-
-    @classmethod
-    def from_api(cls, body: JsonDict) -> Taint:
-        return cls(
-            key=body.get("key", ""), effect=body.get("effect", ""), value=body.get("value") or ""
-        )
-
-    @classmethod
-    def parse(cls, text: str) -> Taint:
-        """Parse `key[=value]:Effect` (the RUNTIME_REQUIRED_TAINT format)."""
-        head, sep, effect = text.rpartition(":")
-        if not sep or not head or effect not in {"NoSchedule", "PreferNoSchedule", "NoExecute"}:
-            raise ValueError(
-                f"{text!r} is not a taint: expected key[=value]:Effect with Effect one of "
-                "NoSchedule, PreferNoSchedule, NoExecute"
-            )
-        key, _, value = head.partition("=")
-        return cls(key=key, effect=effect, value=value)
-
-
-@dataclass(frozen=True)
-class NodeCondition:
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-
+from skyhook_operator.core.spec import SkyhookSpec, SpecError, decode_spec
+from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
 
 # --- the input snapshot ----------------------------------------------------------------------
 
@@ -184,7 +131,7 @@ class PodView:
     init_containers: tuple[ContainerView, ...] = ()
     init_statuses: tuple[ContainerStatusView, ...] = ()
     deleting: bool = False
-    # Drain decisions (operator.md §5.2): does the pod tolerate the cordon taint, who owns it.
+    # What a drain needs to know: does the pod tolerate the cordon taint, who owns it.
     tolerates_unschedulable: bool = False
     owner_kinds: tuple[str, ...] = ()
 
@@ -286,178 +233,3 @@ class ClusterSnapshot:
     pods: tuple[PodView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass(frozen=True)
-class PlannerSettings:
-    """The operator settings the planner needs (operator.md §13); built by settings.py."""
-
-    namespace: str = "skyhook"
-    agent_image: str = "ghcr.io/nvidia/skyhook/agent:latest"
-    pause_image: str = "registry.k8s.io/pause:3.10"
-    copy_dir_root: str = "/var/lib/skyhook"
-    agent_log_root: str = "/var/log/skyhook"
-    runtime_required_taint: Taint = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
-    reapply_on_reboot: bool = False
-    image_pull_secret: str = ""
-    # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.
-    retry_backoff_base_s: float = 10.0
-    retry_backoff_max_s: float = 300.0
-    # Written once per node and Skyhook into the version_<scr> annotation.
-    operator_version: str = "dev"
-
-    @property
-    def agent_version(self) -> str:
-        return image_tag(self.agent_image)
-
-
-def image_tag(reference: str) -> str:
-    """The tag of an image reference: `repo:1.2@sha256:<hex>` -> `1.2` (a digest is not a tag;
-    a registry port such as `host:5000/repo` is not one either). Empty when there is none."""
-    name = reference.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return last.rsplit(":", 1)[1] if ":" in last else ""
-
-
-# --- the output plan -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PatchNode:
-    """Merge-patch a node's metadata and spec. `None` values in the maps mean "remove".
-
-    Taints are matched by key + effect: `remove_taints` drops every taint that is the same as
-    one listed; `add_taints` adds (or updates the value of) the listed ones. `unschedulable`
-    None leaves the field alone.
-    """
-
-    name: str
-    annotations: Mapping[str, str | None] = field(default_factory=dict)
-    labels: Mapping[str, str | None] = field(default_factory=dict)
-    add_taints: tuple[Taint, ...] = ()
-    remove_taints: tuple[Taint, ...] = ()
-    unschedulable: bool | None = None
-
-
-@dataclass(frozen=True)
-class SetNodeConditions:
-    """Upsert these conditions (by type) in the node's status.conditions (nodes/status) and drop
-    the condition types listed in `remove_types`."""
-
-    name: str
-    conditions: tuple[NodeCondition, ...]
-    remove_types: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class CreatePod:
-    """Create the pod; AlreadyExists counts as success (names are deterministic)."""
-
-    manifest: JsonDict
-
-    @property
-    def name(self) -> str:
-        return str(self.manifest["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.manifest["metadata"]["namespace"])
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    """Delete the pod; NotFound counts as success."""
-
-    namespace: str
-    name: str
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class EvictPod:
-    """Post a policy/v1 Eviction; a 429 (PDB) means "try again later", not a failure."""
-
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
-class UpsertConfigMap:
-    manifest: JsonDict
-
-    @property
-    def name(self) -> str:
-        return str(self.manifest["metadata"]["name"])
-
-
-@dataclass(frozen=True)
-class DeleteConfigMap:
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
-class PatchSkyhookStatus:
-    """JSON merge patch (RFC 7386) for the status subresource: `{"status": patch}`."""
-
-    name: str
-    patch: JsonDict
-
-
-@dataclass(frozen=True)
-class AddFinalizer:
-    name: str
-    finalizer: str = "skyhook.nvidia.com/skyhook"
-
-
-@dataclass(frozen=True)
-class RemoveFinalizer:
-    name: str
-    finalizer: str = "skyhook.nvidia.com/skyhook"
-
-
-@dataclass(frozen=True)
-class EmitEvent:
-    """A Kubernetes Event (type Normal unless said), component `skyhook-controller`.
-
-    `kind` is "Node" or "Skyhook"; both are cluster-scoped, so `name` identifies the object.
-    """
-
-    kind: str
-    name: str
-    reason: str
-    message: str
-    type: str = "Normal"
-
-
-Action = (
-    PatchNode
-    | SetNodeConditions
-    | CreatePod
-    | DeletePod
-    | EvictPod
-    | UpsertConfigMap
-    | DeleteConfigMap
-    | PatchSkyhookStatus
-    | AddFinalizer
-    | RemoveFinalizer
-    | EmitEvent
-)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The planner's only output: actions to apply in order, and when to plan again.
-
-    Order matters and is part of the contract: a node's state annotation is written before the
-    pod that carries that stage out, and cordons before evictions. If applying an action fails,
-    the writer stops and the next pass re-plans from a fresh snapshot.
-    `requeue_after` (seconds) is set when a timer, not an event, will change the decision (a
-    retry backoff, waiting for a drain); None means "only on the next event".
-    """
-
-    actions: tuple[Action, ...] = ()
-    requeue_after: float | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.actions)

@@ -1,0 +1,3 @@
+from skyhook_dev.cli import main
+
+main()

@@ -1,0 +1,165 @@
+"""What the core returns: a `Plan`, an ordered list of idempotent actions for the writer.
+
+Every action is idempotent: applying it twice, or applying a plan computed from a snapshot that
+already reflects it, changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
+
+
+@dataclass(frozen=True)
+class PatchNode:
+    """Merge-patch a node's metadata and spec. `None` values in the maps mean "remove".
+
+    Taints are matched by key + effect: `remove_taints` drops every taint that is the same as
+    one listed; `add_taints` adds (or updates the value of) the listed ones. `unschedulable`
+    None leaves the field alone.
+    """
+
+    name: str
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    labels: Mapping[str, str | None] = field(default_factory=dict)
+    add_taints: tuple[Taint, ...] = ()
+    remove_taints: tuple[Taint, ...] = ()
+    unschedulable: bool | None = None
+
+
+@dataclass(frozen=True)
+class SetNodeConditions:
+    """Upsert these conditions (by type) in the node's status.conditions (nodes/status) and drop
+    the condition types listed in `remove_types`."""
+
+    name: str
+    conditions: tuple[NodeCondition, ...]
+    remove_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """Create the pod; AlreadyExists counts as success (names are deterministic)."""
+
+    manifest: JsonDict
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.manifest["metadata"]["namespace"])
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Delete the pod; NotFound counts as success."""
+
+    namespace: str
+    name: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class EvictPod:
+    """Post a policy/v1 Eviction; a 429 (PDB) means "try again later", not a failure."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class UpsertConfigMap:
+    manifest: JsonDict
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class DeleteConfigMap:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class PatchSkyhookStatus:
+    """JSON merge patch (RFC 7386) for the status subresource: `{"status": patch}`."""
+
+    name: str
+    patch: JsonDict
+
+
+@dataclass(frozen=True)
+class AddFinalizer:
+    name: str
+    finalizer: str = "skyhook.nvidia.com/skyhook"
+
+
+@dataclass(frozen=True)
+class RemoveFinalizer:
+    name: str
+    finalizer: str = "skyhook.nvidia.com/skyhook"
+
+
+@dataclass(frozen=True)
+class AnnotateSkyhook:
+    """Merge-patch the Skyhook's annotations; `None` values remove a key."""
+
+    name: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    """A Kubernetes Event (type Normal unless said), component `skyhook-controller`.
+
+    `kind` is "Node" or "Skyhook"; both are cluster-scoped, so `name` identifies the object.
+    """
+
+    kind: str
+    name: str
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+Action = (
+    PatchNode
+    | SetNodeConditions
+    | CreatePod
+    | DeletePod
+    | EvictPod
+    | UpsertConfigMap
+    | DeleteConfigMap
+    | PatchSkyhookStatus
+    | AddFinalizer
+    | RemoveFinalizer
+    | AnnotateSkyhook
+    | EmitEvent
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's only output: actions to apply in order, and when to plan again.
+
+    Order matters and is part of the contract: a node's state annotation is written before the
+    pod that carries that stage out, and cordons before evictions. If applying an action fails,
+    the writer stops and the next pass re-plans from a fresh snapshot.
+    `requeue_after` (seconds) is set when a timer, not an event, will change the decision (a
+    retry backoff, waiting for a drain); None means "only on the next event".
+    """
+
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None
+    # Nodes this plan moves into progress for some Skyhook (their status becomes in_progress
+    # from anything else): the writer writes them after every node the plan releases.
+    starting: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.actions)

@@ -1,0 +1,148 @@
+"""What a step decides from, read-only: `PassIndex` (lookups over one snapshot, built once per
+pass) and `SkyhookContext` (one Skyhook's view of the pass so far: the snapshot, what earlier
+Skyhooks decided and what this Skyhook's earlier steps decided).
+
+Steps read a context and return a `Decision`; only the pass that owns a decision merges into it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+
+from skyhook_operator.core import nodestate, podbuilder
+from skyhook_operator.core.decision import Decision
+from skyhook_operator.core.nodestate import NodeState, PackageEntry
+from skyhook_operator.core.settings import PlannerSettings
+from skyhook_operator.core.spec import SkyhookSpec
+from skyhook_operator.core.views import (
+    ClusterSnapshot,
+    ConfigMapView,
+    NodeView,
+    PodView,
+    SkyhookView,
+)
+from skyhook_operator.core.vocabulary import FINISHED_PHASES
+from skyhook_schemas import keys
+
+
+class PassIndex:
+    """Lookups over one snapshot: nodes by name, pods by node and by Skyhook, our ConfigMaps."""
+
+    def __init__(self, snapshot: ClusterSnapshot, settings: PlannerSettings) -> None:
+        self.snap = snapshot
+        self.settings = settings
+        self.now: datetime = snapshot.now
+        self.nodes = {n.name: n for n in snapshot.nodes}
+        self.pods_on_node: dict[str, list[PodView]] = defaultdict(list)
+        self.skyhook_pods: dict[str, list[PodView]] = defaultdict(list)
+        for pod in snapshot.pods:
+            if pod.node:
+                self.pods_on_node[pod.node].append(pod)
+            if keys.NAME_LABEL in pod.labels:
+                self.skyhook_pods[pod.labels[keys.NAME_LABEL]].append(pod)
+        self.configmaps: dict[str, ConfigMapView] = {
+            c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
+        }
+        self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
+        self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
+
+    def pod_package(self, pod: PodView) -> podbuilder.PodPackage | None:
+        """The package annotation of one of our pods, decoded once per pass."""
+        key = (pod.namespace, pod.name)
+        if key not in self._decoded:
+            self._decoded[key] = podbuilder.decode_pod_package(pod)
+        return self._decoded[key]
+
+
+class SkyhookContext:
+    """One Skyhook's view of the pass so far. `earlier` is what the Skyhooks before it decided,
+    `so_far` what its own earlier steps decided; neither is written through this object."""
+
+    def __init__(
+        self,
+        index: PassIndex,
+        scr: SkyhookView,
+        *,
+        spec: SkyhookSpec,
+        matched: Sequence[NodeView],
+        earlier: Decision,
+        so_far: Decision,
+    ) -> None:
+        self.index = index
+        self.scr = scr
+        self.name = scr.name
+        self.spec = spec
+        self.settings = index.settings
+        self.now = index.now
+        self.matched = matched
+        self._earlier = earlier
+        self._so_far = so_far
+        self._before: dict[str, NodeState] = {}
+
+    # --- this Skyhook's state on nodes ------------------------------------------------------
+
+    def before(self, node: NodeView) -> NodeState:
+        """The state as the node's annotations record it (decoded once)."""
+        if node.name not in self._before:
+            self._before[node.name] = nodestate.read(node, self.name)
+        return self._before[node.name]
+
+    def state(self, node: NodeView) -> NodeState:
+        """The state as this Skyhook's steps have left it so far."""
+        return self._so_far.states.get(node.name) or self.before(node)
+
+    def entries(self, node: NodeView) -> dict[str, PackageEntry]:
+        """A copy of the node's package entries, for a step to change and return."""
+        return dict(self.state(node).packages)
+
+    @property
+    def config_updates(self) -> dict[str, list[str]]:
+        return self._so_far.config_updates or {}
+
+    @property
+    def stale_config(self) -> set[str]:
+        return self._so_far.stale_config
+
+    def complete(self, scr: str, node: str, default: bool) -> bool:
+        """Has `scr` (this Skyhook or an earlier one) nothing left to do on `node`?"""
+        found = self._so_far.complete.get((scr, node))
+        if found is None:
+            found = self._earlier.complete.get((scr, node))
+        return default if found is None else found
+
+    # --- pods -----------------------------------------------------------------------------
+
+    def pods(self) -> list[PodView]:
+        """This Skyhook's pods, wherever they run."""
+        return self.index.skyhook_pods.get(self.name, [])
+
+    def _gone(self, pod: PodView) -> bool:
+        key = (pod.namespace, pod.name)
+        return key in self._so_far.deleted or key in self._earlier.deleted
+
+    def present(self, pod: PodView) -> bool:
+        """Still there after this pass (finished pods kept for a retry backoff included)."""
+        return not (self._gone(pod) or pod.deleting)
+
+    def live(self, pod: PodView) -> bool:
+        """Present and its containers may still run."""
+        return self.present(pod) and pod.phase not in FINISHED_PHASES
+
+    def name_taken(self, namespace: str, name: str) -> bool:
+        """A pod of that name is on its way out: creating it again now would collide."""
+        key = (namespace, name)
+        return (
+            key in self._so_far.deleted
+            or key in self._earlier.deleted
+            or key in self.index.terminating
+        )
+
+    def ours_on(self, node: str) -> list[PodView]:
+        """This Skyhook's pods on `node` that are still there."""
+        return [
+            p
+            for p in self.index.pods_on_node.get(node, ())
+            if p.labels.get(keys.NAME_LABEL) == self.name and self.present(p)
+        ]

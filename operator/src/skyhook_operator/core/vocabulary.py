@@ -1,0 +1,196 @@
+"""The words every part of the core shares: stage, state and status names, taints, tolerations,
+label selectors, node conditions, durations and image tags.
+
+Plain values with Kubernetes semantics and nothing else; every other core module builds on
+these, and this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonDict = Mapping[str, Any]
+
+# --- names -------------------------------------------------------------------------------------
+
+# Stages of a package on a node, in the order a fresh install runs them (uninstall only comes
+# before a downgrade's apply, upgrade stands where apply does).
+UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT = (
+    "uninstall", "upgrade", "apply", "config", "interrupt", "post-interrupt",
+)  # fmt: skip
+STAGES = (UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT)
+
+# A package entry's state, and a node's (or a Skyhook's) status. The two share four words.
+COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN = (
+    "complete", "in_progress", "skipped", "erroring", "unknown",
+)  # fmt: skip
+WAITING, BLOCKED, PAUSED, DISABLED = "waiting", "blocked", "paused", "disabled"
+STATES = (COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN)
+STATUSES = (UNKNOWN, COMPLETE, BLOCKED, WAITING, DISABLED, PAUSED, IN_PROGRESS, ERRORING)
+
+# Pod phases after which a pod's containers never run again.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+# --- taints and tolerations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint. Two taints are "the same taint" when key and effect match."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+    def same_as(self, other: Taint) -> bool:
+        return self.key == other.key and self.effect == other.effect
+
+    def to_api(self) -> dict[str, str]:
+        body = {"key": self.key, "effect": self.effect}
+        if self.value:
+            body["value"] = self.value
+        return body
+
+    def __str__(self) -> str:
+        head = f"{self.key}={self.value}" if self.value else self.key
+        return f"{head}:{self.effect}"
+
+    @classmethod
+    def from_api(cls, body: JsonDict) -> Taint:
+        return cls(
+            key=body.get("key", ""), effect=body.get("effect", ""), value=body.get("value") or ""
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> Taint:
+        """`key[=value]:Effect`, as kubectl writes a taint; raises ValueError naming what is
+        wrong. kubectl's trailing `-` (remove the taint) names no taint and is refused."""
+        text = text.strip()
+        if text.endswith("-"):
+            raise ValueError(
+                f"{text!r} ends with '-', which removes a taint rather than naming one"
+            )
+        head, sep, effect = text.rpartition(":")
+        if not sep or not head or effect not in TAINT_EFFECTS:
+            raise ValueError(
+                f"{text!r} is not a taint: expected key[=value]:Effect with Effect one of "
+                f"{', '.join(TAINT_EFFECTS)}"
+            )
+        key, _, value = head.partition("=")
+        return cls(key=key, effect=effect, value=value)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes matching: empty effect matches all effects; empty key with Exists matches
+        every taint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.key:
+            body["key"] = self.key
+        body["operator"] = self.operator
+        if self.value:
+            body["value"] = self.value
+        if self.effect:
+            body["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            body["tolerationSeconds"] = self.toleration_seconds
+        return body
+
+
+# --- label selectors ----------------------------------------------------------------------------
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels  # DoesNotExist
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A Kubernetes label selector; the empty selector matches everything."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+# --- node conditions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+# --- durations and image references -----------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+}  # fmt: skip
+
+
+def parse_duration(text: str) -> float | None:
+    """A Go duration (`46s`, `2m`, `1h30m`, `1.5s`, `300ms`, `0`) in seconds; None when `text`
+    is not one. The grammar of Go's time.ParseDuration without a sign: what upstream's
+    manifests and SCRs hold."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    if not text or _DURATION_PART.sub("", text):
+        return None
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def image_tag(reference: str) -> str:
+    """The tag of an image reference: `repo:1.2@sha256:<hex>` -> `1.2` (a digest is not a tag;
+    a registry port such as `host:5000/repo` is not one either). Empty when there is none."""
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else ""
