@@ -9,7 +9,7 @@ import pytest
 from upstream_configs import ACCEPTED, shellscript, step, step_paths, tuned, tuning
 
 from skyhook_schemas import ConfigError
-from skyhook_schemas.package_config import load_config, validate_config
+from skyhook_schemas.package_config import load_config, parse_config, validate_config
 
 
 def messages(document: object, package_dir: Path | None = None) -> list[str]:
@@ -174,6 +174,31 @@ def test_step_files_must_exist_and_stay_inside_skyhook_dir(tmp_path: Path) -> No
     found = messages(document, package)
     assert "modes.uninstall[0].path: file not found in skyhook_dir/: uninstall_tuned.sh" in found
     assert "modes.config[1].path: '../escape.sh' points outside skyhook_dir/" in found
+
+
+def test_step_files_may_come_from_base_packages(tmp_path: Path) -> None:
+    """A derived package's own skyhook_dir, then its bases' (any layer may hold a file)."""
+    document = tuned()
+    document["modes"]["config"].append(step("extra.sh"))
+    document["modes"]["config-check"].append(step("extra_check.sh"))
+    bottom = write_package(tmp_path / "bottom", document, missing={"extra.sh", "extra_check.sh"})
+    middle = tmp_path / "middle"
+    (middle / "skyhook_dir").mkdir(parents=True)
+    (middle / "skyhook_dir" / "extra.sh").write_text("#!/bin/bash\n")
+    derived = tmp_path / "derived"
+    (derived / "skyhook_dir").mkdir(parents=True)
+    assert messages_with_bases(document, derived, [bottom, middle]) == [
+        "modes.config-check[1].path: file not found in skyhook_dir/ of the package or its bases: "
+        "extra_check.sh"
+    ]
+    (derived / "skyhook_dir" / "extra_check.sh").write_text("#!/bin/bash\n")
+    assert parse_config(document, derived, [bottom, middle]).package_name == "tuned"
+    with pytest.raises(ConfigError, match=r"uninstall_tuned\.sh"):
+        parse_config(document, derived)
+
+
+def messages_with_bases(document: object, package_dir: Path, bases: list[Path]) -> list[str]:
+    return [str(error) for error in validate_config(document, package_dir, bases)]
 
 
 def test_load_config_raises_every_problem_with_the_file_name(tmp_path: Path) -> None:

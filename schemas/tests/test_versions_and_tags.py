@@ -14,6 +14,7 @@ from skyhook_schemas.versions import (
     VersionChange,
     VersionError,
     compare_versions,
+    parse_spec_version,
     parse_version,
     version_change,
 )
@@ -58,6 +59,10 @@ def test_non_strict_versions_are_rejected_with_a_hint(text: str, hint: str) -> N
         ("1.0.0+b1", "1.0.0+b2", VersionChange.SAME),
         ("2024.7.7-test", "2024.7.7", VersionChange.UPGRADE),
         ("1.10.0", "1.9.0", VersionChange.DOWNGRADE),
+        pytest.param("1.2", "1.2.0", VersionChange.SAME, id="shorthand-equals-full"),
+        pytest.param("v1.2.0", "1.2", VersionChange.SAME, id="v-prefix-equals-shorthand"),
+        pytest.param("1", "1.0.1", VersionChange.UPGRADE, id="major-only"),
+        pytest.param("v2", "1.9", VersionChange.DOWNGRADE, id="v-major-only"),
     ],
 )
 def test_version_change(old: str, new: str, change: VersionChange) -> None:
@@ -83,6 +88,100 @@ def test_ordering_is_transitive(a: str, b: str, c: str) -> None:
 def test_build_metadata_never_changes_the_order(text: str) -> None:
     plain = str(semver.Version.parse(text).replace(build=None))
     assert version_change(plain, text) is VersionChange.SAME
+
+
+@pytest.mark.parametrize(
+    ("text", "normalized"),
+    [
+        pytest.param("1.2.3", "1.2.3", id="strict"),
+        pytest.param("1.2", "1.2.0", id="major-minor"),
+        pytest.param("1", "1.0.0", id="major"),
+        pytest.param("0", "0.0.0", id="zero"),
+        pytest.param("v1.2.3", "1.2.3", id="v-prefix"),
+        pytest.param("v1.2", "1.2.0", id="v-major-minor"),
+        pytest.param("v0", "0.0.0", id="v-major"),
+        pytest.param("2.3.1-test", "2.3.1-test", id="prerelease"),
+        pytest.param("2024.7.7-test", "2024.7.7-test", id="calendar-prerelease"),
+        pytest.param("1.0.0+b1", "1.0.0+b1", id="build"),
+        pytest.param("v1.0.0-rc.1+b.01", "1.0.0-rc.1+b.01", id="v-prerelease-build"),
+    ],
+)
+def test_spec_versions_accept_every_upstream_spelling(text: str, normalized: str) -> None:
+    version = parse_spec_version(text)
+    assert (version.text, version.normalized) == (text, normalized)
+    if text == normalized:
+        assert version.warning is None
+    else:
+        assert version.warning == (
+            f"version {text!r} is not strict SemVer; it is read as {normalized}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("1.2.3.4", "expected MAJOR.MINOR.PATCH", id="four-parts"),
+        pytest.param("01.2.3", "leading zeros", id="leading-zero"),
+        pytest.param("2024.01.01", "leading zeros", id="calendar-leading-zeros"),
+        pytest.param("v01", "leading zeros", id="v-leading-zero"),
+        pytest.param("1.2.3-01", "expected MAJOR.MINOR.PATCH", id="prerelease-leading-zero"),
+        pytest.param("latest", "expected MAJOR.MINOR.PATCH", id="word"),
+        pytest.param("1.2-rc.1", r"needs all three parts MAJOR\.MINOR\.PATCH \(1\.2\.0-rc\.1\)",
+                     id="shorthand-prerelease"),
+        pytest.param("v1+b1", r"\(1\.0\.0\+b1\)", id="shorthand-build"),
+        pytest.param("1.2-", "expected MAJOR.MINOR.PATCH", id="shorthand-empty-prerelease"),
+        pytest.param("V1.2.3", "lowercase 'v'", id="capital-v"),
+        pytest.param("vv1.2.3", "expected MAJOR.MINOR.PATCH", id="double-v"),
+        pytest.param("v", "expected MAJOR.MINOR.PATCH", id="v-alone"),
+        pytest.param(" 1.2.3", "expected MAJOR.MINOR.PATCH", id="leading-space"),
+        pytest.param("1.2.3\n", "expected MAJOR.MINOR.PATCH", id="trailing-newline"),
+        pytest.param("\u0661.2.3", "expected MAJOR.MINOR.PATCH", id="non-ascii-digit"),
+        pytest.param("", "is not a version", id="empty"),
+    ],
+)  # fmt: skip
+def test_spec_versions_reject_what_upstream_rejects(text: str, message: str) -> None:
+    with pytest.raises(VersionError, match=message) as raised:
+        parse_spec_version(text)
+    assert str(raised.value).startswith(repr(text))
+    with pytest.raises(VersionError):
+        compare_versions(text, "1.0.0")
+
+
+@st.composite
+def spellings(draw: st.DrawFn) -> tuple[str, str]:
+    """Any spelling upstream accepts, and the strict version it stands for."""
+    prefix = draw(st.sampled_from(["", "v"]))
+    if draw(st.booleans()):
+        parts = [str(draw(numbers)) for _ in range(draw(st.integers(1, 2)))]
+        return prefix + ".".join(parts), ".".join([*parts, "0", "0"][:3])
+    strict = draw(versions())
+    return prefix + strict, strict
+
+
+@given(spellings())
+def test_normalized_form_round_trips(spelling: tuple[str, str]) -> None:
+    text, strict = spelling
+    version = parse_spec_version(text)
+    assert version.normalized == strict
+    assert (version.warning is None) == (text == strict)
+    again = parse_spec_version(version.normalized)
+    assert (again.normalized, again.warning) == (strict, None)
+    assert str(parse_version(version.normalized)) == strict
+
+
+@given(spellings(), spellings())
+def test_ordering_of_spellings_is_strict_semver_on_normalized_forms(
+    a: tuple[str, str], b: tuple[str, str]
+) -> None:
+    expected = semver.Version.parse(a[1]).compare(semver.Version.parse(b[1]))
+    assert compare_versions(a[0], b[0]) == expected
+    assert compare_versions(a[0], b[1]) == expected
+
+
+@given(versions())
+def test_strict_versions_are_spec_versions_unchanged(text: str) -> None:
+    version = parse_spec_version(text)
+    assert (version.normalized, version.warning) == (text, None)
 
 
 package_names = st.from_regex(r"\A[a-z][a-z0-9_-]{0,20}[a-z0-9]\Z")

@@ -3,13 +3,17 @@
 A document is valid when it passes the JSON schema *and* the rules the upstream loader applies
 after it (known mode names, no unknown step keys, every action paired with a check, upgrade-only
 fields, step files present). :func:`validate_config` reports every problem with its field path;
-:func:`load_config` returns a typed :class:`PackageConfig` or raises :class:`ConfigError`.
+:func:`parse_config` and :func:`load_config` return a typed :class:`PackageConfig` or raise
+:class:`ConfigError`.
+
+A derived package (an image built ``FROM`` another package's image) finds step files in its base
+packages' directories too: pass them as ``base_dirs``, bottom layer first, as the image layers are.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -82,10 +86,13 @@ def _validator(schema_version: str) -> Draft202012Validator:
     return Draft202012Validator(root, registry=registry)
 
 
-def validate_config(document: object, package_dir: Path | None = None) -> list[FieldError]:
+def validate_config(
+    document: object, package_dir: Path | None = None, base_dirs: Sequence[Path] = ()
+) -> list[FieldError]:
     """Every problem with a parsed ``config.json``; empty when it is valid.
 
-    With ``package_dir`` the step files must also exist under ``package_dir/skyhook_dir``.
+    With ``package_dir`` the step files must also exist under ``skyhook_dir/`` of
+    ``package_dir`` or of one of ``base_dirs``.
     """
     if not isinstance(document, dict):
         return [FieldError("", f"config must be a JSON object, got {_json_type(document)}")]
@@ -106,8 +113,23 @@ def validate_config(document: object, package_dir: Path | None = None) -> list[F
         return sorted(set(errors), key=_error_order)
     errors.extend(_mode_rules(document["modes"]))
     if package_dir is not None:
-        errors.extend(_missing_step_files(document["modes"], package_dir / STEP_DIR))
+        layers = [package_dir, *reversed(base_dirs)]
+        errors.extend(_missing_step_files(document["modes"], [d / STEP_DIR for d in layers]))
     return errors
+
+
+def parse_config(
+    document: object, package_dir: Path | None = None, base_dirs: Sequence[Path] = ()
+) -> PackageConfig:
+    """The typed config of a parsed ``config.json``; ConfigError with every problem.
+
+    Step files are checked as :func:`validate_config` does, only when ``package_dir`` is given.
+    """
+    errors = validate_config(document, package_dir, base_dirs)
+    if errors:
+        raise ConfigError(errors)
+    assert isinstance(document, dict)
+    return _build(document)
 
 
 def load_config(path: Path) -> PackageConfig:
@@ -240,19 +262,22 @@ def _mode_rules(modes: Mapping[str, list[Mapping[str, Any]]]) -> Iterator[FieldE
 
 
 def _missing_step_files(
-    modes: Mapping[str, list[Mapping[str, Any]]], step_dir: Path
+    modes: Mapping[str, list[Mapping[str, Any]]], step_dirs: Sequence[Path]
 ) -> Iterator[FieldError]:
-    root = step_dir.resolve()
+    """Steps whose file is in none of ``step_dirs`` (the package's own first, then its bases)."""
+    where_looked = (
+        f"{STEP_DIR}/" if len(step_dirs) == 1 else f"{STEP_DIR}/ of the package or its bases"
+    )
     for mode, steps in modes.items():
         if mode == "interrupt":
             continue
         for index, step in enumerate(steps):
             where = f"modes.{mode}[{index}].path"
-            target = (step_dir / step["path"]).resolve()
-            if not target.is_relative_to(root):
+            targets = [(d / step["path"]).resolve() for d in step_dirs]
+            if not targets[0].is_relative_to(step_dirs[0].resolve()):
                 yield FieldError(where, f"{step['path']!r} points outside {STEP_DIR}/")
-            elif not target.is_file():
-                yield FieldError(where, f"file not found in {STEP_DIR}/: {step['path']}")
+            elif not any(target.is_file() for target in targets):
+                yield FieldError(where, f"file not found in {where_looked}: {step['path']}")
 
 
 def _missing_check_warnings(modes: Mapping[str, tuple[Step, ...]]) -> Iterator[str]:

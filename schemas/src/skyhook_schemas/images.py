@@ -1,0 +1,65 @@
+"""Container image references: ``[registry[:port]/]path[:tag][@digest]``, split correctly.
+
+A colon before the last ``/`` belongs to a registry port (``host:5000/repo``), never to a tag;
+the digest follows ``@``. The grammar is the one container registries use (repository path
+components are lowercase, a tag is at most 128 characters), so a reference that splits here is
+one a kubelet can pull.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*", re.ASCII)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", re.ASCII)
+_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}", re.ASCII)
+
+
+class ImageError(ValueError):
+    """An image reference that no registry would accept; the message names the bad part."""
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    repository: str
+    """Registry and path, without tag or digest: ``host:5000/team/tuning``."""
+    tag: str | None
+    digest: str | None
+    """``algorithm:hex``, such as ``sha256:...``."""
+
+
+def split_image(reference: str) -> ImageReference:
+    """Split ``reference`` into repository, tag and digest; ImageError when it is malformed."""
+    if not isinstance(reference, str) or not reference:
+        raise ImageError(f"{reference!r} is not an image reference: expected e.g. ghcr.io/org/pkg")
+    name, at, digest = reference.partition("@")
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        repository, tag = name[:colon], name[colon + 1 :]
+    else:
+        repository, tag = name, None
+    if not _REPOSITORY.fullmatch(repository):
+        raise ImageError(
+            f"{reference!r}: repository {repository!r} is not valid (lowercase path parts of "
+            "letters, digits and . _ -, after an optional registry host[:port]/)"
+        )
+    if tag is not None and not _TAG.fullmatch(tag):
+        raise ImageError(
+            f"{reference!r}: tag {tag!r} is not valid (up to 128 letters, digits, _ . -, "
+            "not starting with . or -)"
+        )
+    if at and not _DIGEST.fullmatch(digest):
+        raise ImageError(f"{reference!r}: digest {digest!r} is not valid (e.g. sha256:<hex>)")
+    return ImageReference(repository, tag, digest if at else None)
+
+
+def tag_mismatch_warning(image: ImageReference, version: str) -> str | None:
+    """A warning when an SCR package image carries a tag other than the package ``version``:
+    the version is the tag stage pods pull, so the image's own tag is ignored."""
+    if image.tag is None or image.tag == version:
+        return None
+    return f"image tag {image.tag!r} differs from version {version!r}; the version is the tag used"
