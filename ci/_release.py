@@ -260,7 +260,7 @@ def commit_parsers(component: Component) -> list[dict[str, str | bool]]:
         parsers.append(
             {
                 "message": r"^chore\((operator|agent)\): release ",
-                "group": "<!-- 5 -->Pinned releases",
+                "group": "<!-- 5 -->Pinned ${1}",
             }
         )
     return [*parsers, {"message": ".", "skip": True}]
