@@ -176,25 +176,34 @@ def _yaml_edit(repo: Path, path: Path, keys: tuple[str, ...], old: str, new: str
 def _set_yaml_scalar(path: Path, keys: tuple[str, ...], old: str, new: str) -> None:
     """Change one block-style scalar in place, so comments and layout stay as written."""
     lines = path.read_text().splitlines(keepends=True)
-    start, indent = 0, -1
-    for depth, key in enumerate(keys):
-        pattern = re.compile(rf"^(\s*){re.escape(key)}:(\s|$)")
-        for index in range(start, len(lines)):
-            match = pattern.match(lines[index])
-            line_indent = len(lines[index]) - len(lines[index].lstrip())
-            if lines[index].strip() and line_indent <= indent:
-                break  # left the parent mapping
-            if match and len(match.group(1)) > indent:
-                start, indent = index + (depth < len(keys) - 1), len(match.group(1))
-                break
-        else:
-            raise ReleaseError(f"{path}: no {'.'.join(keys)} to change")
-    line = lines[start]
-    key, _, value = line.partition(":")
+    found: tuple[int, int] | None = (-1, -1)  # the parent's line and indentation
+    for key in keys:
+        found = _child_line(lines, *found, key) if found else None
+    if found is None:
+        raise ReleaseError(f"{path}: no {'.'.join(keys)} to change")
+    key, _, value = lines[found[0]].partition(":")
     if old not in value:
         raise ReleaseError(f"{path}: {'.'.join(keys)} is not {old}")
-    lines[start] = f"{key}:{value.replace(old, new, 1)}"
+    lines[found[0]] = f"{key}:{value.replace(old, new, 1)}"
     path.write_text("".join(lines))
+
+
+def _child_line(
+    lines: list[str], parent: int, parent_indent: int, key: str
+) -> tuple[int, int] | None:
+    """The line (and indentation) of ``key`` directly inside the mapping opened at ``parent``."""
+    child_indent = None
+    for index in range(parent + 1, len(lines)):
+        content = lines[index].strip()
+        if not content or content.startswith("#"):
+            continue
+        indent = len(lines[index]) - len(lines[index].lstrip())
+        if indent <= parent_indent:
+            return None  # the parent mapping ended
+        child_indent = indent if child_indent is None else child_indent
+        if indent == child_indent and content.startswith(f"{key}:"):
+            return index, indent
+    return None
 
 
 # --- what the commits allow ----------------------------------------------------------------
