@@ -184,9 +184,10 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
 
 
 def set_ignore(patterns: tuple[str, ...], ignore: bool) -> None:
+    wanted = at_least_one(patterns)
     app = current_app()
     nodes = {node.metadata.name: node for node in app.kube.list_nodes()}
-    matched = matching(at_least_one(patterns), list(nodes))
+    matched = matching(wanted, list(nodes))
     if not matched:
         app.say("No nodes matched the specified patterns")
         return
