@@ -24,7 +24,7 @@ from skyhook_schemas import keys
 MERGE_PATCH = "application/merge-patch+json"
 DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|m|s|ms)?)+$")
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)?")
-UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
+UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "": 1.0}
 
 
 class KubeError(Exception):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from skyhook_cli import batch, cleanup, nodestate, operator_version, output, prompts
 from skyhook_cli.commands.package import runs_package
+from skyhook_cli.kube import parse_duration
 from skyhook_cli.patterns import PatternError, is_regex, match_nodes
 from skyhook_schemas import keys
 
@@ -268,3 +269,23 @@ def pod(label: str, annotation: str | None = None) -> Obj:
 )
 def test_package_logs_match_only_that_package(candidate: Obj, expected: bool) -> None:
     assert runs_package(candidate, "foo") is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("0", 0.0, id="zero"),
+        pytest.param("5", 5.0, id="bare-seconds"),
+        pytest.param("10s", 10.0, id="seconds"),
+        pytest.param("1m30s", 90.0, id="minutes-and-seconds"),
+        pytest.param("2h", 7200.0, id="hours"),
+        pytest.param("500ms", 0.5, id="milliseconds"),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_bad_duration_says_what_is_accepted() -> None:
+    with pytest.raises(ValueError, match="invalid duration 'soon'"):
+        parse_duration("soon")
