@@ -1,0 +1,3 @@
+from skyhook_cli.main import main
+
+main()

@@ -1,0 +1,196 @@
+"""What every command shares: global flags, the kube client, output and errors.
+
+Global flags are accepted before or after the command name (`kubectl skyhook -o json node
+list` and `kubectl skyhook node list -o json`), as kubectl plugins built on cobra accept them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from skyhook_cli import output
+from skyhook_cli.kube import ConnectionFlags, Kube, KubeError, connect
+from skyhook_cli.patterns import quote
+
+F = TypeVar("F", bound=Callable[..., Any])
+FLAGS_KEY = "skyhook_cli.flags"
+DEFAULT_NAMESPACE = "skyhook"
+UNSUPPORTED = {
+    "cluster": "select a context that names the cluster with --context",
+    "user": "select a context that names the user with --context",
+    "username": "basic authentication was removed from Kubernetes in 1.19; use --token",
+    "password": "basic authentication was removed from Kubernetes in 1.19; use --token",
+}
+
+
+class CliError(Exception):
+    """A failure to report on stderr as one line, with exit code 1."""
+
+
+@dataclass
+class App:
+    """The resolved global flags of one invocation and the client built from them."""
+
+    connection: ConnectionFlags
+    namespace: str = DEFAULT_NAMESPACE
+    output: str = "table"
+    verbose: bool = False
+    dry_run: bool = False
+    _kube: Kube | None = field(default=None, repr=False)
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            try:
+                self._kube = connect(self.connection)
+            except KubeError as error:
+                raise CliError(f"initializing kubernetes client: {error}") from None
+        return self._kube
+
+    @property
+    def stdin(self) -> TextIO:
+        return sys.stdin
+
+    def say(self, text: str = "", end: str = "\n") -> None:
+        click.echo(text + end, nl=False)
+
+    def warn(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def note(self, text: str) -> None:
+        """A warning shown only with -v/--verbose."""
+        if self.verbose:
+            self.warn(text)
+
+    def emit(self, data: Any) -> bool:
+        """Print `data` as JSON or YAML when asked for; False when a table is wanted."""
+        if self.output == "json":
+            self.say(output.to_json(data), end="")
+        elif self.output == "yaml":
+            self.say(output.to_yaml(data), end="")
+        else:
+            return False
+        return True
+
+
+def current_app() -> App:
+    """The App of the running command; validates the global flags first."""
+    ctx = click.get_current_context()
+    given: dict[str, Any] = ctx.find_root().meta.get(FLAGS_KEY, {})
+    for name, hint in UNSUPPORTED.items():
+        if given.get(name) is not None:
+            raise CliError(f"--{name} is not supported by this plugin: {hint}")
+    fmt = str(given.get("output", "table")).lower()
+    if fmt not in output.FORMATS:
+        raise CliError(f"invalid output format {quote(fmt)}")
+    namespace = str(given.get("namespace") or "").strip() or DEFAULT_NAMESPACE
+    connection = ConnectionFlags(
+        kubeconfig=given.get("kubeconfig"),
+        context=given.get("context"),
+        server=given.get("server"),
+        token=given.get("token"),
+        certificate_authority=given.get("certificate_authority"),
+        client_certificate=given.get("client_certificate"),
+        client_key=given.get("client_key"),
+        insecure_skip_tls_verify=bool(given.get("insecure_skip_tls_verify")),
+        tls_server_name=given.get("tls_server_name"),
+        impersonate=given.get("as_user"),
+        impersonate_groups=tuple(given.get("as_group", ())),
+        impersonate_uid=given.get("as_uid"),
+        request_timeout=str(given.get("request_timeout", "0")),
+    )
+    return App(
+        connection,
+        namespace=namespace,
+        output=fmt,
+        verbose=bool(given.get("verbose")),
+        dry_run=bool(given.get("dry_run")),
+    )
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if param.name and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
+        ctx.find_root().meta.setdefault(FLAGS_KEY, {})[param.name] = value
+    return value
+
+
+def _flag(*names: str, **attrs: Any) -> Callable[[F], F]:
+    return click.option(*names, expose_value=False, callback=_remember, **attrs)
+
+
+GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
+    _flag("--kubeconfig", help="Path to the kubeconfig file to use for CLI requests."),
+    _flag("--context", help="The name of the kubeconfig context to use."),
+    _flag("--cluster", help="Not supported: use --context."),
+    _flag("--user", help="Not supported: use --context."),
+    _flag("-s", "--server", help="The address and port of the Kubernetes API server."),
+    _flag("--token", help="Bearer token for authentication to the API server."),
+    _flag("--certificate-authority", help="Path to a cert file for the certificate authority."),
+    _flag("--client-certificate", help="Path to a client certificate file for TLS."),
+    _flag("--client-key", help="Path to a client key file for TLS."),
+    _flag(
+        "--insecure-skip-tls-verify",
+        is_flag=True,
+        help="Do not check the server's certificate (insecure).",
+    ),
+    _flag("--tls-server-name", help="Server name to use for server certificate validation."),
+    _flag("--as", "as_user", help="Username to impersonate for the operation."),
+    _flag("--as-group", multiple=True, help="Group to impersonate; repeat for several."),
+    _flag("--as-uid", help="UID to impersonate for the operation."),
+    _flag(
+        "--request-timeout",
+        default="0",
+        help="Time to wait for a single request (e.g. 1s, 2m); 0 waits forever.",
+    ),
+    _flag("--cache-dir", help="Accepted for kubectl compatibility; the plugin keeps no cache."),
+    _flag(
+        "--disable-compression",
+        is_flag=True,
+        help="Accepted for kubectl compatibility; responses are not compressed.",
+    ),
+    _flag("--username", help="Not supported: use --token."),
+    _flag("--password", help="Not supported: use --token."),
+    _flag("-n", "--namespace", help="The operator's namespace (default skyhook)."),
+    _flag("-o", "--output", default="table", help="Output format. One of: table|json|yaml|wide"),
+    _flag("-v", "--verbose", is_flag=True, help="Enable verbose output"),
+    _flag("--dry-run", is_flag=True, help="Preview changes without applying them"),
+)
+
+
+def global_flags(function: F) -> F:
+    for add in reversed(GLOBAL_FLAGS):
+        function = add(function)
+    return function
+
+
+def exactly_one(args: Sequence[str]) -> str:
+    if len(args) != 1:
+        raise click.UsageError(f"accepts 1 arg(s), received {len(args)}")
+    return args[0]
+
+
+def at_least_one(args: Sequence[str]) -> list[str]:
+    if not args:
+        raise click.UsageError("requires at least 1 arg(s), only received 0")
+    return list(args)
+
+
+def require(**flags: Any) -> None:
+    """Fail like cobra's required flags: `required flag(s) "skyhook" not set`."""
+    missing = sorted(name for name, value in flags.items() if not value)
+    if missing:
+        names = ", ".join(quote(name) for name in missing)
+        raise click.UsageError(f"required flag(s) {names} not set")
+
+
+def write(data: bytes) -> None:
+    """Raw bytes to stdout (pod logs are passed through undecoded)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

@@ -1,0 +1,37 @@
+"""Resetting a Skyhook's deployment-policy batch state (every compartment back to batch 1).
+
+Every counter is written explicitly (zeros and false), so a rollout stopped by its failure
+threshold really starts again: a merge patch that left out the zero values would keep
+`shouldStop: true` and the old counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+FRESH_BATCH_STATE = {
+    "currentBatch": 1,
+    "consecutiveFailures": 0,
+    "completedNodes": 0,
+    "failedNodes": 0,
+    "shouldStop": False,
+    "lastBatchSize": 0,
+    "lastBatchFailed": False,
+}
+
+
+def compartments(skyhook: Mapping[str, Any]) -> dict[str, Any]:
+    statuses = (skyhook.get("status") or {}).get("compartmentStatuses") or {}
+    return dict(statuses) if isinstance(statuses, Mapping) else {}
+
+
+def reset_patch(skyhook: Mapping[str, Any]) -> dict[str, Any]:
+    """Status merge patch that sets every compartment's batchState to a fresh one."""
+    return {
+        "status": {
+            "compartmentStatuses": {
+                name: {"batchState": dict(FRESH_BATCH_STATE)} for name in compartments(skyhook)
+            }
+        }
+    }

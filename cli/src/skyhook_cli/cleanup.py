@@ -1,0 +1,67 @@
+"""What resetting a node for one Skyhook removes, as one merge patch per node.
+
+Removed: the Skyhook's nodeState, status (annotation and label), cordon and version keys.
+Two things upstream's plugin leaves wrong are set right here:
+
+- The operator marks auto-tainted nodes with `autoTaint_<taint key>` (not `autoTaint_<skyhook>`).
+  The marker is about the node, not one Skyhook, so it is removed only when no other Skyhook
+  keeps state on the node; the node then looks new to the operator again.
+- A node this Skyhook cordoned (its cordon marker is set) is uncordoned, unless another
+  Skyhook's cordon marker is also set: without the marker the operator would take the cordon
+  for an administrator's and never lift it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skyhook_schemas import keys
+
+AUTO_TAINT_PREFIX = keys.auto_taint_key("")
+CORDON_PREFIX = keys.cordon_key("")
+NODE_STATE_PREFIX = keys.node_state_key("")
+
+
+def owned_annotations(skyhook: str) -> tuple[str, ...]:
+    return (
+        keys.node_state_key(skyhook),
+        keys.node_status_key(skyhook),
+        keys.cordon_key(skyhook),
+        keys.version_key(skyhook),
+    )
+
+
+def has_state(annotations: Mapping[str, str], labels: Mapping[str, str], skyhook: str) -> bool:
+    return any(key in annotations for key in owned_annotations(skyhook)) or (
+        keys.node_status_key(skyhook) in labels
+    )
+
+
+def reset_patch(
+    skyhook: str,
+    annotations: Mapping[str, str],
+    labels: Mapping[str, str],
+    unschedulable: bool,
+) -> dict[str, Any]:
+    """The merge patch that forgets `skyhook` on a node with these annotations and labels."""
+    remove: dict[str, Any] = {key: None for key in owned_annotations(skyhook) if key in annotations}
+    others_with_state = [
+        key
+        for key in annotations
+        if key.startswith(NODE_STATE_PREFIX) and key != keys.node_state_key(skyhook)
+    ]
+    if not others_with_state:
+        remove.update({key: None for key in annotations if key.startswith(AUTO_TAINT_PREFIX)})
+    metadata: dict[str, Any] = {"annotations": remove}
+    if keys.node_status_key(skyhook) in labels:
+        metadata["labels"] = {keys.node_status_key(skyhook): None}
+    patch: dict[str, Any] = {"metadata": metadata}
+    other_cordons = [
+        key
+        for key in annotations
+        if key.startswith(CORDON_PREFIX) and key != keys.cordon_key(skyhook)
+    ]
+    if keys.cordon_key(skyhook) in annotations and unschedulable and not other_cordons:
+        patch["spec"] = {"unschedulable": None}
+    return patch

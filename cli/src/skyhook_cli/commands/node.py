@@ -1,0 +1,290 @@
+"""`node list|status|ignore|unignore|reset`: Skyhook activity per node, and per-node control."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from skyhook_cli import cleanup, nodestate, output
+from skyhook_cli.app import (
+    App,
+    CliError,
+    at_least_one,
+    current_app,
+    global_flags,
+    require,
+)
+from skyhook_cli.commands.reset import ask, report, reset_nodes
+from skyhook_cli.kube import KubeError
+from skyhook_cli.patterns import PatternError, match_nodes, quote
+from skyhook_schemas import keys
+
+
+@click.group("node", invoke_without_command=True)
+@global_flags
+@click.pass_context
+def group(ctx: click.Context) -> None:
+    """Skyhook state on nodes."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def matching(patterns: list[str], names: list[str]) -> list[str]:
+    try:
+        return match_nodes(patterns, names)
+    except PatternError as error:
+        raise CliError(f"matching nodes: {error}") from None
+
+
+def decoded(
+    app: App, node: str, skyhook: str, text: str, shown_skyhook: bool = False
+) -> nodestate.NodeState | None:
+    try:
+        return nodestate.decode(text)
+    except ValueError as error:
+        which = f" skyhook {quote(skyhook)}" if shown_skyhook else ""
+        app.note(f"Warning: skipping node {quote(node)}{which} - invalid annotation: {error}")
+        return None
+
+
+@group.command("list", short_help="List all nodes targeted by a Skyhook")
+@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@global_flags
+def list_(skyhook: str) -> None:
+    """List the nodes that have state for a Skyhook, with package completion."""
+    require(skyhook=skyhook)
+    app = current_app()
+    entries = []
+    for node in sorted(app.kube.list_nodes(), key=lambda n: n.metadata.name):
+        text = (node.metadata.annotations or {}).get(keys.node_state_key(skyhook))
+        if text is None:
+            continue
+        state = decoded(app, node.metadata.name, skyhook, text)
+        if state is None:
+            continue
+        rolled = nodestate.rollup(state)
+        entries.append(
+            {
+                "nodeName": node.metadata.name,
+                "status": rolled.status,
+                "packagesComplete": rolled.complete,
+                "packagesTotal": rolled.total,
+                "restarts": rolled.restarts,
+            }
+        )
+    if not entries:
+        app.say(f"No nodes found for Skyhook {quote(skyhook)}")
+        return
+    if app.emit({"skyhookName": skyhook, "nodes": entries}):
+        return
+    statuses = [entry["status"] for entry in entries]
+    complete, erroring = statuses.count(nodestate.COMPLETE), statuses.count(nodestate.ERRORING)
+    app.say(f"Skyhook: {skyhook}\n")
+    app.say(
+        f"Summary: {len(entries)} nodes ({complete} complete, {erroring} erroring, "
+        f"{len(entries) - complete - erroring} in progress)\n"
+    )
+    wide = app.output == "wide"
+    headers = ["NODE", "STATUS", "PACKAGES", *(["RESTARTS"] if wide else [])]
+    rows = []
+    for entry in entries:
+        status = str(entry["status"])
+        row = [
+            str(entry["nodeName"]),
+            status.upper() if status == nodestate.ERRORING else status,
+            f"{entry['packagesComplete']}/{entry['packagesTotal']}",
+        ]
+        rows.append(row + ([str(entry["restarts"])] if wide else []))
+    app.say(output.table(headers, rows), end="")
+
+
+@group.command("status", short_help="Show all Skyhook activity on specific node(s)")
+@click.argument("patterns", nargs=-1, metavar="[node-name...]")
+@click.option("--skyhook", default="", help="Filter by Skyhook name")
+@global_flags
+def status(patterns: tuple[str, ...], skyhook: str) -> None:
+    """Show every Skyhook's state on the given nodes (names or regexes; default all nodes)."""
+    app = current_app()
+    nodes = app.kube.list_nodes()
+    names = [node.metadata.name for node in nodes]
+    if patterns:
+        targets = set(matching(list(patterns), names))
+        if not targets:
+            app.say("No nodes matched the specified patterns")
+            return
+    else:
+        targets = set(names)
+    summaries: list[dict[str, Any]] = []
+    for node in nodes:
+        if node.metadata.name not in targets:
+            continue
+        for name, text in nodestate.states_on_node(node.metadata.annotations or {}).items():
+            if skyhook and name != skyhook:
+                continue
+            state = decoded(app, node.metadata.name, name, text, shown_skyhook=True)
+            if state is None:
+                continue
+            rolled = nodestate.rollup(state)
+            packages = [
+                {
+                    "name": package.name,
+                    "version": package.version,
+                    "stage": package.stage,
+                    "state": package.state,
+                    "restarts": package.restarts,
+                    **({"image": package.image} if package.image else {}),
+                }
+                for package in sorted(state.values(), key=lambda p: p.name)
+            ]
+            summary: dict[str, Any] = {
+                "nodeName": node.metadata.name,
+                "skyhookName": name,
+                "status": rolled.status,
+                "packagesComplete": rolled.complete,
+                "packagesTotal": rolled.total,
+            }
+            if packages:
+                summary["packages"] = packages
+            summaries.append(summary)
+    summaries.sort(key=lambda s: (s["nodeName"], s["skyhookName"]))
+    if not summaries:
+        app.say("No Skyhook activity found on specified nodes")
+        return
+    if app.emit(summaries):
+        return
+    if app.output == "wide":
+        headers = ["NODE", "SKYHOOK", "PACKAGE", "VERSION", "STAGE", "STATE", "RESTARTS", "IMAGE"]
+        rows = [
+            [
+                s["nodeName"],
+                s["skyhookName"],
+                p["name"],
+                p["version"],
+                p["stage"],
+                p["state"],
+                str(p["restarts"]),
+                p.get("image", ""),
+            ]
+            for s in summaries
+            for p in s.get("packages", [])
+        ]
+    else:
+        headers = ["NODE", "SKYHOOK", "STATUS", "PACKAGES"]
+        rows = [
+            [
+                s["nodeName"],
+                s["skyhookName"],
+                s["status"],
+                f"{s['packagesComplete']}/{s['packagesTotal']}",
+            ]
+            for s in summaries
+        ]
+    app.say(output.table(headers, rows), end="")
+
+
+def set_ignore(patterns: tuple[str, ...], ignore: bool) -> None:
+    wanted = at_least_one(patterns)
+    app = current_app()
+    nodes = {node.metadata.name: node for node in app.kube.list_nodes()}
+    matched = matching(wanted, list(nodes))
+    if not matched:
+        app.say("No nodes matched the specified patterns")
+        return
+    app.say(f"{'Ignoring' if ignore else 'Unignoring'} {len(matched)} node(s):")
+    for name in matched:
+        app.say(f"  - {name}")
+    if app.dry_run:
+        app.say("\n[dry-run] No changes applied")
+        return
+    failures, done = [], 0
+    for name in matched:
+        ignored = (nodes[name].metadata.labels or {}).get(keys.IGNORE_LABEL) == "true"
+        if ignored == ignore:
+            app.say(f"  {name}: {'already ignored' if ignore else 'not ignored'}")
+            continue
+        value = "true" if ignore else None
+        try:
+            app.kube.patch_node(name, {"metadata": {"labels": {keys.IGNORE_LABEL: value}}})
+        except KubeError as error:
+            failures.append(f"{name}: {error}")
+            continue
+        done += 1
+    if failures:
+        app.say("\nErrors updating some nodes:")
+        for failure in failures:
+            app.say(f"  - {failure}")
+    if done:
+        app.say(f"\nSuccessfully {'ignored' if ignore else 'unignored'} {done} node(s)")
+    if failures:
+        raise CliError(f"{len(failures)} of {len(matched)} node(s) could not be updated")
+
+
+@group.command("ignore", short_help="Ignore node(s) from Skyhook processing")
+@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@global_flags
+def ignore(patterns: tuple[str, ...]) -> None:
+    """Label nodes skyhook.nvidia.com/ignore=true: no Skyhook works on them (all Skyhooks)."""
+    set_ignore(patterns, True)
+
+
+@group.command("unignore", short_help="Remove ignore label from node(s)")
+@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@global_flags
+def unignore(patterns: tuple[str, ...]) -> None:
+    """Remove the skyhook.nvidia.com/ignore label, so Skyhooks work on the nodes again."""
+    set_ignore(patterns, False)
+
+
+@group.command("reset", short_help="Reset all package state on node(s) for a Skyhook")
+@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
+@global_flags
+def reset(patterns: tuple[str, ...], skyhook: str, confirm: bool) -> None:
+    """Forget a Skyhook on the given nodes (names or regexes), so all its packages rerun there."""
+    wanted = at_least_one(patterns)
+    require(skyhook=skyhook)
+    app = current_app()
+    nodes = {node.metadata.name: node for node in app.kube.list_nodes()}
+    matched = matching(wanted, list(nodes))
+    if not matched:
+        app.say("No nodes matched the specified patterns")
+        return
+    chosen: list[tuple[Any, int]] = []
+    for name in matched:
+        node = nodes[name]
+        annotations, labels = node.metadata.annotations or {}, node.metadata.labels or {}
+        if not cleanup.has_state(annotations, labels, skyhook):
+            continue
+        state: nodestate.NodeState = {}
+        text = annotations.get(keys.node_state_key(skyhook))
+        if text is not None:
+            try:
+                state = nodestate.decode(text)
+            except ValueError as error:
+                app.note(
+                    f"Warning: node {quote(name)} has invalid node state annotation; "
+                    f"resetting metadata with empty package state: {error}"
+                )
+        chosen.append((node, len(state)))
+    if not chosen:
+        app.say(f"No nodes have state for Skyhook {quote(skyhook)}")
+        return
+    app.say(f"Skyhook: {skyhook}")
+    app.say(f"Nodes to reset ({len(chosen)}):")
+    for node, packages in chosen:
+        app.say(f"  - {node.metadata.name} ({packages} packages)")
+    if app.dry_run:
+        app.say("\n[dry-run] No changes applied")
+        return
+    lines = [
+        f"\nThis will remove ALL package state for Skyhook {quote(skyhook)} on these nodes.",
+        "All packages will re-run from the beginning.",
+    ]
+    if not confirm and not ask(app, lines):
+        return
+    failures = reset_nodes(app, [node for node, _ in chosen], skyhook)
+    report(app, failures, skyhook, len(chosen))
+    if failures:
+        raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be reset")

@@ -1,0 +1,127 @@
+"""`reset <skyhook>`: forget a Skyhook on every node that has state for it, so it reruns.
+
+Also resets the deployment-policy batch state unless `--skip-batch-reset`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from skyhook_cli import batch, cleanup, nodestate, prompts
+from skyhook_cli.app import App, CliError, current_app, exactly_one, global_flags
+from skyhook_cli.kube import KubeError
+from skyhook_cli.patterns import quote
+from skyhook_schemas import keys
+
+
+def ask(app: App, lines: Sequence[str]) -> bool:
+    """Print `lines`, ask to continue; False (after printing Aborted) unless the user agrees."""
+    for line in lines:
+        app.say(line)
+    app.say("Continue? [y/N]: ", end="")
+    try:
+        agreed = prompts.confirmed(app.stdin)
+    except prompts.NoAnswer:
+        raise CliError("reading confirmation: EOF") from None
+    if not agreed:
+        app.say("Aborted")
+    return agreed
+
+
+def reset_nodes(app: App, nodes: Sequence[Any], skyhook: str) -> list[str]:
+    """Patch each node; returns the failures as `<node>: <error>` lines."""
+    failures = []
+    for node in nodes:
+        patch = cleanup.reset_patch(
+            skyhook,
+            node.metadata.annotations or {},
+            node.metadata.labels or {},
+            bool(node.spec and node.spec.unschedulable),
+        )
+        try:
+            app.kube.patch_node(node.metadata.name, patch)
+        except KubeError as error:
+            failures.append(f"{node.metadata.name}: {error}")
+    return failures
+
+
+def report(app: App, failures: Sequence[str], what: str, total: int) -> None:
+    if failures:
+        app.say("\nErrors resetting some nodes:")
+        for failure in failures:
+            app.say(f"  - {failure}")
+    done = total - len(failures)
+    if done:
+        app.say(f"\nSuccessfully reset {done} node(s) for Skyhook {quote(what)}")
+
+
+def reset_batch_state(app: App, name: str) -> None:
+    """Best effort, as part of `reset`: warnings on stderr, never a failure."""
+    try:
+        skyhook = app.kube.get_skyhook(name)
+    except KubeError as error:
+        app.warn(f"Warning: failed to get skyhook for batch reset: {error}")
+        return
+    if not batch.compartments(skyhook):
+        return
+    try:
+        app.kube.patch_skyhook_status(name, batch.reset_patch(skyhook))
+    except KubeError as error:
+        app.warn(f"Warning: failed to reset batch state: {error}")
+        return
+    app.say(f"Batch state reset for Skyhook {quote(name)}")
+
+
+@click.command("reset", short_help="Reset all nodes for a Skyhook")
+@click.argument("args", nargs=-1, metavar="<skyhook-name>")
+@click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
+@click.option(
+    "--skip-batch-reset", is_flag=True, help="Skip resetting deployment policy batch state"
+)
+@global_flags
+def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool) -> None:
+    """Remove a Skyhook's state from every node that has it, so all its packages rerun
+    from the beginning; by default the deployment-policy batch state restarts at batch 1."""
+    name = exactly_one(args)
+    app = current_app()
+    state_key = keys.node_state_key(name)
+    chosen: list[tuple[Any, int]] = []
+    for node in app.kube.list_nodes():
+        text = (node.metadata.annotations or {}).get(state_key)
+        if text is None:
+            continue
+        try:
+            chosen.append((node, len(nodestate.decode(text))))
+        except ValueError as error:
+            app.note(
+                f"Warning: skipping node {quote(node.metadata.name)} - invalid annotation: {error}"
+            )
+    if not chosen:
+        app.say(f"No nodes have state for Skyhook {quote(name)}")
+        return
+    app.say(f"Skyhook: {name}")
+    app.say(f"Nodes to reset ({len(chosen)}):")
+    for node, packages in chosen:
+        app.say(f"  - {node.metadata.name} ({packages} packages)")
+    if not skip_batch_reset:
+        app.say("\nBatch state will also be reset (use --skip-batch-reset to preserve)")
+    if app.dry_run:
+        app.say("\n[dry-run] No changes applied")
+        return
+    lines = [
+        f"\nThis will remove ALL package state for Skyhook {quote(name)} on {len(chosen)} node(s).",
+        "All packages will re-run from the beginning.",
+    ]
+    if not skip_batch_reset:
+        lines.append("Batch state will be reset to start from batch 1.")
+    if not confirm and not ask(app, lines):
+        return
+    failures = reset_nodes(app, [node for node, _ in chosen], name)
+    report(app, failures, name, len(chosen))
+    if not skip_batch_reset:
+        reset_batch_state(app, name)
+    if failures:
+        raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be reset")

@@ -1,0 +1,245 @@
+"""The plugin's only contact with the cluster: a kubernetes client built from kubeconfig flags.
+
+Every call here goes through `Kube`, which turns API failures into `KubeError` with the
+apiserver's own message (`skyhooks.skyhook.nvidia.com "x" not found`), as upstream prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from skyhook_cli.patterns import quote as _q
+from skyhook_schemas import keys
+
+MERGE_PATCH = "application/merge-patch+json"
+DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|m|s|ms)?)+$")
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)?")
+UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "": 1.0}
+
+
+class KubeError(Exception):
+    """A failed API call or an unusable kubeconfig; the message is one line for the user."""
+
+
+@dataclass
+class ConnectionFlags:
+    """The kubectl connection flags the plugin honours (see the README for the list)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    server: str | None = None
+    token: str | None = None
+    certificate_authority: str | None = None
+    client_certificate: str | None = None
+    client_key: str | None = None
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+    impersonate: str | None = None
+    impersonate_groups: tuple[str, ...] = ()
+    impersonate_uid: str | None = None
+    request_timeout: str = "0"
+
+
+def parse_duration(text: str) -> float:
+    """kubectl's --request-timeout: a bare number of seconds or a Go duration (`1m30s`)."""
+    if not DURATION.match(text):
+        raise ValueError(
+            f"invalid duration {text!r}: give seconds or a duration such as 30s, 1m, 2h"
+        )
+    return sum(float(number) * UNIT_SECONDS[unit] for number, unit in DURATION_PART.findall(text))
+
+
+def connect(flags: ConnectionFlags) -> Kube:
+    configuration = client.Configuration()
+    try:
+        if flags.kubeconfig is None and not flags.server and _in_cluster():
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=flags.kubeconfig,
+                context=flags.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except (ConfigException, OSError, TypeError, KeyError) as error:
+        if not flags.server:
+            raise KubeError(str(error) or type(error).__name__) from None
+    _override(configuration, flags)
+    headers = {}
+    if flags.impersonate:
+        headers["Impersonate-User"] = flags.impersonate
+    if flags.impersonate_uid:
+        headers["Impersonate-Uid"] = flags.impersonate_uid
+    api_client = client.ApiClient(configuration)
+    for name, value in headers.items():
+        api_client.set_default_header(name, value)  # type: ignore[no-untyped-call]
+    if flags.impersonate_groups:
+        # Several groups in one header, comma-separated, as HTTP allows for repeated headers.
+        api_client.set_default_header(  # type: ignore[no-untyped-call]
+            "Impersonate-Group", ", ".join(flags.impersonate_groups)
+        )
+    try:
+        timeout = parse_duration(flags.request_timeout)
+    except ValueError as error:
+        raise KubeError(str(error)) from None
+    return Kube(api_client, timeout or None)
+
+
+def _in_cluster() -> bool:
+    return "KUBERNETES_SERVICE_HOST" in os.environ and not (
+        os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
+    )
+
+
+def _override(configuration: client.Configuration, flags: ConnectionFlags) -> None:
+    if flags.server:
+        configuration.host = flags.server
+    if flags.token:
+        configuration.api_key = {"authorization": f"Bearer {flags.token}"}
+    if flags.certificate_authority:
+        configuration.ssl_ca_cert = flags.certificate_authority
+    if flags.client_certificate:
+        configuration.cert_file = flags.client_certificate
+    if flags.client_key:
+        configuration.key_file = flags.client_key
+    if flags.insecure_skip_tls_verify:
+        configuration.verify_ssl = False
+    if flags.tls_server_name:
+        configuration.tls_server_name = flags.tls_server_name
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, ApiException):
+        try:
+            body = json.loads(error.body or "")
+        except (TypeError, ValueError):
+            body = None
+        if isinstance(body, Mapping) and body.get("message"):
+            return str(body["message"])
+        return f"{error.status} {error.reason}".strip()
+    return str(error)
+
+
+@dataclass
+class Kube:
+    api: client.ApiClient
+    timeout: float | None = None
+    core: client.CoreV1Api = field(init=False)
+    apps: client.AppsV1Api = field(init=False)
+    custom: client.CustomObjectsApi = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def _call(self, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.timeout:
+            kwargs["_request_timeout"] = self.timeout
+        try:
+            return function(*args, **kwargs)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+            raise KubeError(f"{what}: {_message(error)}") from None
+
+    # Skyhooks (cluster-scoped custom objects, read as plain dicts).
+
+    def get_skyhook(self, name: str) -> dict[str, Any]:
+        return dict(
+            self._call(
+                f"getting skyhook {_q(name)}",
+                self.custom.get_cluster_custom_object,
+                keys.GROUP,
+                keys.VERSION,
+                keys.PLURAL,
+                name,
+            )
+        )
+
+    def patch_skyhook(self, name: str, patch: Mapping[str, Any]) -> None:
+        self._call(
+            f"patching skyhook {_q(name)}",
+            self.custom.patch_cluster_custom_object,
+            keys.GROUP,
+            keys.VERSION,
+            keys.PLURAL,
+            name,
+            dict(patch),
+            _content_type=MERGE_PATCH,
+        )
+
+    def patch_skyhook_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        self._call(
+            f"patching skyhook {_q(name)} status",
+            self.custom.patch_cluster_custom_object_status,
+            keys.GROUP,
+            keys.VERSION,
+            keys.PLURAL,
+            name,
+            dict(patch),
+            _content_type=MERGE_PATCH,
+        )
+
+    # Nodes.
+
+    def list_nodes(self) -> list[Any]:
+        return list(self._call("listing nodes", self.core.list_node).items)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        self._call(
+            f"patching node {_q(name)}",
+            self.core.patch_node,
+            name,
+            dict(patch),
+            _content_type=MERGE_PATCH,
+        )
+
+    # Pods and deployments in the operator's namespace.
+
+    def list_pods(self, namespace: str, selector: str) -> list[Any]:
+        return list(
+            self._call(
+                "listing pods", self.core.list_namespaced_pod, namespace, label_selector=selector
+            ).items
+        )
+
+    def pod_log(
+        self, namespace: str, pod: str, container: str, follow: bool, tail: int | None
+    ) -> Iterator[bytes]:
+        options: dict[str, Any] = {"container": container, "follow": follow}
+        if tail is not None:
+            options["tail_lines"] = tail
+        timeout, self.timeout = self.timeout, None  # a followed log may run for hours
+        try:
+            response = self._call(
+                "opening log stream",
+                self.core.read_namespaced_pod_log,
+                pod,
+                namespace,
+                _preload_content=False,
+                **options,
+            )
+        finally:
+            self.timeout = timeout
+        try:
+            yield from response.stream(4096)
+        finally:
+            response.release_conn()
+
+    def list_deployments(self, namespace: str) -> list[Any]:
+        return list(
+            self._call(
+                f"listing deployments in namespace {_q(namespace)}",
+                self.apps.list_namespaced_deployment,
+                namespace,
+            ).items
+        )

@@ -1,0 +1,80 @@
+"""Upstream's CLI scenarios that need the operator: it must act on what the plugin wrote."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from skyhook_schemas import keys
+
+from ..conftest import Result, agentless, wait_for
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+def node_annotations(core: client.CoreV1Api, node: str) -> dict[str, str]:
+    return core.read_node(node).metadata.annotations or {}
+
+
+def test_rerun_and_reset_are_picked_up_by_the_operator(
+    *,
+    cli: Callable[..., Result],
+    core: client.CoreV1Api,
+    nodes: Callable[[int], list[str]],
+    skyhooks: Callable[..., Any],
+    operator: Any,
+    label: str,
+) -> None:
+    (node,) = nodes(1)
+    status_key = keys.node_status_key(label)
+    skyhooks(label, {"pkg": agentless("1.0.0")})
+    wait_for(
+        lambda: node_annotations(core, node).get(status_key) == "complete",
+        180,
+        "the package complete on the node",
+    )
+
+    assert cli("package", "rerun", "pkg", "--skyhook", label, "--node", node, "--dry-run").code == 0
+    rerun = cli(
+        "package",
+        "rerun",
+        "pkg",
+        "--skyhook",
+        label,
+        "--node",
+        node,
+        "--stage",
+        "apply",
+        "--confirm",
+    )
+    assert rerun.code == 0, rerun.err
+    wait_for(
+        lambda: node_annotations(core, node).get(status_key) == "in_progress",
+        60,
+        "the operator to rerun apply",
+    )
+    wait_for(
+        lambda: node_annotations(core, node).get(status_key) == "complete",
+        180,
+        "the rerun to complete",
+    )
+
+    assert cli("disable", label, "--confirm").code == 0
+    reset = cli("reset", label, "--confirm")
+    assert reset.code == 0, reset.err
+
+    def rewritten_disabled() -> bool:
+        annotations = node_annotations(core, node)
+        return (
+            annotations.get(status_key) == "disabled" and keys.cordon_key(label) not in annotations
+        )
+
+    wait_for(rewritten_disabled, 60, "the operator to mark the reset node disabled")
+    state = node_annotations(core, node).get(keys.node_state_key(label))
+    assert state is None or json.loads(state) == {}
+    listed = cli("node", "list", "--skyhook", label, "-o", "json")
+    assert listed.code == 0
