@@ -373,13 +373,13 @@ def test_deleting_a_skyhook_cleans_up() -> None:
 
 def test_invalid_spec_is_reported_not_run() -> None:
     d = Driver(1, LABELS)
-    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package("1.2")}})
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package("1.x")}})
     d.run()
     assert d.sim.created_pods == []
     status = d.status("scr")
     assert status["status"] == "blocked"
     message = next(c["message"] for c in status["conditions"] if c["type"].endswith("SpecInvalid"))
-    assert "spec.packages.alpha.version: '1.2' is not a strict semver version" in message
+    assert "spec.packages.alpha.version: '1.x' is not a semver version" in message
 
 
 def test_spec_edit_restarts_a_running_pod() -> None:
@@ -578,3 +578,26 @@ def test_retry_backoff_follows_the_settings() -> None:
     d.sim.finish_pod(pod, 1, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"), failed_phase=True)
     waiting = d.step()
     assert waiting.requeue_after == pytest.approx(30.0)
+
+
+def test_a_shorthand_version_runs_as_upstream_runs_it_with_one_warning_event() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package("1.2")}})
+    d.run()
+    assert d.entries("scr", "node-0000") == {"alpha|1.2": ("config", "complete")}
+    assert d.sim.created_pods[0]["spec"]["initContainers"][0]["image"].endswith(":1.2")
+    status = d.status("scr")
+    assert status["status"] == "complete"
+    warning = next(c for c in status["conditions"] if c["type"].endswith("/SpecWarning"))
+    assert warning["status"] == "True"
+    assert "version '1.2' is not strict SemVer" in warning["message"]
+    warnings = [e for e in d.sim.events if e.reason == "SpecWarning"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    # Written as strict SemVer, the same version: nothing reruns, the warning clears.
+    before = len(d.sim.created_pods)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["version"] = "1.2.0"
+    d.run()
+    assert d.entries("scr", "node-0000") == {"alpha|1.2.0": ("config", "complete")}
+    assert len(d.sim.created_pods) == before
+    cleared = next(c for c in d.status("scr")["conditions"] if c["type"].endswith("/SpecWarning"))
+    assert cleared["status"] == "False"

@@ -39,14 +39,14 @@ def test_demo_scr_decodes() -> None:
     ("spec", "expected"),
     [
         pytest.param(
-            {"packages": {"tuning": pkg(version="1.2")}},
-            "spec.packages.tuning.version: '1.2' is not a strict semver version",
-            id="shorthand-version",
+            {"packages": {"tuning": pkg(version="1.2.3.4")}},
+            "spec.packages.tuning.version: '1.2.3.4' is not a semver version",
+            id="four-parts",
         ),
         pytest.param(
-            {"packages": {"tuning": pkg(version="v1.2.3")}},
-            "spec.packages.tuning.version: 'v1.2.3' is not a strict semver version",
-            id="v-prefix",
+            {"packages": {"tuning": pkg(version="latest")}},
+            "spec.packages.tuning.version: 'latest' is not a semver version",
+            id="not-a-version",
         ),
         pytest.param(
             {"packages": {"tuning": {"image": "x"}}},
@@ -59,9 +59,9 @@ def test_demo_scr_decodes() -> None:
             id="no-image",
         ),
         pytest.param(
-            {"packages": {"tuning": pkg(image="repo/img:1.0.0")}},
-            "spec.packages.tuning.image: 'repo/img:1.0.0' carries a tag",
-            id="image-tag",
+            {"packages": {"tuning": pkg(image="repo/img@sha256:" + "ab" * 32)}},
+            "spec.packages.tuning.image: 'repo/img@sha256:",
+            id="image-digest",
         ),
         pytest.param(
             {"packages": {"t": pkg()}},
@@ -195,7 +195,7 @@ def test_errors_name_the_field(spec: dict[str, Any], expected: str) -> None:
 
 
 def test_all_errors_are_reported_together() -> None:
-    messages = errors_of({"priority": 0, "packages": {"tuning": pkg(version="1.2", image="")}})
+    messages = errors_of({"priority": 0, "packages": {"tuning": pkg(version="1.2.3.4", image="")}})
     assert len(messages) == 3
 
 
@@ -255,3 +255,49 @@ def test_defaults() -> None:
     )
     assert spec.budget.percent is None and spec.budget.count is None
     assert spec.node_selector.empty and spec.node_selector.matches({"any": "thing"})
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "image", "warning"),
+    [
+        pytest.param(
+            pkg(version="1.2"),
+            "1.2",
+            "ghcr.io/nvidia/skyhook/agentless",
+            "spec.packages.tuning.version: version '1.2' is not strict SemVer",
+            id="shorthand-version",
+        ),
+        pytest.param(
+            pkg(version="v1.2.3"),
+            "v1.2.3",
+            "ghcr.io/nvidia/skyhook/agentless",
+            "spec.packages.tuning.version: version 'v1.2.3' is not strict SemVer",
+            id="v-prefix",
+        ),
+        pytest.param(
+            pkg(image="repo/img:0.9.0"),
+            "1.0.0",
+            "repo/img",
+            "spec.packages.tuning.image: image tag '0.9.0' differs from version '1.0.0'",
+            id="image-tag-differs",
+        ),
+        pytest.param(
+            pkg(image="registry.local:5000/team/img:1.0.0"),
+            "1.0.0",
+            "registry.local:5000/team/img",
+            None,
+            id="registry-port-and-same-tag",
+        ),
+    ],
+)
+def test_upstream_spellings_run_with_a_warning(
+    package: dict[str, Any], version: str, image: str, warning: str | None
+) -> None:
+    """What upstream's operator runs, ours runs: the version as written, the image's repository."""
+    spec = decode_spec({"packages": {"tuning": package}})
+    decoded = spec.packages["tuning"]
+    assert (decoded.version, decoded.image) == (version, image)
+    if warning is None:
+        assert spec.warnings == ()
+    else:
+        assert any(w.startswith(warning) for w in spec.warnings), spec.warnings

@@ -13,7 +13,12 @@ from typing import Any
 
 from skyhook_operator.core import budget, configmaps, noderun, nodestate, observe, ordering, stages
 from skyhook_operator.core import status as statuses
-from skyhook_operator.core.actions import AddFinalizer, AnnotateSkyhook, PatchSkyhookStatus
+from skyhook_operator.core.actions import (
+    AddFinalizer,
+    AnnotateSkyhook,
+    EmitEvent,
+    PatchSkyhookStatus,
+)
 from skyhook_operator.core.context import PassIndex, SkyhookContext
 from skyhook_operator.core.decision import Decision
 from skyhook_operator.core.nodestate import NodeState
@@ -85,6 +90,7 @@ class SkyhookPass:
             self._blocked(statuses.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message)
             return self.decided
         self.spec = spec
+        self._spec_warnings(spec)
         self.paused = scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause
         self.disabled = scr.annotations.get(keys.DISABLE_ANNOTATION) == "true"
         self.matched = sorted(
@@ -127,6 +133,35 @@ class SkyhookPass:
         patch = statuses.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
         if patch:
             self.decided.last.append(PatchSkyhookStatus(self.name, patch))
+
+    def _spec_warnings(self, spec: SkyhookSpec) -> None:
+        """Spellings upstream runs that we read differently are reported in a condition, and in
+        a Warning Event when they change."""
+        previous = next(
+            (
+                c
+                for c in self.scr.status.get("conditions") or ()
+                if c.get("type") == statuses.CONDITION_SPEC_WARNING
+            ),
+            None,
+        )
+        message = "; ".join(spec.warnings)
+        if not message and (previous is None or previous.get("status") == "False"):
+            return
+        if message and (previous is None or previous.get("message") != message):
+            self.decided.events.append(
+                EmitEvent("Skyhook", self.name, "SpecWarning", message, type="Warning")
+            )
+        self.decided.conditions.append(
+            statuses.condition(
+                statuses.CONDITION_SPEC_WARNING,
+                bool(message),
+                "SpecWarning" if message else "NoSpecWarning",
+                message or "The spec is read as written.",
+                self.index.now,
+                generation=self.scr.generation,
+            )
+        )
 
     # --- rollout -------------------------------------------------------------------------------
 

@@ -24,7 +24,8 @@ from skyhook_operator.core.vocabulary import (
     Toleration,
     parse_duration,
 )
-from skyhook_schemas.versions import VersionError, parse_version
+from skyhook_schemas.images import ImageError, split_image, tag_mismatch_warning
+from skyhook_schemas.versions import VersionError, parse_spec_version
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 INTERRUPT_TYPES = ("service", "reboot", "noop", "restartAllServices")
@@ -100,6 +101,9 @@ class SkyhookSpec:
     priority: int = DEFAULT_PRIORITY
     serial: bool = False
     pause: bool = False
+    # Spellings upstream's operator runs but that are not what we would write (a shorthand
+    # version, a tag on the image): `path: note` lines for an admission warning and an Event.
+    warnings: tuple[str, ...] = ()
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -108,9 +112,13 @@ class SkyhookSpec:
 class _Errors:
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self.warnings: list[str] = []
 
     def add(self, path: str, problem: str) -> None:
         self.messages.append(f"{path}: {problem}")
+
+    def warn(self, path: str, note: str) -> None:
+        self.warnings.append(f"{path}: {note}")
 
 
 def _is_map(value: object) -> bool:
@@ -315,6 +323,26 @@ def _decode_config(
     return dict(config_map), config_interrupts
 
 
+def _decode_image(image: str, version: str, path: str, errors: _Errors) -> str:
+    """The repository the package's pods pull `<repository>:<version>` from. A tag is accepted
+    (upstream's operator drops it) and the version stays the tag pulled, with a warning when
+    the two differ; a digest belongs in containerSHA."""
+    if not image:
+        errors.add(path, "required")
+        return ""
+    try:
+        reference = split_image(image)
+    except ImageError as err:
+        errors.add(path, str(err))
+        return image
+    if reference.digest:
+        errors.add(path, f"{image!r} carries a digest; give it as containerSHA instead")
+    warning = tag_mismatch_warning(reference, version) if version else None
+    if warning:
+        errors.warn(path, warning)
+    return reference.repository
+
+
 def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
     path = f"spec.packages.{key}"
     if not _is_map(raw):
@@ -333,18 +361,13 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
         errors.add(f"{path}.version", "required")
     else:
         try:
-            parse_version(version)
+            spelled = parse_spec_version(version)
         except VersionError as err:
             errors.add(f"{path}.version", str(err))
-    image = _string(raw, "image", path, errors)
-    if not image:
-        errors.add(f"{path}.image", "required")
-    elif "@" in image or ":" in image.rsplit("/", 1)[-1]:
-        errors.add(
-            f"{path}.image",
-            f"{image!r} carries a tag or digest; give the repository only (the version is the "
-            "tag, containerSHA the digest)",
-        )
+        else:
+            if spelled.warning:
+                errors.warn(f"{path}.version", spelled.warning)
+    image = _decode_image(_string(raw, "image", path, errors), version, f"{path}.image", errors)
     interrupt = None
     if raw.get("interrupt") is not None:
         interrupt = _decode_interrupt(raw["interrupt"], f"{path}.interrupt", errors)
@@ -488,6 +511,7 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
         priority=priority,
         serial=_bool(raw, "serial", "spec", errors),
         pause=_bool(raw, "pause", "spec", errors),
+        warnings=tuple(errors.warnings),
     )
     if errors.messages:
         raise SpecError(errors.messages)

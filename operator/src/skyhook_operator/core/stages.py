@@ -76,14 +76,9 @@ def _change(installed: str, wanted: str) -> VersionChange:
     try:
         return version_change(installed, wanted)
     except VersionError:
-        # An entry written by upstream with a shorthand version ("1.2"): pad it and retry;
-        # anything still unreadable is treated as older, so the new version upgrades it.
-        parts = installed.removeprefix("v").split(".")
-        padded = ".".join([*parts, "0", "0"][:3]) if len(parts) < 3 else installed
-        try:
-            return version_change(padded, wanted)
-        except VersionError:
-            return VersionChange.UPGRADE
+        # An entry no version reader accepts (written by hand): treat it as older, so the
+        # spec's version upgrades it.
+        return VersionChange.UPGRADE
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from skyhook_schemas import keys
 
 CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
+CONDITION_SPEC_WARNING = f"{keys.GROUP}/SpecWarning"
 
 
 def node_status(
