@@ -60,14 +60,6 @@ def parse_version(text: str) -> semver.Version:
         ) from None
 
 
-def is_valid_version(text: str) -> bool:
-    try:
-        parse_version(text)
-    except VersionError:
-        return False
-    return True
-
-
 def parse_spec_version(text: str) -> SpecVersion:
     """Read an SCR package version as upstream does; VersionError for what upstream rejects."""
     if not isinstance(text, str) or not text:
