@@ -4,6 +4,7 @@ on simulated nodes (the real agent where host files matter, the agentless image 
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -15,6 +16,8 @@ from .helpers import SHELLSCRIPT, Cluster, agentless, entry, pod_stage
 
 DEMO_SCR = Path(__file__).parents[3] / "dev" / "src" / "skyhook_dev" / "demo-scr.yaml"
 HELLO = "/skyhook-hello-world"
+# What the running operator writes into the version annotations: its installed version.
+OPERATOR_VERSION = f"v{metadata.version('skyhook-operator')}"
 
 
 def demo_packages() -> dict:
@@ -39,6 +42,10 @@ def test_install_runs_apply_then_config_and_writes_the_host(cluster: Cluster) ->
         assert cluster.host_file(node, HELLO) == "hello world\na config is run\n"
         labels = cluster.node(node)["metadata"]["labels"]
         assert labels[keys.node_status_key("install")] == "complete"
+        annotations = cluster.node(node)["metadata"]["annotations"]
+        assert annotations[keys.version_key("install")] == OPERATOR_VERSION
+    scr_annotations = cluster.get_skyhook("install")["metadata"]["annotations"]
+    assert scr_annotations[keys.SKYHOOK_VERSION_ANNOTATION] == OPERATOR_VERSION
     stages = [pod_stage(p) for _, kind, p in recording.of("pod") if kind == "ADDED"]
     assert sorted(stages) == ["apply", "apply", "config", "config"]
     status = cluster.get_skyhook("install")["status"]
