@@ -57,14 +57,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         keep=_ours,
         on_change=lambda: _nudge(memo),
     )
-    await configmaps.start()
     store.attach("configmap_index", configmaps.index)
-    memo.configmaps = configmaps
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
     telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
     reconciler = Reconciler(store, writer, ours, memo.get("planner") or plan, telemetry)
     memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
+    # The probes answer from here on: not ready until every index is full.
     try:
         memo.endpoints = await serve(telemetry, reconciler, ours.metrics_port, ours.probe_port)
     except OSError as error:  # a port in use: say which, and do not start half-way
@@ -72,6 +71,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             f"cannot serve metrics on {ours.metrics_port!r} or probes on "
             f"{ours.probe_port!r}: {error}"
         ) from error
+    await configmaps.start()
+    memo.configmaps = configmaps
     memo.loop_task = asyncio.create_task(reconciler.run_forever(), name="skyhook-reconcile")
     log.info("operator started; settings:\n  %s", "\n  ".join(ours.describe()))
 
