@@ -208,7 +208,11 @@ async def _start(app: web.Application, address: str, what: str) -> web.AppRunner
     host, port = bind
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host or None, port).start()
+    try:
+        await web.TCPSite(runner, host or None, port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
     log.info("%s endpoint on %s:%d", what, host or "*", port)
     return runner
 
@@ -238,8 +242,16 @@ async def serve(
     probes_app = web.Application()
     probes_app.router.add_get("/healthz", healthz)
     probes_app.router.add_get("/readyz", readyz)
-    runners = [
-        await _start(metrics_app, metrics_address, "metrics"),
-        await _start(probes_app, probe_address, "probe"),
-    ]
-    return Endpoints([r for r in runners if r is not None])
+    endpoints = Endpoints([])
+    for app, address, what in (
+        (metrics_app, metrics_address, "metrics"),
+        (probes_app, probe_address, "probe"),
+    ):
+        try:
+            runner = await _start(app, address, what)
+        except OSError:
+            await endpoints.stop()
+            raise
+        if runner is not None:
+            endpoints.runners.append(runner)
+    return endpoints

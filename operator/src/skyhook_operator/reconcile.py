@@ -54,7 +54,7 @@ class Reconciler:
     ) -> None:
         self._store = store
         self._telemetry = telemetry
-        self._running = False
+        self._stopped = False
         self._pass_started: float | None = None
         self._writer = writer
         self._settings = settings
@@ -93,10 +93,10 @@ class Reconciler:
         return self._indexes_full
 
     def alive(self) -> str | None:
-        """None while the loop runs and no pass is stuck, else what is wrong (the liveness
-        probe)."""
-        if not self._running:
-            return "the reconcile loop is not running"
+        """None unless the loop has stopped or a pass is stuck, else what is wrong (the
+        liveness probe)."""
+        if self._stopped:
+            return "the reconcile loop has stopped"
         started = self._pass_started
         if started is not None and time.monotonic() - started > STUCK_PASS_SECONDS:
             return f"a pass has been running for more than {STUCK_PASS_SECONDS:.0f} s"
@@ -109,7 +109,6 @@ class Reconciler:
     async def run_forever(self) -> None:
         """Wait for the first poke (kopf pokes only once every index is filled), then loop."""
         self.bind()
-        self._running = True
         try:
             await self._wake.wait()
             delay = 0.0
@@ -125,7 +124,7 @@ class Reconciler:
                     log.exception("pass failed, retrying in %.0f s", self._settings.retry_interval)
                     delay = self._settings.retry_interval
         finally:
-            self._running = False
+            self._stopped = True
 
     async def run_pass(self) -> float:
         """One pass; returns the seconds until the next one unless something pokes first."""
