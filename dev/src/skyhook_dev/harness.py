@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,10 +149,19 @@ class OperatorProcess:
     env: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     kubeconfig_flag: bool = False
+    # Free loopback ports unless `env` names them: runs never collide on upstream's defaults.
+    metrics_address: str = ""
+    probe_address: str = ""
 
     def start(self) -> OperatorProcess:
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         environment.setdefault("SKYHOOK_LOG_LEVEL", "info")
+        self.metrics_address = environment.setdefault(
+            "SKYHOOK_METRICS_PORT", self.metrics_address or f"127.0.0.1:{free_port()}"
+        )
+        self.probe_address = environment.setdefault(
+            "SKYHOOK_PROBE_PORT", self.probe_address or f"127.0.0.1:{free_port()}"
+        )
         command = [sys.executable, "-m", "skyhook_operator", "run"]
         if self.kubeconfig_flag:
             del environment["KUBECONFIG"]
@@ -166,6 +176,13 @@ class OperatorProcess:
         )
         log.close()
         return self
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.metrics_address}/metrics"
+
+    def probe_url(self, path: str) -> str:
+        return f"http://{self.probe_address}{path}"
 
     @property
     def running(self) -> bool:
@@ -190,6 +207,13 @@ class OperatorProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 # --- reading what the operator wrote ------------------------------------------------------------

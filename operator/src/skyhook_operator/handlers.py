@@ -28,6 +28,7 @@ from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.nswatch import NamespacedIndex
 from skyhook_operator.kube.writer import Writer
+from skyhook_operator.observability import Telemetry, serve
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.snapshot import ClusterStore, Versioned, versioned
@@ -56,13 +57,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         keep=_ours,
         on_change=lambda: _nudge(memo),
     )
-    await configmaps.start()
     store.attach("configmap_index", configmaps.index)
-    memo.configmaps = configmaps
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
-    reconciler = Reconciler(store, writer, ours, memo.get("planner") or plan)
+    telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
+    reconciler = Reconciler(store, writer, ours, memo.get("planner") or plan, telemetry)
     memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
+    # The probes answer from here on: not ready until every index is full.
+    try:
+        memo.endpoints = await serve(telemetry, reconciler, ours.metrics_port, ours.probe_port)
+    except OSError as error:  # a port in use: say which, and do not start half-way
+        raise kopf.PermanentError(
+            f"cannot serve metrics on {ours.metrics_port!r} or probes on "
+            f"{ours.probe_port!r}: {error}"
+        ) from error
+    await configmaps.start()
+    memo.configmaps = configmaps
     memo.loop_task = asyncio.create_task(reconciler.run_forever(), name="skyhook-reconcile")
     log.info("operator started; settings:\n  %s", "\n  ".join(ours.describe()))
 
@@ -73,6 +83,9 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("loop_task")
     if task is not None:
         task.cancel()
+    endpoints = memo.get("endpoints")
+    if endpoints is not None:
+        await endpoints.stop()
     configmaps = memo.get("configmaps")
     if configmaps is not None:
         configmaps.stop()

@@ -28,6 +28,7 @@ from skyhook_operator.core.actions import Plan
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.views import ClusterSnapshot
 from skyhook_operator.kube.writer import ApplyResult, Writer
+from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
 from skyhook_operator.snapshot import ClusterStore
 
@@ -35,14 +36,26 @@ log = logging.getLogger(__name__)
 
 Planner = Callable[[ClusterSnapshot, PlannerSettings], Plan]
 
+# A pass normally takes well under a second (seconds at thousands of nodes); one running this
+# long is stuck, and the liveness probe says so.
+STUCK_PASS_SECONDS = 600.0
+
 
 class Reconciler:
     """Runs passes when poked, when the plan asks for a timer, and every `default_interval`."""
 
     def __init__(
-        self, store: ClusterStore, writer: Writer, settings: Settings, planner: Planner
+        self,
+        store: ClusterStore,
+        writer: Writer,
+        settings: Settings,
+        planner: Planner,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
+        self._telemetry = telemetry
+        self._stopped = False
+        self._pass_started: float | None = None
         self._writer = writer
         self._settings = settings
         self._planner_settings = settings.for_planner()
@@ -74,6 +87,21 @@ class Reconciler:
         if self._indexes_full:
             self.poke()
 
+    @property
+    def ready(self) -> bool:
+        """Every index is full: passes plan from the whole cluster (the readiness probe)."""
+        return self._indexes_full
+
+    def alive(self) -> str | None:
+        """None unless the loop has stopped or a pass is stuck, else what is wrong (the
+        liveness probe)."""
+        if self._stopped:
+            return "the reconcile loop has stopped"
+        started = self._pass_started
+        if started is not None and time.monotonic() - started > STUCK_PASS_SECONDS:
+            return f"a pass has been running for more than {STUCK_PASS_SECONDS:.0f} s"
+        return None
+
     def bind(self) -> None:
         """Remember the running loop so other threads can poke; call from that loop."""
         self._loop = asyncio.get_running_loop()
@@ -81,30 +109,43 @@ class Reconciler:
     async def run_forever(self) -> None:
         """Wait for the first poke (kopf pokes only once every index is filled), then loop."""
         self.bind()
-        await self._wake.wait()
-        delay = 0.0
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.0))
-            if self._settings.pass_debounce:
-                await asyncio.sleep(self._settings.pass_debounce)
-            self._wake.clear()
-            try:
-                delay = await self.run_pass()
-            except Exception:
-                log.exception("pass failed, retrying in %.0f s", self._settings.retry_interval)
-                delay = self._settings.retry_interval
+        try:
+            await self._wake.wait()
+            delay = 0.0
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.0))
+                if self._settings.pass_debounce:
+                    await asyncio.sleep(self._settings.pass_debounce)
+                self._wake.clear()
+                try:
+                    delay = await self.run_pass()
+                except Exception:
+                    log.exception("pass failed, retrying in %.0f s", self._settings.retry_interval)
+                    delay = self._settings.retry_interval
+        finally:
+            self._stopped = True
 
     async def run_pass(self) -> float:
         """One pass; returns the seconds until the next one unless something pokes first."""
-        started = time.monotonic()
-        snapshot = self._store.snapshot()  # on the loop: kopf mutates the indexes here
-        plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
-        planned = time.monotonic()
-        pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
-        result = await asyncio.to_thread(self._writer.apply, plan, pod_nodes)
+        started = self._pass_started = time.monotonic()
+        try:
+            snapshot = self._store.snapshot()  # on the loop: kopf mutates the indexes here
+            plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
+            planned = time.monotonic()
+            pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
+            result = await asyncio.to_thread(self._writer.apply, plan, pod_nodes)
+        finally:
+            self._pass_started = None
         self.passes += 1
-        _log_pass(plan, result, planned - started, time.monotonic() - planned)
+        finished = time.monotonic()
+        _log_pass(plan, result, planned - started, finished - planned)
+        if self._telemetry is not None:
+            # Computed from the snapshot this pass started from, as upstream reports the
+            # state it read; our own writes wake the next pass, which reports them.
+            await asyncio.to_thread(
+                self._telemetry.record_pass, snapshot, plan, result.ok, finished - started
+            )
         return self._next_delay(plan, result)
 
     def _next_delay(self, plan: Plan, result: ApplyResult) -> float:

@@ -156,6 +156,22 @@ class Settings:
             "`version_<scr>` annotation of each node; defaults to the installed operator's.",
         ),
     )
+    metrics_port: str = field(
+        default=":8080",
+        metadata=_meta(
+            "METRICS_PORT",
+            "`[host]:port` serving Prometheus metrics at `/metrics` (an empty host: every "
+            "interface); `0` turns the endpoint off.",
+        ),
+    )
+    probe_port: str = field(
+        default=":8081",
+        metadata=_meta(
+            "PROBE_PORT",
+            "`[host]:port` serving `/healthz` (liveness) and `/readyz` (readiness); `0` "
+            "turns the probes off.",
+        ),
+    )
     log_level: str = field(
         default="info",
         metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
@@ -200,6 +216,18 @@ def parse_seconds(text: str) -> float:
     return seconds
 
 
+def parse_bind_address(text: str) -> tuple[str, int] | None:
+    """(host, port) from `[host]:port` (`:8080`, `127.0.0.1:8080`, `[::1]:8080`; an empty
+    host means every interface), or None for `0` (off); raises ValueError otherwise."""
+    text = text.strip()
+    if text == "0":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not [host]:port with a port from 1 to 65535 (or 0: off)")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -229,6 +257,11 @@ def _check(name: str, value: Any) -> str | None:
         return f"{value} s is shorter than the minimum of 1 s"
     if name == "operator_version" and not value:
         return "must not be empty"
+    if name in {"metrics_port", "probe_port"}:
+        try:
+            parse_bind_address(value)
+        except ValueError as error:
+            return str(error)
     if name == "write_concurrency" and value < 1:
         return f"{value} must be at least 1"
     return None

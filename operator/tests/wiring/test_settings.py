@@ -5,7 +5,12 @@ from importlib import metadata
 import pytest
 
 from skyhook_operator.core.vocabulary import Taint
-from skyhook_operator.settings import SettingsError, load_settings, parse_seconds
+from skyhook_operator.settings import (
+    SettingsError,
+    load_settings,
+    parse_bind_address,
+    parse_seconds,
+)
 
 
 def test_defaults_match_upstream() -> None:
@@ -144,3 +149,43 @@ def test_taint_text_round_trips(text: str) -> None:
 def test_a_taint_removal_is_not_a_taint() -> None:
     with pytest.raises(ValueError, match="removes a taint"):
         Taint.parse("key=value:NoSchedule-")
+
+
+@pytest.mark.parametrize(
+    ("env", "metrics", "probes"),
+    [
+        pytest.param({}, ":8080", ":8081", id="upstream-defaults"),
+        pytest.param(
+            {"METRICS_PORT": ":9090", "SKYHOOK_METRICS_PORT": "127.0.0.1:9191"},
+            "127.0.0.1:9191",
+            ":8081",
+            id="ours-wins",
+        ),
+        pytest.param({"PROBE_PORT": "[::1]:8181"}, ":8080", "[::1]:8181", id="ipv6-host"),
+        pytest.param({"METRICS_PORT": "0", "PROBE_PORT": "0"}, "0", "0", id="off"),
+    ],
+)
+def test_metrics_and_probe_addresses(env: dict[str, str], metrics: str, probes: str) -> None:
+    settings = load_settings(env)
+    assert (settings.metrics_port, settings.probe_port) == (metrics, probes)
+
+
+@pytest.mark.parametrize(
+    ("text", "bind"),
+    [
+        pytest.param(":8080", ("", 8080), id="every-interface"),
+        pytest.param("127.0.0.1:1", ("127.0.0.1", 1), id="host"),
+        pytest.param("[::1]:8080", ("::1", 8080), id="ipv6"),
+        pytest.param("0", None, id="off"),
+    ],
+)
+def test_bind_addresses(text: str, bind: tuple[str, int] | None) -> None:
+    assert parse_bind_address(text) == bind
+
+
+@pytest.mark.parametrize("text", ["8080", ":http", ":0", ":65536", "host:"])
+def test_bad_bind_addresses_name_the_variable(text: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"PROBE_PORT": text})
+    assert caught.value.problems[0].startswith("PROBE_PORT: ")
+    assert "[host]:port" in caught.value.problems[0]

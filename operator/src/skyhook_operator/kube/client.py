@@ -47,13 +47,30 @@ class Kube:
         self.api_client = client.ApiClient(configuration)
         self._pool = self.api_client.rest_client.pool_manager
         self._counted = threading.Lock()
-        self.requests: Counter[str] = Counter()  # "VERB resource[/subresource]" -> requests
+        self._requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
+        self._errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
 
     def request_counts(self) -> str:
         """What this client asked so far, busiest first (the shutdown log line)."""
         with self._counted:
-            counts = self.requests.most_common()
-        return ", ".join(f"{what} {n}" for what, n in counts) or "none"
+            counts = self._requests.most_common()
+        return ", ".join(f"{verb} {what} {n}" for (verb, what), n in counts) or "none"
+
+    def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
+        """Requests by (verb, resource) and failed ones by (verb, resource, HTTP status code,
+        or `network` when no answer came), counted since the client was built."""
+        with self._counted:
+            return dict(self._requests), dict(self._errors)
+
+    def _count(self, verb: str, path: str) -> tuple[str, str]:
+        what = (verb, resource_of(path))
+        with self._counted:
+            self._requests[what] += 1
+        return what
+
+    def _count_error(self, what: tuple[str, str], code: str) -> None:
+        with self._counted:
+            self._errors[(*what, code)] += 1
 
     def request(
         self,
@@ -68,13 +85,19 @@ class Kube:
         url = self.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)
-        with self._counted:
-            self.requests[f"{method} {resource_of(path)}"] += 1
+        what = self._count(method, path)
         headers = self._headers(content_type)
         payload = None if body is None else json.dumps(body).encode()
-        response = self._pool.request(method, url, body=payload, headers=headers, timeout=timeout)
+        try:
+            response = self._pool.request(
+                method, url, body=payload, headers=headers, timeout=timeout
+            )
+        except urllib3.exceptions.HTTPError:
+            self._count_error(what, "network")
+            raise
         data = response.data.decode() if response.data else ""
         if response.status >= 300:
+            self._count_error(what, str(response.status))
             try:
                 reason = json.loads(data).get("message", data)
             except ValueError:
@@ -95,15 +118,21 @@ class Kube:
     ) -> Iterator[tuple[str, Json]]:
         """(type, object) pairs of a watch request, as the apiserver sends them."""
         url = self.configuration.host.rstrip("/") + path + "?" + urlencode(query)
-        response = self._pool.request(
-            "GET",
-            url,
-            headers=self._headers(),
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-        )
+        what = self._count("WATCH", path)
+        try:
+            response = self._pool.request(
+                "GET",
+                url,
+                headers=self._headers(),
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            )
+        except urllib3.exceptions.HTTPError:
+            self._count_error(what, "network")
+            raise
         try:
             if response.status >= 300:
+                self._count_error(what, str(response.status))
                 raise ApiError(
                     response.status, response.data.decode(errors="replace"), "WATCH", path
                 )

@@ -108,6 +108,13 @@ class Writer:
         self._evictor = evictor
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="writer")
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
+        self._queued = 0  # actions of the plan being applied that have not run yet
+        self._queue_lock = threading.Lock()
+
+    @property
+    def queue_depth(self) -> int:
+        """Actions of the plan being applied that have not been attempted yet."""
+        return self._queued
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -121,6 +128,15 @@ class Writer:
         a node the plan releases is written before one it starts, and no watcher ever sees
         more nodes in progress than the budget.
         """
+        with self._queue_lock:
+            self._queued = len(plan.actions)
+        try:
+            return self._apply(plan, pod_nodes)
+        finally:
+            with self._queue_lock:
+                self._queued = 0
+
+    def _apply(self, plan: Plan, pod_nodes: Mapping[tuple[str, str], str]) -> ApplyResult:
         starting = plan.starting
         run = _Run()
         lanes: dict[str, list[Action]] = {}
@@ -172,6 +188,8 @@ class Writer:
         return None
 
     def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
+        with self._queue_lock:
+            self._queued = max(0, self._queued - 1)
         if lane is not None and lane in run.failed_lanes:
             return  # an earlier action for this node failed: the next pass re-plans it
         try:

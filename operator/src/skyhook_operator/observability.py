@@ -1,0 +1,257 @@
+"""Metrics and probes: the Prometheus endpoint and `/healthz`, `/readyz`.
+
+After each pass the reconciler hands its snapshot and plan to `Telemetry.record_pass`, which
+computes upstream's gauges with the pure `core.telemetry` and replaces every Skyhook series
+at once, so series of deleted Skyhooks, removed package versions and compartments vanish.
+Our own `skyhook_operator_*` metrics (pass duration, API requests and errors, write queue
+depth, stage hand-off delay) live in the same prometheus-client registry.
+
+The text is written by `exposition()`, not by prometheus-client's `generate_latest`: the
+latter prints every value through Python's float repr (`1.0`), while upstream's Go exporter
+prints `1`, and scripts written against upstream compare the printed text. `exposition()`
+walks the same registry and writes the same text format with Go's number formatting.
+
+Both endpoints are aiohttp servers on kopf's event loop: a loop that stops answering fails
+the liveness probe by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from skyhook_operator.core.actions import Plan
+from skyhook_operator.core.telemetry import Family, handoff_delays, skyhook_families
+from skyhook_operator.core.views import ClusterSnapshot
+from skyhook_operator.settings import parse_bind_address
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+RequestTotals = tuple[Mapping[tuple[str, str], int], Mapping[tuple[str, str, str], int]]
+
+
+# --- the text format --------------------------------------------------------------------------
+
+
+def go_float(value: float) -> str:
+    """A value as Go's Prometheus client prints it: `1`, `0.5`, `1e+06`, `+Inf`, `NaN`.
+
+    prometheus-client's formatter already follows Go for exponents and infinities; only
+    integral values below 1e6 differ, where Python keeps a `.0`."""
+    text = str(floatToGoString(value))  # type: ignore[no-untyped-call]
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample_line(name: str, labels: Mapping[str, str], value: float) -> str:
+    pairs = ",".join(
+        f'{key}="{go_float(float(text)) if key in ("le", "quantile") else _escape(text)}"'
+        for key, text in sorted(labels.items())
+    )
+    return f"{name}{{{pairs}}} {go_float(value)}\n" if pairs else f"{name} {go_float(value)}\n"
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4) of everything in `registry`, as Go's client writes
+    it: label pairs sorted by name, Go-formatted numbers, no `_created` samples, and no
+    family without samples."""
+    out: list[str] = []
+    for metric in registry.collect():
+        samples = [s for s in metric.samples if s.name != metric.name + "_created"]
+        if not samples:
+            continue
+        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        kind = metric.type if metric.type in ("counter", "gauge", "histogram") else "untyped"
+        out.append(f"# HELP {name} {metric.documentation.replace(chr(10), ' ')}\n")
+        out.append(f"# TYPE {name} {kind}\n")
+        out += [_sample_line(s.name, s.labels, s.value) for s in samples]
+    return "".join(out).encode()
+
+
+# --- collectors ---------------------------------------------------------------------------------
+
+
+class _FamiliesCollector(Collector):
+    """Upstream's gauges, as the last pass computed them (replaced whole each pass)."""
+
+    def __init__(self) -> None:
+        self.families: tuple[Family, ...] = ()
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.families:
+            gauge = GaugeMetricFamily(family.name, family.help, labels=family.labels)
+            for sample in family.samples:
+                gauge.add_metric(sample.labels, sample.value)
+            yield gauge
+
+
+class _RequestsCollector(Collector):
+    """API requests and failures, read from the client's own counts at scrape time."""
+
+    def __init__(self, totals: Callable[[], RequestTotals]) -> None:
+        self._totals = totals
+
+    def collect(self) -> Iterable[Metric]:
+        requests, errors = self._totals()
+        made = CounterMetricFamily(
+            "skyhook_operator_api_requests",
+            "Kubernetes API requests the operator's client made, by verb and resource",
+            labels=("verb", "resource"),
+        )
+        for (verb, resource), count in sorted(requests.items()):
+            made.add_metric((verb, resource), count)
+        failed = CounterMetricFamily(
+            "skyhook_operator_api_errors",
+            "Kubernetes API requests that failed, by verb, resource and HTTP status code "
+            "(network: no answer)",
+            labels=("verb", "resource", "code"),
+        )
+        for (verb, resource, code), count in sorted(errors.items()):
+            failed.add_metric((verb, resource, code), count)
+        yield made
+        yield failed
+
+
+# Hand-offs take a pass (tens of milliseconds) plus the watch delay; a slow one, seconds.
+_HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, float("inf"))
+_PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
+
+
+class Telemetry:
+    """Every metric the operator exposes, in one registry of its own."""
+
+    def __init__(
+        self, requests: Callable[[], RequestTotals], queue_depth: Callable[[], float]
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._families = _FamiliesCollector()
+        self.registry.register(self._families)
+        self.registry.register(_RequestsCollector(requests))
+        self._pass_seconds = Histogram(
+            "skyhook_operator_pass_duration_seconds",
+            "Wall time of one reconcile pass: snapshot, plan and writes",
+            buckets=_PASS_BUCKETS,
+            registry=self.registry,
+        )
+        self._handoff_seconds = Histogram(
+            "skyhook_operator_stage_handoff_seconds",
+            "Time from a stage pod finishing to the next pod of the same Skyhook on the "
+            "same node being created",
+            buckets=_HANDOFF_BUCKETS,
+            registry=self.registry,
+        )
+        Gauge(
+            "skyhook_operator_write_queue_depth",
+            "Actions of the plan being written that have not been attempted yet",
+            registry=self.registry,
+        ).set_function(queue_depth)
+
+    def record_pass(
+        self, snapshot: ClusterSnapshot, plan: Plan, written: bool, seconds: float
+    ) -> None:
+        """Fold one finished pass in. `written`: every action of `plan` was applied, so its
+        pod creations count as hand-offs."""
+        self._families.families = skyhook_families(snapshot)
+        self._pass_seconds.observe(seconds)
+        if written:
+            for delay in handoff_delays(snapshot, plan, datetime.now(UTC)):
+                self._handoff_seconds.observe(delay)
+
+    def text(self) -> bytes:
+        return exposition(self.registry)
+
+
+# --- the HTTP endpoints ----------------------------------------------------------------------
+
+
+class Health(Protocol):
+    """What the probes ask the reconciler."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def alive(self) -> str | None:
+        """None when alive, else why not."""
+
+
+@dataclass
+class Endpoints:
+    """The running servers; `stop()` closes them."""
+
+    runners: list[web.AppRunner]
+
+    async def stop(self) -> None:
+        for runner in self.runners:
+            await runner.cleanup()
+
+
+async def _start(app: web.Application, address: str, what: str) -> web.AppRunner | None:
+    bind = parse_bind_address(address)
+    if bind is None:
+        log.info("%s endpoint off", what)
+        return None
+    host, port = bind
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host or None, port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    log.info("%s endpoint on %s:%d", what, host or "*", port)
+    return runner
+
+
+async def serve(
+    telemetry: Telemetry, health: Health, metrics_address: str, probe_address: str
+) -> Endpoints:
+    """Start `/metrics` on `metrics_address` and the probes on `probe_address`."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        started = time.monotonic()
+        body = telemetry.text()
+        log.debug("metrics scraped in %.3f s", time.monotonic() - started)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(_: web.Request) -> web.Response:
+        problem = health.alive()
+        return web.Response(status=500 if problem else 200, text=problem or "ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if health.ready:
+            return web.Response(text="ok")
+        return web.Response(status=503, text="waiting for the first full view of the cluster")
+
+    metrics_app = web.Application()
+    metrics_app.router.add_get("/metrics", metrics)
+    probes_app = web.Application()
+    probes_app.router.add_get("/healthz", healthz)
+    probes_app.router.add_get("/readyz", readyz)
+    endpoints = Endpoints([])
+    for app, address, what in (
+        (metrics_app, metrics_address, "metrics"),
+        (probes_app, probe_address, "probe"),
+    ):
+        try:
+            runner = await _start(app, address, what)
+        except OSError:
+            await endpoints.stop()
+            raise
+        if runner is not None:
+            endpoints.runners.append(runner)
+    return endpoints
