@@ -22,7 +22,7 @@ from skyhook_schemas.crds import SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "ci" / "e2e-kind"
-DEMO_SCR = REPO / "operator/src/skyhook_operator/demo-scr.yaml"
+DEMO_SCR = REPO / "dev/src/skyhook_dev/demo-scr.yaml"
 sys.path.insert(0, str(REPO / "ci" / "e2e"))
 import kind_checks  # noqa: E402
 
@@ -72,7 +72,7 @@ def test_dry_run_prints_the_whole_plan_and_runs_nothing(fake_tools: Path) -> Non
         r"^helm install skyhook-operator chart --namespace skyhook .*operator\.image\.tag=e2e "
         r".*agent\.image\.tag=e2e",
         r"^docker build -t ghcr\.io/nvidia/skyhook-packages/shellscript:\S+ packages/shellscript",
-        r"^kubectl apply -f operator/src/skyhook_operator/demo-scr\.yaml",
+        r"^kubectl apply -f dev/src/skyhook_dev/demo-scr\.yaml",
         r"^kubectl wait skyhook/demo --for=jsonpath=.*status\.status.*=complete",
         r"^check: complete demo",
         r"^kubectl delete skyhook/demo",
