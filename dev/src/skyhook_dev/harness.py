@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,10 +47,10 @@ def install_crd(kube: Kube, timeout: float = 60.0) -> None:
             current = kube.request("GET", f"{CRD_PATH}/{name}")
             manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             kube.request("PUT", f"{CRD_PATH}/{name}", manifest)
-        wait_until(lambda name=name: _established(kube, name), timeout, f"CRD {name} Established")
+        wait_until(partial(_established, kube, name), timeout, f"CRD {name} Established")
     # The apiserver serves a new kind a moment after Established; list once to be sure.
     for resource in (kube.skyhook_path(), kube.policy_path()):
-        wait_until(lambda r=resource: _lists(kube, r), timeout, f"{resource} served")
+        wait_until(partial(_lists, kube, resource), timeout, f"{resource} served")
 
 
 def _established(kube: Kube, name: str) -> bool:
