@@ -344,3 +344,44 @@ def reset_enabled(skyhook_option: bool | None, policy: Policy) -> bool:
     if skyhook_option is not None:
         return skyhook_option
     return bool(policy.reset_batch_state)
+
+
+# --- one pass over one compartment --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """A compartment's nodes as a pass finds them."""
+
+    complete: int = 0
+    failed: int = 0  # incomplete, with a package erroring (retries included)
+    active: int = 0  # in progress and not failed: the batch still running
+    occupied: int = 0  # holding a slot of the ceiling: the active ones and the failed ones
+
+
+def next_batch(
+    compartment: Compartment,
+    state: BatchState | None,
+    nodes: int,
+    found: Found,
+    *,
+    may_evaluate: bool,
+    may_start: bool,
+) -> tuple[BatchState | None, int]:
+    """(the compartment's batch state after this pass, how many nodes may start now).
+
+    A batch ends when none of its nodes is active; it is then evaluated (unless
+    `may_evaluate` is false: the Skyhook is complete) and the next one starts, unless the
+    compartment stopped or `may_start` is false (paused, disabled). Its size is the strategy's,
+    and nodes in progress, failed ones still retrying included, never exceed the ceiling."""
+    if found.active:
+        return state, 0
+    if compartment.strategy is not None and state is not None and may_evaluate:
+        state = evaluate(
+            compartment.strategy, state, complete=found.complete, failed=found.failed, nodes=nodes
+        )
+    if not may_start or (state is not None and state.should_stop):
+        return state, 0
+    size = batch_size(compartment, state or BatchState(), nodes)
+    room = ceiling(compartment.budget, nodes) - found.occupied
+    return state, max(0, min(size, room))
