@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from planner_driver import Driver, package, pod_stage
+from planner_driver import Driver, package
 
 from skyhook_operator.core.actions import EmitEvent
 from skyhook_schemas import keys
@@ -74,10 +74,10 @@ def test_each_compartment_follows_its_strategy() -> None:
     zone = {n: "a" if i < 5 else "b" if i < 10 else "__default__" for i, n in enumerate(nodes)}
     sizes: dict[str, list[int]] = {"a": [], "b": [], "__default__": []}
     for batch in _rollout(d):
-        for name in sizes:
+        for name, found in sizes.items():
             started = [n for n in batch if zone[n] == name]
             if started:
-                sizes[name].append(len(started))
+                found.append(len(started))
     # a: exponential 1, 2, then the 2 left; b: linear 1, 2, then capped by its ceiling of 2;
     # __default__: fixed 3, then the 2 left.
     assert sizes == {"a": [1, 2, 2], "b": [1, 2, 2], "__default__": [3, 2]}
