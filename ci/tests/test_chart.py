@@ -18,7 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skyhook_schemas.crds import SKYHOOK_CRD_PATH
+from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "chart"
@@ -272,6 +272,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         | expand("", "events", "create patch")
         | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch update")
         | expand("skyhook.nvidia.com", "skyhooks/status skyhooks/finalizers", "get patch update")
+        | expand("skyhook.nvidia.com", "deploymentpolicies", "get list watch")
         | expand("apiextensions.k8s.io", "customresourcedefinitions", "get list watch")
     )
     assert grants(only(objects, "ClusterRole")["rules"]) == expected
@@ -296,16 +297,18 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
 # --- CRD ------------------------------------------------------------------------------------
 
 
-def test_chart_crd_is_the_schemas_crd(helm: Path) -> None:
-    link = CHART / "crds" / SKYHOOK_CRD_PATH.name
-    assert link.is_symlink(), "chart/crds must link to the schemas CRD, not hold a copy"
-    assert link.resolve() == SKYHOOK_CRD_PATH.resolve()
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [SKYHOOK_CRD_PATH.name]
+def test_chart_crds_are_the_schemas_crds(helm: Path) -> None:
+    for path in CRD_PATHS:
+        link = CHART / "crds" / path.name
+        assert link.is_symlink(), "chart/crds must link to the schemas CRDs, not hold copies"
+        assert link.resolve() == path.resolve()
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(p.name for p in CRD_PATHS)
     shown = run_helm(helm, "show", "crds", str(CHART))
     assert shown.returncode == 0, shown.stderr
     rendered = [doc for doc in yaml.safe_load_all(shown.stdout) if doc]
-    assert rendered == [yaml.safe_load(SKYHOOK_CRD_PATH.read_text())]
-    assert rendered[0]["metadata"]["name"] == "skyhooks.skyhook.nvidia.com"
+    expected = [yaml.safe_load(p.read_text()) for p in CRD_PATHS]
+    key = lambda doc: doc["metadata"]["name"]  # noqa: E731
+    assert sorted(rendered, key=key) == sorted(expected, key=key)
 
 
 def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> None:
@@ -314,7 +317,10 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
     archive = tmp_path / "skyhook-operator-0.1.0.tgz"
     shown = run_helm(helm, "show", "crds", str(archive))
     assert shown.returncode == 0, shown.stderr
-    assert yaml.safe_load(shown.stdout) == yaml.safe_load(SKYHOOK_CRD_PATH.read_text())
+    rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(shown.stdout) if d}
+    assert rendered == {
+        doc["metadata"]["name"]: doc for doc in (yaml.safe_load(p.read_text()) for p in CRD_PATHS)
+    }
 
 
 # --- validation -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ import yaml
 
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
 from skyhook_schemas import keys
-from skyhook_schemas.crds import SKYHOOK_CRD_PATH
+from skyhook_schemas.crds import CRD_PATHS
 
 T = TypeVar("T")
 
@@ -35,31 +36,33 @@ class WaitTimeout(AssertionError):
 
 
 def install_crd(kube: Kube, timeout: float = 60.0) -> None:
-    """Create or update the Skyhook CRD and wait until it is Established."""
-    manifest = yaml.safe_load(SKYHOOK_CRD_PATH.read_text())
-    name = manifest["metadata"]["name"]
+    """Create or update the Skyhook and DeploymentPolicy CRDs and wait until both are served."""
+    for path in CRD_PATHS:
+        manifest = yaml.safe_load(path.read_text())
+        name = manifest["metadata"]["name"]
+        try:
+            kube.request("POST", CRD_PATH, manifest)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            current = kube.request("GET", f"{CRD_PATH}/{name}")
+            manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            kube.request("PUT", f"{CRD_PATH}/{name}", manifest)
+        wait_until(partial(_established, kube, name), timeout, f"CRD {name} Established")
+    # The apiserver serves a new kind a moment after Established; list once to be sure.
+    for resource in (kube.skyhook_path(), kube.policy_path()):
+        wait_until(partial(_lists, kube, resource), timeout, f"{resource} served")
+
+
+def _established(kube: Kube, name: str) -> bool:
+    crd = kube.request("GET", f"{CRD_PATH}/{name}")
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def _lists(kube: Kube, resource: str) -> bool:
     try:
-        kube.request("POST", CRD_PATH, manifest)
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        current = kube.request("GET", f"{CRD_PATH}/{name}")
-        manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        kube.request("PUT", f"{CRD_PATH}/{name}", manifest)
-
-    def established() -> bool:
-        crd = kube.request("GET", f"{CRD_PATH}/{name}")
-        conditions = crd.get("status", {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_until(established, timeout, f"CRD {name} Established")
-    # The apiserver serves the new kind a moment after Established; list once to be sure.
-    wait_until(lambda: _lists(kube), timeout, "the skyhooks resource served")
-
-
-def _lists(kube: Kube) -> bool:
-    try:
-        kube.request("GET", kube.skyhook_path())
+        kube.request("GET", resource)
     except ApiError:
         return False
     return True

@@ -1,7 +1,8 @@
 """An in-memory cluster that applies plans: for planner tests and benchmarks.
 
-`SimCluster` holds API-shaped dicts for nodes, pods, ConfigMaps and Skyhooks, applies every
-`Action` the way the writer does against a real API server (idempotently), and can play kubelet:
+`SimCluster` holds API-shaped dicts for nodes, pods, ConfigMaps, Skyhooks and DeploymentPolicies,
+applies every `Action` the way the writer does against a real API server (idempotently), and can
+play kubelet:
 `finish_pod` writes init container statuses as a node would. Deliberately simple: pods start
 the moment they are created and disappear the moment they are deleted.
 """
@@ -33,6 +34,7 @@ from skyhook_operator.core.views import (
     ConfigMapView,
     NodeView,
     PodView,
+    PolicyView,
     SkyhookView,
 )
 
@@ -72,6 +74,7 @@ class SimCluster:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.skyhooks: dict[str, dict[str, Any]] = {}
+        self.policies: dict[str, dict[str, Any]] = {}
         self.events: list[EmitEvent] = []
         self.created_pods: list[dict[str, Any]] = []  # every pod ever created, in order
         self._views: dict[str, tuple[int, Any]] = {}
@@ -97,6 +100,9 @@ class SimCluster:
             "status": {},
         }
 
+    def add_policy(self, name: str, spec: Mapping[str, Any]) -> None:
+        self.policies[name] = {"metadata": {"name": name}, "spec": copy.deepcopy(dict(spec))}
+
     def add_pod(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         self.pods[(meta.get("namespace", "default"), meta["name"])] = pod
@@ -109,6 +115,7 @@ class SimCluster:
             nodes=tuple(NodeView.from_api(n) for n in self.nodes.values()),
             pods=tuple(PodView.from_api(p) for p in self.pods.values()),
             configmaps=tuple(ConfigMapView.from_api(c) for c in self.configmaps.values()),
+            policies=tuple(PolicyView.from_api(p) for p in self.policies.values()),
             now=now,
         )
 

@@ -1,7 +1,7 @@
 """kopf wiring: indexes that mirror the cluster, events that poke the reconciler.
 
-Nothing here decides anything. Skyhooks, Nodes and Pods (bound to a node) each get a kopf
-index, which turns every object into the planner's view as it changes, and an event handler,
+Nothing here decides anything. Skyhooks, DeploymentPolicies, Nodes and Pods (bound to a node)
+each get a kopf index, which turns every object into the planner's view as it changes, and an event handler,
 which asks the one global reconcile loop (reconcile.py explains why one) for a pass. kopf
 calls no event handler before every index is filled, so the first pass sees the whole
 cluster. Handlers are coroutines: they run on kopf's loop with no thread hop, and they only
@@ -23,7 +23,7 @@ from typing import Any
 import kopf
 
 from skyhook_operator.core.plan import plan
-from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, SkyhookView
+from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.nswatch import NamespacedIndex
@@ -36,7 +36,7 @@ from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
-INDEXES = ("skyhook_index", "node_index", "pod_index")
+INDEXES = ("skyhook_index", "node_index", "pod_index", "policy_index")
 
 
 @kopf.on.startup()
@@ -180,6 +180,11 @@ async def node_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Version
     return {_key(body): versioned(body, NodeView.from_api)}
 
 
+@kopf.index(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL)
+async def policy_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Versioned[PolicyView]]:
+    return {_key(body): versioned(body, PolicyView.from_api)}
+
+
 def _bound_to_node(spec: kopf.Spec, **_: Any) -> bool:
     return bool(spec.get("nodeName"))
 
@@ -200,6 +205,12 @@ def _ours(configmap: Mapping[str, Any]) -> bool:
 
 @kopf.on.event(keys.GROUP, keys.VERSION, keys.PLURAL)
 async def skyhook_changed(memo: kopf.Memo, **_: Any) -> None:
+    _poke(memo)
+
+
+@kopf.on.event(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL)
+async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
+    """Upstream reads a policy edit only at its next reconcile; ours starts a pass."""
     _poke(memo)
 
 

@@ -25,6 +25,7 @@ from skyhook_operator.core.views import (
     ConfigMapView,
     NodeView,
     PodView,
+    PolicyView,
     SkyhookView,
 )
 
@@ -154,9 +155,14 @@ class ClusterStore:
 
         nodes = sorted(merged("node_index", self.nodes), key=lambda n: n.name)
         pods = sorted(merged("pod_index", self.pods), key=lambda p: (p.namespace, p.name))
+        # Policies are only read, never written by us: the index alone is current.
+        policies: list[PolicyView] = [
+            v.view for v in index_values(self.indexes.get("policy_index", {})) if v.view
+        ]
         return ClusterSnapshot(
             skyhooks=tuple(sorted(merged("skyhook_index", self.skyhooks), key=lambda s: s.name)),
             nodes=tuple(nodes),
             pods=tuple(pods),
             configmaps=tuple(merged("configmap_index", self.configmaps)),
+            policies=tuple(sorted(policies, key=lambda p: p.name)),
         )

@@ -5,7 +5,8 @@
 - :mod:`skyhook_schemas.images`: image references split into repository, tag and digest.
 - :mod:`skyhook_schemas.tags`: the ``<package>/<version>`` release tag convention.
 - :mod:`skyhook_schemas.keys`: every annotation, label, taint and object name Skyhook writes.
-- :mod:`skyhook_schemas.crds`: the Skyhook CRD manifest the operator installs and the chart ships.
+- :mod:`skyhook_schemas.crds`: the Skyhook and DeploymentPolicy CRD manifests the operator
+  installs and the chart ships.
 - :mod:`skyhook_schemas.errors`: field errors, so every component reports bad input the same way.
 """
 

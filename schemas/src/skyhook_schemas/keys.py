@@ -15,6 +15,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Skyhook"
 PLURAL = "skyhooks"
 CRD_NAME = f"{PLURAL}.{GROUP}"
+POLICY_KIND = "DeploymentPolicy"
+POLICY_PLURAL = "deploymentpolicies"
 FINALIZER = f"{GROUP}/skyhook"
 PREFIX = f"{GROUP}/"
 

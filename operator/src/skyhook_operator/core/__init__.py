@@ -25,6 +25,9 @@ steps decided through a read-only `SkyhookContext` (context.py). A pass, in orde
    - admit nodes within the interruption budget (budget.py): nodes already in progress keep
      their slot, free slots go to the next incomplete, ready nodes in a deterministic order, in
      this same pass, so a slot never idles; paused and disabled Skyhooks admit nobody;
+     with a DeploymentPolicy, nodes are admitted per compartment instead (policy.py): a
+     compartment whose batch has finished evaluates it and starts the next, never above its
+     ceiling, and a stopped compartment starts nothing;
    - for each admitted node (noderun.py), the stage machine (stages.py) names each package's
      next stage, dependsOn decides which may run (ordering.py), an interrupt package needs the
      node cordoned and drained first (gates.py), and the packages due for an interrupt share

@@ -45,6 +45,7 @@ class PassIndex:
         self.configmaps: dict[str, ConfigMapView] = {
             c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
         }
+        self.policies = {p.name: p for p in snapshot.policies}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
 

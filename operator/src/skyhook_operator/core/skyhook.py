@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from skyhook_operator.core import budget, configmaps, noderun, nodestate, observe, ordering, stages
+from skyhook_operator.core import (
+    budget,
+    configmaps,
+    noderun,
+    nodestate,
+    observe,
+    ordering,
+    policy,
+    stages,
+)
 from skyhook_operator.core import status as statuses
 from skyhook_operator.core.actions import (
     AddFinalizer,
@@ -22,7 +31,8 @@ from skyhook_operator.core.actions import (
 from skyhook_operator.core.context import PassIndex, SkyhookContext
 from skyhook_operator.core.decision import Decision
 from skyhook_operator.core.nodestate import NodeState
-from skyhook_operator.core.spec import SkyhookSpec
+from skyhook_operator.core.policy import BatchState, Compartment, Policy
+from skyhook_operator.core.spec import Budget, SkyhookSpec
 from skyhook_operator.core.views import NodeView, SkyhookView
 from skyhook_operator.core.vocabulary import (
     BLOCKED,
@@ -85,10 +95,20 @@ class SkyhookPass:
             message = "; ".join(scr.spec_errors)
             self._blocked(statuses.CONDITION_SPEC_INVALID, "SpecInvalid", message)
             return self.decided
-        if spec.deployment_policy:  # not supported yet: fail closed, as upstream does when missing
-            message = f'DeploymentPolicy "{spec.deployment_policy}" not found'
-            self._blocked(statuses.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message)
-            return self.decided
+        self.policy: Policy | None = None
+        if spec.deployment_policy:
+            found = self.index.policies.get(spec.deployment_policy)
+            if found is None:  # fail closed, as upstream does
+                message = f'DeploymentPolicy "{spec.deployment_policy}" not found'
+                self._blocked(
+                    statuses.CONDITION_POLICY_NOT_FOUND, "DeploymentPolicyNotFound", message
+                )
+                return self.decided
+            if found.policy is None:
+                message = f'DeploymentPolicy "{found.name}": ' + "; ".join(found.errors)
+                self._blocked(statuses.CONDITION_POLICY_INVALID, "DeploymentPolicyInvalid", message)
+                return self.decided
+            self.policy = found.policy
         self.spec = spec
         self._spec_warnings(spec)
         self.paused = scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause
@@ -193,6 +213,7 @@ class SkyhookPass:
         spec, ctx = self.spec, self.ctx
         work: dict[str, stages.NodeWork] = {}
         blocked: dict[str, bool] = {}
+        failed: set[str] = set()
         occupied: list[NodeView] = []
         candidates: list[NodeView] = []
         ignored: list[str] = []
@@ -213,17 +234,25 @@ class SkyhookPass:
             )
             if done:
                 continue
+            if any(
+                e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
+                for e in state.packages.values()
+            ):
+                failed.add(node.name)
             has_pods = bool(ctx.ours_on(node.name))
             if state.status in {IN_PROGRESS, ERRORING} or has_pods or state.cordoned:
                 occupied.append(node)
             elif not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
-        limit = budget.ceiling(spec.budget, len(self.matched))
-        admitted: list[NodeView] = []
-        if not (self.paused or self.disabled):
-            # Nodes left half-way (a pause, an external status edit) finish before fresh ones
-            # start; the sort is stable, so node order decides otherwise.
-            candidates.sort(key=lambda n: not self._started(n))
+        # Nodes left half-way (a pause, an external status edit) finish before fresh ones
+        # start; the sort is stable, so node order decides otherwise.
+        candidates.sort(key=lambda n: not self._started(n))
+        if self.policy is not None:
+            admitted = self._admit_by_compartment(self.policy, occupied, candidates, failed)
+        elif self.paused or self.disabled:
+            admitted = []
+        else:
+            limit = budget.ceiling(spec.budget, len(self.matched))
             admitted, _ = budget.admit(occupied, candidates, limit)
         running = {n.name for n in occupied} | {n.name for n in admitted}
         for node in admitted:
@@ -243,6 +272,59 @@ class SkyhookPass:
             )
         self._selection_conditions(ignored, untolerated)
         return node_statuses
+
+    def _admit_by_compartment(
+        self,
+        rollout: Policy,
+        occupied: list[NodeView],
+        candidates: list[NodeView],
+        failed: set[str],
+    ) -> list[NodeView]:
+        """Each compartment evaluates its finished batch and starts the next (policy.py)."""
+        previous = self.scr.status.get("compartmentStatuses") or {}
+        busy = {n.name for n in occupied}
+        admitted: list[NodeView] = []
+        self.compartments: dict[str, tuple[Compartment, list[str], BatchState | None]] = {}
+        groups = policy.assign(rollout, self.matched, ordering.node_order_key)
+        for compartment in rollout.all:
+            members = {n.name for n in groups[compartment.name]}
+            before = None
+            if compartment.strategy is not None:
+                before = BatchState.from_json(
+                    (previous.get(compartment.name) or {}).get("batchState")
+                )
+            found = policy.Found(
+                complete=sum(self._complete(n) for n in groups[compartment.name]),
+                failed=len(members & failed),
+                active=len((members & busy) - failed),
+                occupied=len(members & busy),
+            )
+            after, room = policy.next_batch(
+                compartment,
+                before,
+                len(members),
+                found,
+                may_evaluate=self.scr.status.get("status") != COMPLETE,
+                may_start=not (self.paused or self.disabled),
+            )
+            admitted += [n for n in candidates if n.name in members][:room]
+            if after is not None and after.should_stop and not (before and before.should_stop):
+                self.decided.events.append(
+                    EmitEvent(
+                        "Skyhook",
+                        self.name,
+                        "RolloutStopped",
+                        f'Compartment "{compartment.name}" stopped after '
+                        f"{after.consecutive_failures} failed batches in a row.",
+                        type="Warning",
+                    )
+                )
+            self.compartments[compartment.name] = (
+                compartment,
+                [n.name for n in groups[compartment.name]],
+                after,
+            )
+        return admitted
 
     def _started(self, node: NodeView) -> bool:
         return any(
@@ -388,17 +470,14 @@ class SkyhookPass:
             "completeNodes": f"{complete}/{matched}",
             "nodesInProgress": in_progress,
             "packageList": statuses.package_list(self.spec.packages),
-            "compartmentStatuses": {
-                keys.DEFAULT_COMPARTMENT: {
-                    "matched": matched,
-                    "ceiling": budget.reported_ceiling(self.spec.budget, matched),
-                    "inProgress": list(node_statuses.values()).count(IN_PROGRESS),
-                    "completed": complete,
-                    "progressPercent": complete * 100 // matched if matched else 0,
-                }
-            },
+            "compartmentStatuses": self._compartment_statuses(node_statuses, overall),
             "conditions": statuses.merge_conditions(
-                list(current.get("conditions") or []), conditions
+                [
+                    c
+                    for c in current.get("conditions") or []
+                    if c.get("type") not in statuses.POLICY_BLOCKED_CONDITIONS
+                ],
+                conditions,
             ),
         }
         if overall == COMPLETE:
@@ -409,3 +488,41 @@ class SkyhookPass:
         patch = statuses.merge_patch(keep, desired)
         if patch:
             self.decided.last.append(PatchSkyhookStatus(self.name, patch))
+
+    def _compartment_statuses(
+        self, node_statuses: dict[str, str], overall: str
+    ) -> dict[str, dict[str, Any]]:
+        """status.compartmentStatuses: per compartment its nodes and batch state; a legacy
+        Skyhook reports all its nodes in `__default__`."""
+        groups: dict[str, tuple[Budget, list[str], BatchState | None, bool]]
+        if self.policy is None:
+            groups = {
+                keys.DEFAULT_COMPARTMENT: (self.spec.budget, list(node_statuses), None, False)
+            }
+        else:
+            old_status = self.scr.status.get("status")
+            old_packages = self.scr.status.get("packageList")
+            # Reset on completion, or once when the package versions change.
+            reset = policy.reset_enabled(self.spec.reset_batch_state, self.policy) and (
+                (overall == COMPLETE and old_status != COMPLETE)
+                or old_packages not in (None, statuses.package_list(self.spec.packages))
+            )
+            groups = {
+                name: (compartment.budget, members, state, reset)
+                for name, (compartment, members, state) in self.compartments.items()
+            }
+        result: dict[str, dict[str, Any]] = {}
+        for name, (budget_of, members, state, reset) in groups.items():
+            matched = len(members)
+            complete = sum(node_statuses[n] == COMPLETE for n in members)
+            entry: dict[str, Any] = {
+                "matched": matched,
+                "ceiling": budget.reported_ceiling(budget_of, matched),
+                "inProgress": sum(node_statuses[n] == IN_PROGRESS for n in members),
+                "completed": complete,
+                "progressPercent": complete * 100 // matched if matched else 0,
+            }
+            if state is not None:
+                entry["batchState"] = (BatchState() if reset else state).to_json()
+            result[name] = entry
+        return result

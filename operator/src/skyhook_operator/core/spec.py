@@ -95,6 +95,8 @@ class SkyhookSpec:
     pod_non_interrupt_labels: LabelSelector = field(default_factory=LabelSelector)
     budget: Budget = field(default_factory=Budget)
     deployment_policy: str = ""
+    # deploymentPolicyOptions.resetBatchStateOnCompletion; None: the policy decides.
+    reset_batch_state: bool | None = None
     additional_tolerations: tuple[Toleration, ...] = ()
     runtime_required: bool = False
     auto_taint_new_nodes: bool = False
@@ -485,6 +487,15 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
             "deploymentPolicy and interruptionBudget are mutually exclusive",
         )
 
+    options = raw.get("deploymentPolicyOptions") or {}
+    reset_batch_state = None
+    if not _is_map(options):
+        errors.add("spec.deploymentPolicyOptions", "must be an object")
+    elif options.get("resetBatchStateOnCompletion") is not None:
+        reset_batch_state = _bool(
+            options, "resetBatchStateOnCompletion", "spec.deploymentPolicyOptions", errors
+        )
+
     tolerations: list[Toleration] = []
     raw_tolerations = raw.get("additionalTolerations") or ()
     if not isinstance(raw_tolerations, list | tuple):
@@ -505,6 +516,7 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
         ),
         budget=Budget(percent=percent, count=count),
         deployment_policy=policy,
+        reset_batch_state=reset_batch_state,
         additional_tolerations=tuple(tolerations),
         runtime_required=_bool(raw, "runtimeRequired", "spec", errors),
         auto_taint_new_nodes=_bool(raw, "autoTaintNewNodes", "spec", errors),

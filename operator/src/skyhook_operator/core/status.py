@@ -23,6 +23,9 @@ from skyhook_schemas import keys
 CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
 CONDITION_SPEC_WARNING = f"{keys.GROUP}/SpecWarning"
+CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
+# Removed as soon as the Skyhook runs again.
+POLICY_BLOCKED_CONDITIONS = (CONDITION_POLICY_NOT_FOUND, CONDITION_POLICY_INVALID)
 
 
 def node_status(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from skyhook_operator.core.policy import Policy, PolicyError, decode_policy
 from skyhook_operator.core.spec import SkyhookSpec, SpecError, decode_spec
 from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
 
@@ -224,6 +225,23 @@ class SkyhookView:
 
 
 @dataclass(frozen=True)
+class PolicyView:
+    """A DeploymentPolicy. `policy` is None when its spec is invalid; `errors` then says why."""
+
+    name: str
+    policy: Policy | None = None
+    errors: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> PolicyView:
+        name = (obj.get("metadata") or {}).get("name", "")
+        try:
+            return cls(name, decode_policy(name, obj.get("spec") or {}))
+        except PolicyError as err:
+            return cls(name, errors=tuple(err.messages))
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one pass decides from. It must reflect every write of earlier passes
     (read-your-writes): a stale node annotation would make the planner redo finished work."""
@@ -232,4 +250,5 @@ class ClusterSnapshot:
     nodes: tuple[NodeView, ...]
     pods: tuple[PodView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
+    policies: tuple[PolicyView, ...] = ()
     now: datetime = field(default_factory=lambda: datetime.now(UTC))

@@ -176,6 +176,11 @@ class Kube:
             path += f"/{quote(name)}"
         return path + (f"/{subresource}" if subresource else "")
 
+    @staticmethod
+    def policy_path(name: str = "") -> str:
+        path = f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.POLICY_PLURAL}"
+        return path + (f"/{quote(name)}" if name else "")
+
 
 def resource_of(path: str) -> str:
     """`/api/v1/namespaces/ns/pods/p/status` -> `pods/status`; `/apis/g/v/things` -> `things`."""

@@ -1,0 +1,387 @@
+"""DeploymentPolicy, pure: decoding, compartment assignment, batch sizes and batch evaluation.
+
+A policy splits a Skyhook's nodes into compartments, each rolled out batch by batch.
+
+Decoding (`decode_policy`) checks every field and names it in its error
+(`spec.compartments[1].strategy: exactly one of fixed, linear, or exponential must be set`), and
+applies upstream's defaults on read, since upstream only fills them in an admission webhook:
+initialBatch 1, batchThreshold 100, safetyLimit 50, delta 1, growthFactor 2, no failureThreshold
+(never stop). A compartment without a strategy does not inherit the default one: its batches are
+its budget's ceiling.
+
+Assignment (`assign`), recomputed every pass, so nothing about it is stored:
+1. The Skyhook's nodes are taken in the planner's node order: oldest first (creation time),
+   then name.
+2. A node goes to the compartment whose selector matches it; when none does, to the synthetic
+   `__default__` compartment, which has the policy's default budget and strategy.
+3. When several match, the safest wins: strategy fixed, then linear, then exponential, then
+   none; then the smaller capacity (the budget's ceiling over the number of the Skyhook's nodes
+   the selector matches, at least 1); then the name, ascending. No label counting is involved,
+   so the result depends only on the nodes' labels, never on the order they were listed in.
+
+Batches (`batch_size`, `evaluate`): each compartment keeps a `BatchState` in the Skyhook's
+status. When a batch has no node left in progress, `evaluate` compares the complete and failed
+counts with the checkpoint of the last evaluation: the difference is the batch's outcome. A
+batch fails when its success percentage is below batchThreshold; failures shrink the next batch
+while progress (nodes processed over the compartment's nodes) is below safetyLimit, and
+failureThreshold consecutive failures there stop the compartment (`should_stop`). Successes grow
+it: fixed keeps initialBatch, linear adds delta, exponential multiplies by growthFactor. A batch
+never exceeds the nodes remaining and is at least 1 while any remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, TypeVar
+
+from skyhook_operator.core import budget as budgets
+from skyhook_operator.core.spec import Budget, _Errors, _optional_int, decode_selector
+from skyhook_operator.core.vocabulary import LabelSelector
+from skyhook_schemas import keys
+
+FIXED, LINEAR, EXPONENTIAL = "fixed", "linear", "exponential"
+STRATEGY_KINDS = (FIXED, LINEAR, EXPONENTIAL)
+# Metric and log name of a compartment without a strategy.
+NO_STRATEGY = "unknown"
+_SAFETY = {FIXED: 0, LINEAR: 1, EXPONENTIAL: 2}
+
+
+class PolicyError(ValueError):
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = list(messages)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    kind: str
+    initial_batch: int = 1
+    batch_threshold: int = 100
+    failure_threshold: int | None = None
+    safety_limit: int = 50
+    delta: int = 1
+    growth_factor: int = 2
+
+
+@dataclass(frozen=True)
+class Compartment:
+    name: str
+    selector: LabelSelector
+    budget: Budget
+    strategy: Strategy | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.strategy.kind if self.strategy else NO_STRATEGY
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    default: Compartment
+    compartments: tuple[Compartment, ...] = ()
+    reset_batch_state: bool | None = None  # resetBatchStateOnCompletion; None: not set
+
+    @property
+    def all(self) -> tuple[Compartment, ...]:
+        """The named compartments, then `__default__`."""
+        return (*self.compartments, self.default)
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def _decode_budget(raw: object, path: str, errors: _Errors) -> Budget:
+    if not isinstance(raw, Mapping):
+        errors.add(path, "exactly one of percent or count must be set")
+        return Budget(count=1)
+    percent = _optional_int(raw.get("percent"), f"{path}.percent", errors, 1, 100)
+    count = _optional_int(raw.get("count"), f"{path}.count", errors, 1, None)
+    if (raw.get("percent") is None) == (raw.get("count") is None):
+        errors.add(path, "exactly one of percent or count must be set")
+    return Budget(percent=percent, count=None if percent is not None else count)
+
+
+_RANGES: dict[str, tuple[str, int, int | None, frozenset[str]]] = {
+    # json name: (field, minimum, maximum, kinds it applies to)
+    "initialBatch": ("initial_batch", 1, None, frozenset(STRATEGY_KINDS)),
+    "batchThreshold": ("batch_threshold", 1, 100, frozenset(STRATEGY_KINDS)),
+    "failureThreshold": ("failure_threshold", 1, None, frozenset(STRATEGY_KINDS)),
+    "safetyLimit": ("safety_limit", 1, 100, frozenset(STRATEGY_KINDS)),
+    "delta": ("delta", 1, None, frozenset({LINEAR})),
+    "growthFactor": ("growth_factor", 2, None, frozenset({EXPONENTIAL})),
+}
+
+
+def _decode_strategy(raw: object, path: str, errors: _Errors) -> Strategy | None:
+    present = [k for k in STRATEGY_KINDS if isinstance(raw, Mapping) and raw.get(k) is not None]
+    if len(present) != 1:
+        errors.add(path, "exactly one of fixed, linear, or exponential must be set")
+        return None
+    assert isinstance(raw, Mapping)
+    kind = present[0]
+    body = raw[kind]
+    if not isinstance(body, Mapping):
+        errors.add(f"{path}.{kind}", "must be an object")
+        return None
+    values: dict[str, Any] = {}
+    for json_name, value in body.items():
+        known = _RANGES.get(json_name)
+        if known is None or kind not in known[3]:
+            errors.add(f"{path}.{kind}.{json_name}", f"unknown field for a {kind} strategy")
+            continue
+        field, minimum, maximum, _ = known
+        decoded = _optional_int(value, f"{path}.{kind}.{json_name}", errors, minimum, maximum)
+        if decoded is not None:
+            values[field] = decoded
+    return Strategy(kind, **values)
+
+
+def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
+    """Decode a DeploymentPolicy's `spec` with defaults applied; raises PolicyError listing
+    every problem with its field path."""
+    errors = _Errors()
+    if not isinstance(raw, Mapping):
+        raise PolicyError(["spec: must be an object"])
+    default = raw.get("default")
+    if not isinstance(default, Mapping):
+        errors.add("spec.default", "required: an object with budget and strategy")
+        default = {}
+    default_compartment = Compartment(
+        keys.DEFAULT_COMPARTMENT,
+        LabelSelector(),
+        _decode_budget(default.get("budget"), "spec.default.budget", errors),
+        _decode_strategy(default.get("strategy"), "spec.default.strategy", errors),
+    )
+    compartments: list[Compartment] = []
+    raw_compartments = raw.get("compartments") or ()
+    if not isinstance(raw_compartments, list | tuple):
+        errors.add("spec.compartments", "must be a list of compartments")
+        raw_compartments = ()
+    seen: set[str] = set()
+    for index, body in enumerate(raw_compartments):
+        path = f"spec.compartments[{index}]"
+        if not isinstance(body, Mapping):
+            errors.add(path, "must be an object with name, selector and budget")
+            continue
+        compartment_name = body.get("name")
+        if not isinstance(compartment_name, str) or not compartment_name:
+            errors.add(f"{path}.name", "required: a non-empty string")
+            compartment_name = ""
+        elif compartment_name == keys.DEFAULT_COMPARTMENT:
+            errors.add(f"{path}.name", f'"{keys.DEFAULT_COMPARTMENT}" is reserved')
+        elif compartment_name in seen:
+            errors.add(f"{path}.name", f'"{compartment_name}" is not unique')
+        seen.add(compartment_name)
+        if body.get("selector") is None:
+            errors.add(f"{path}.selector", "required: a label selector")
+        strategy = None
+        if body.get("strategy") is not None:
+            strategy = _decode_strategy(body["strategy"], f"{path}.strategy", errors)
+        compartments.append(
+            Compartment(
+                compartment_name,
+                decode_selector(body.get("selector"), f"{path}.selector", errors),
+                _decode_budget(body.get("budget"), f"{path}.budget", errors),
+                strategy,
+            )
+        )
+    reset = raw.get("resetBatchStateOnCompletion")
+    if reset is not None and not isinstance(reset, bool):
+        errors.add("spec.resetBatchStateOnCompletion", f"{reset!r} is not a boolean")
+        reset = None
+    if errors.messages:
+        raise PolicyError(errors.messages)
+    return Policy(name, default_compartment, tuple(compartments), reset)
+
+
+# --- assignment -------------------------------------------------------------------------------
+
+
+def ceiling(budget: Budget, nodes: int) -> int:
+    """A compartment's ceiling: a count as given, a percentage of its nodes (at least 1)."""
+    return budgets.reported_ceiling(budget, nodes)
+
+
+class Labelled(Protocol):
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+N = TypeVar("N", bound=Labelled)
+
+
+def assign(policy: Policy, nodes: Sequence[N], order: Callable[[N], Any]) -> dict[str, list[N]]:
+    """Each compartment's nodes (every compartment present, `__default__` last) sorted by
+    `order` (the planner's: oldest first, then name). The rules are in the module docstring."""
+    ordered = sorted(nodes, key=order)
+    selected = {
+        c.name: sum(1 for n in ordered if c.selector.matches(n.labels)) for c in policy.compartments
+    }
+
+    def rank(c: Compartment) -> tuple[int, int, str]:
+        safety = _SAFETY[c.strategy.kind] if c.strategy else len(_SAFETY)
+        return (safety, ceiling(c.budget, max(1, selected[c.name])), c.name)
+
+    result: dict[str, list[N]] = {c.name: [] for c in policy.all}
+    for node in ordered:
+        matching = [c for c in policy.compartments if c.selector.matches(node.labels)]
+        chosen = min(matching, key=rank) if matching else policy.default
+        result[chosen.name].append(node)
+    return result
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """One compartment's progress, kept in status.compartmentStatuses.<name>.batchState with
+    upstream's keys (zero and false values left out)."""
+
+    current_batch: int = 1
+    consecutive_failures: int = 0
+    completed_nodes: int = 0
+    failed_nodes: int = 0
+    should_stop: bool = False
+    last_batch_size: int = 0
+    last_batch_failed: bool = False
+
+    @classmethod
+    def from_json(cls, raw: object) -> BatchState:
+        """Read what a pass wrote; a missing or malformed field takes its initial value."""
+        if not isinstance(raw, Mapping):
+            return cls()
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = raw.get(_camel(f.name))
+            wanted = bool if f.type in {"bool", bool} else int
+            if isinstance(value, wanted) and (wanted is bool or not isinstance(value, bool)):
+                values[f.name] = value if wanted is bool or value >= 0 else 0
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            _camel(f.name): getattr(self, f.name) for f in fields(self) if getattr(self, f.name)
+        }
+
+    def progress(self, nodes: int) -> int:
+        """Percent of the compartment's nodes processed (complete or failed)."""
+        return (self.completed_nodes + self.failed_nodes) * 100 // nodes if nodes else 0
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _failed_early(strategy: Strategy, state: BatchState, nodes: int) -> bool:
+    return state.last_batch_failed and state.progress(nodes) < strategy.safety_limit
+
+
+def batch_size(compartment: Compartment, state: BatchState, nodes: int) -> int:
+    """The size of the compartment's next batch over `nodes` nodes."""
+    strategy = compartment.strategy
+    if strategy is None:
+        return ceiling(compartment.budget, nodes)
+    remaining = nodes - state.completed_nodes - state.failed_nodes
+
+    def clamp(size: int) -> int:
+        return max(1, min(size, remaining))
+
+    if strategy.kind == FIXED:
+        return clamp(strategy.initial_batch)
+    if nodes == 0:
+        return 0
+    last = state.last_batch_size
+    if last == 0:
+        return clamp(strategy.initial_batch)
+    if strategy.kind == LINEAR:
+        if _failed_early(strategy, state, nodes):
+            return clamp(max(1, last - strategy.delta))
+        return clamp(last + strategy.delta)
+    if _failed_early(strategy, state, nodes):
+        return clamp(max(1, last // strategy.growth_factor))
+    return clamp(min(last * strategy.growth_factor, nodes))
+
+
+def evaluate(
+    strategy: Strategy, state: BatchState, *, complete: int, failed: int, nodes: int
+) -> BatchState:
+    """The state after a batch ended (no node of the compartment in progress), given how many
+    of its `nodes` are complete and how many failed now. Counts that went down (nodes moved to
+    another compartment, a failed node recovered) or did not change only move the checkpoint."""
+    if state.current_batch == 0:
+        return replace(state, current_batch=1)
+    succeeded = complete - state.completed_nodes
+    newly_failed = failed - state.failed_nodes
+    checkpoint = replace(state, completed_nodes=complete, failed_nodes=failed)
+    if succeeded < 0 or newly_failed < 0 or succeeded == newly_failed == 0:
+        return checkpoint
+    size = succeeded + newly_failed
+    batch_failed = succeeded * 100 // size < strategy.batch_threshold
+    consecutive = state.consecutive_failures + 1 if batch_failed else 0
+    should_stop = state.should_stop or (
+        batch_failed
+        and strategy.failure_threshold is not None
+        and checkpoint.progress(nodes) < strategy.safety_limit
+        and consecutive >= strategy.failure_threshold
+    )
+    return replace(
+        checkpoint,
+        current_batch=state.current_batch + 1,
+        consecutive_failures=consecutive,
+        should_stop=should_stop,
+        last_batch_size=size,
+        last_batch_failed=batch_failed,
+    )
+
+
+def reset_enabled(skyhook_option: bool | None, policy: Policy) -> bool:
+    """Do completion and version changes reset batch state? The Skyhook's
+    deploymentPolicyOptions.resetBatchStateOnCompletion, else the policy's, else no."""
+    if skyhook_option is not None:
+        return skyhook_option
+    return bool(policy.reset_batch_state)
+
+
+# --- one pass over one compartment --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """A compartment's nodes as a pass finds them."""
+
+    complete: int = 0
+    failed: int = 0  # incomplete, with a package erroring (retries included)
+    active: int = 0  # in progress and not failed: the batch still running
+    occupied: int = 0  # holding a slot of the ceiling: the active ones and the failed ones
+
+
+def next_batch(
+    compartment: Compartment,
+    state: BatchState | None,
+    nodes: int,
+    found: Found,
+    *,
+    may_evaluate: bool,
+    may_start: bool,
+) -> tuple[BatchState | None, int]:
+    """(the compartment's batch state after this pass, how many nodes may start now).
+
+    A batch ends when none of its nodes is active; it is then evaluated (unless
+    `may_evaluate` is false: the Skyhook is complete) and the next one starts, unless the
+    compartment stopped or `may_start` is false (paused, disabled). Its size is the strategy's,
+    and nodes in progress, failed ones still retrying included, never exceed the ceiling."""
+    if found.active:
+        return state, 0
+    if compartment.strategy is not None and state is not None and may_evaluate:
+        state = evaluate(
+            compartment.strategy, state, complete=found.complete, failed=found.failed, nodes=nodes
+        )
+    if not may_start or (state is not None and state.should_stop):
+        return state, 0
+    size = batch_size(compartment, state or BatchState(), nodes)
+    room = ceiling(compartment.budget, nodes) - found.occupied
+    return state, max(0, min(size, room))
