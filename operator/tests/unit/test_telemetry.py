@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from planner_driver import START, Driver, package
 
 from skyhook_operator.core.plan import plan
-from skyhook_operator.core.telemetry import Family, handoff_delays, skyhook_families
-from skyhook_operator.core.views import ClusterSnapshot, NodeView, SkyhookView
+from skyhook_operator.core.telemetry import Family, compartments, handoff_delays, skyhook_families
+from skyhook_operator.core.views import ClusterSnapshot, NodeView, PolicyView, SkyhookView
 from skyhook_operator.core.vocabulary import STAGES, STATES, STATUSES
 from skyhook_operator.observability import Telemetry, go_float
 from skyhook_schemas import keys
@@ -200,7 +200,7 @@ def test_legacy_rollout_reads_the_default_compartment() -> None:
                 "skyhook_package_stage_count",
                 "skyhook_package_restarts_count",
             },
-            id="policy-skyhook-has-no-rollout-series-yet",
+            id="missing-policy-has-no-rollout-series",
         ),
     ],
 )
@@ -317,3 +317,43 @@ def test_handoff_runs_from_the_finish_to_the_next_pods_creation() -> None:
     driver.sim.apply(result.actions)
     again = driver.sim.snapshot(driver.now)
     assert handoff_delays(again, plan(again, driver.settings), created) == ()
+
+
+def test_a_policy_skyhook_reports_each_compartment_with_its_strategy() -> None:
+    policy = PolicyView.from_api(
+        {
+            "metadata": {"name": "rollout"},
+            "spec": {
+                "default": {"budget": {"count": 2}, "strategy": {"fixed": {}}},
+                "compartments": [
+                    {
+                        "name": "canary",
+                        "selector": {"matchLabels": {"tier": "canary"}},
+                        "budget": {"count": 1},
+                        "strategy": {"exponential": {"initialBatch": 1}},
+                    }
+                ],
+            },
+        }
+    )
+    scr = SkyhookView.from_api(
+        {
+            "metadata": {"name": "s"},
+            "spec": {
+                "deploymentPolicy": "rollout",
+                "packages": {"pkg": {"version": "1.0.0", "image": "repo/pkg"}},
+            },
+            "status": {"compartmentStatuses": {"canary": {"matched": 3, "ceiling": 1}}},
+        }
+    )
+    found = compartments(scr, {"rollout": policy})
+    assert [(c.policy, c.name, c.strategy) for c in found] == [
+        ("rollout", "canary", "exponential"),
+        ("rollout", "__default__", "fixed"),
+    ]
+    assert compartments(scr, {}) == ()  # a missing policy reports nothing
+    families = skyhook_families(ClusterSnapshot(skyhooks=(scr,), nodes=(), policies=(policy,)))
+    assert values(families, "skyhook_rollout_matched_nodes") == {
+        ("s", "rollout", "canary", "exponential"): 3,
+        ("s", "rollout", "__default__", "fixed"): 0,
+    }

@@ -18,7 +18,7 @@ from typing import Any
 
 from skyhook_operator.core import learning, nodestate, podbuilder
 from skyhook_operator.core.actions import CreatePod, Plan
-from skyhook_operator.core.views import ClusterSnapshot, NodeView, PodView, SkyhookView
+from skyhook_operator.core.views import ClusterSnapshot, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_operator.core.vocabulary import STAGES, STATES, STATUSES, UNKNOWN
 from skyhook_schemas import keys
 
@@ -114,23 +114,32 @@ _ROLLOUT_FIELDS = (
 )
 
 
-def compartments(scr: SkyhookView) -> tuple[Compartment, ...]:
-    """The compartments whose rollout gauges `scr` reports. Without a deploymentPolicy that is
-    the one default compartment; a Skyhook naming a policy reports none until policies are
-    supported (its status is blocked meanwhile)."""
-    if scr.spec is None or scr.spec.deployment_policy:
+def compartments(
+    scr: SkyhookView, policies: Mapping[str, PolicyView] | None = None
+) -> tuple[Compartment, ...]:
+    """The compartments whose rollout gauges `scr` reports: without a deploymentPolicy the one
+    default compartment (policy `legacy`, strategy `fixed`); with one, each of the policy's
+    compartments, `__default__` last, labelled with its strategy (`unknown` without one). A
+    policy that is missing or invalid reports none."""
+    if scr.spec is None:
         return ()
-    return (Compartment(LEGACY_POLICY, keys.DEFAULT_COMPARTMENT, FIXED_STRATEGY),)
+    if not scr.spec.deployment_policy:
+        return (Compartment(LEGACY_POLICY, keys.DEFAULT_COMPARTMENT, FIXED_STRATEGY),)
+    found = (policies or {}).get(scr.spec.deployment_policy)
+    if found is None or found.policy is None:
+        return ()
+    return tuple(Compartment(found.name, c.name, c.kind) for c in found.policy.all)
 
 
 def skyhook_families(snapshot: ClusterSnapshot) -> tuple[Family, ...]:
     """Every Skyhook's gauges. A Skyhook being deleted has none; one with an invalid spec only
     has `skyhook_status` (without a spec there is no node selection to count)."""
     series: dict[str, list[Sample]] = {name: [] for name, _, _ in _FAMILIES}
+    policies = {p.name: p for p in snapshot.policies}
     for scr in sorted(snapshot.skyhooks, key=lambda s: s.name):
         if scr.deleting:
             continue
-        for name, samples in _skyhook_samples(scr, snapshot.nodes):
+        for name, samples in _skyhook_samples(scr, snapshot.nodes, policies):
             series[name] += samples
     return tuple(
         Family(name, text, labels, tuple(series[name])) for name, text, labels in _FAMILIES
@@ -138,7 +147,7 @@ def skyhook_families(snapshot: ClusterSnapshot) -> tuple[Family, ...]:
 
 
 def _skyhook_samples(
-    scr: SkyhookView, nodes: Iterable[NodeView]
+    scr: SkyhookView, nodes: Iterable[NodeView], policies: Mapping[str, PolicyView]
 ) -> Iterable[tuple[str, list[Sample]]]:
     name = scr.name
     current = scr.status.get("status") or UNKNOWN
@@ -172,7 +181,7 @@ def _skyhook_samples(
     reported = _mapping(scr.status.get("compartmentStatuses"))
     for metric, path in _ROLLOUT_FIELDS:
         rollout = []
-        for compartment in compartments(scr):
+        for compartment in compartments(scr, policies):
             value: Any = reported.get(compartment.name)
             for key in path:
                 value = _mapping(value).get(key)
