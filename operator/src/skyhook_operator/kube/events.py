@@ -104,7 +104,7 @@ class Correlator:
         similar_limit: int = 10,
         burst: int = 25,
         refill: float = 10.0,
-        max_records: int = 4096,
+        max_records: int = 16384,
     ) -> None:
         self.window = window
         self.similar_limit = similar_limit
@@ -114,6 +114,7 @@ class Correlator:
         self._records: OrderedDict[tuple[Subject, str, str, str], _Record] = OrderedDict()
         self._messages: dict[tuple[Subject, str, str], dict[str, float]] = {}
         self._buckets: dict[Subject, _Bucket] = {}
+        self._waiting: dict[Subject, None] = {}  # objects with a queue, in order
 
     def add(self, event: Event, now: float) -> None:
         """Count one occurrence of `event`; it goes out with the next `take` that has a token."""
@@ -134,15 +135,18 @@ class Correlator:
         bucket = self._buckets.setdefault(event.subject, _Bucket(float(self.burst), now))
         if key not in bucket.queue:
             bucket.queue.append(key)
+        self._waiting[event.subject] = None
+        if len(self._buckets) > self.max_records:
+            self._forget_full_buckets(now)
 
     def take(self, now: float, *, force: bool = False) -> tuple[list[Write], float | None]:
         """The requests allowed now (all of them with `force`), oldest first, and the seconds
         until the next one is allowed (None when nothing waits)."""
         writes: list[Write] = []
         wait: float | None = None
-        for subject, bucket in list(self._buckets.items()):
-            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) / self.refill)
-            bucket.at = now
+        for subject in list(self._waiting):
+            bucket = self._buckets[subject]
+            self._refill(bucket, now)
             while bucket.queue and (force or bucket.tokens >= 1):
                 record = self._records.get(bucket.queue.pop(0))
                 if record is None or not record.pending:
@@ -162,9 +166,20 @@ class Correlator:
             if bucket.queue:
                 until = (1 - bucket.tokens) * self.refill
                 wait = until if wait is None else min(wait, until)
-            elif bucket.tokens >= self.burst:
-                del self._buckets[subject]  # full again: nothing left to remember
+            else:
+                del self._waiting[subject]
         return writes, wait
+
+    def _refill(self, bucket: _Bucket, now: float) -> None:
+        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) / self.refill)
+        bucket.at = now
+
+    def _forget_full_buckets(self, now: float) -> None:
+        """A bucket that is full again says nothing a new one would not."""
+        for subject, bucket in list(self._buckets.items()):
+            self._refill(bucket, now)
+            if subject not in self._waiting and bucket.tokens >= self.burst:
+                del self._buckets[subject]
 
     def failed(self, write: Write) -> None:
         """A POST that did not happen: the next occurrence creates the Event again."""
