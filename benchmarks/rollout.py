@@ -85,6 +85,7 @@ def main() -> int:
                 cpu_used = _cpu(pids) - cpu_before
                 requests = _apiserver_requests(kube) - requests_before
                 cpu, rss = _usage(operator)
+                events = _events(kube)
             finally:
                 operator.stop()
             log = (Path(workdir) / "operator.log").read_text(errors="replace")
@@ -102,10 +103,19 @@ def main() -> int:
     stages = args.nodes * len(STAGES)
     print(f"apiserver requests per node and stage: {requests.total() / stages:.1f}")
     print("  " + _per_stage(requests, stages))
+    print(events)
     ours = _operator_requests(log)
     print(f"operator requests per node and stage: {ours.total() / stages:.1f}")
     print("  " + _per_stage(ours, stages))
     return 0
+
+
+def _events(kube: Kube) -> str:
+    """The operator's Events: objects stored, and the occurrences their counts add up to."""
+    items = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    ours = [e for e in items if (e.get("source") or {}).get("component") == "skyhook-controller"]
+    occurrences = sum(int(e.get("count") or 1) for e in ours)
+    return f"Events: {len(ours)} objects for {occurrences} occurrences"
 
 
 def _per_stage(counts: Counter[str], stages: int, top: int = 14) -> str:

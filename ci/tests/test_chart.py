@@ -136,13 +136,13 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
-def test_deployment_runs_one_operator_replica_with_recreate(
+def test_deployment_runs_one_elected_operator_replica_rolled_out_new_first(
     render: Callable[..., list[Obj]],
 ) -> None:
     objects = render()
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     pod = deployment["spec"]["template"]
     assert (
         deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
@@ -170,6 +170,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "IMAGE_PULL_SECRET": "",
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
+        "LEADER_ELECTION": "true",
     }
     # Every name must be one the operator's settings actually read (a typo would be ignored).
     settings_source = (REPO / "operator/src/skyhook_operator/settings.py").read_text()
@@ -237,6 +238,15 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
         ]
 
 
+def test_replicas_without_leader_election_stop_the_old_pod_first(
+    render: Callable[..., list[Obj]],
+) -> None:
+    objects = render({"operator": {"replicas": 1, "leaderElection": False}})
+    assert only(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert env_of(objects)["LEADER_ELECTION"] == "false"
+    assert only(render({"operator": {"replicas": 3}}), "Deployment")["spec"]["replicas"] == 3
+
+
 def test_operator_digest_pins_the_operator_image(render: Callable[..., list[Obj]]) -> None:
     container = operator_container(render({"operator": {"image": {"digest": DIGEST}}}))
     version = project_version("operator")
@@ -281,7 +291,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     assert role["metadata"]["namespace"] == NAMESPACE
     assert grants(role["rules"]) == expand(
         "", "configmaps", "create get list watch update patch delete"
-    )
+    ) | expand("coordination.k8s.io", "leases", "create get update")
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         binding = only(objects, kind)
         assert binding["roleRef"] == {
@@ -377,6 +387,11 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
             'packagePullSecret: "Bad Secret" is not a secret name',
         ),
         ({"serviceAccount": {"name": "Bad_Name"}}, "serviceAccount.name:"),
+        ({"operator": {"replicas": 0}}, "operator.replicas: 0 must be a whole number"),
+        (
+            {"operator": {"replicas": 2, "leaderElection": False}},
+            "operator.replicas: 2 replicas need operator.leaderElection: true",
+        ),
     ],
 )
 def test_bad_values_fail_the_install_naming_the_value(
@@ -479,6 +494,7 @@ ALLOWED = [
     ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
     ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    *((verb, "leases.coordination.k8s.io", RBAC_NAMESPACE) for verb in ("create", "get", "update")),
 ]
 DENIED = [
     ("get", "secrets", RBAC_NAMESPACE),
@@ -491,6 +507,7 @@ DENIED = [
     ("create", "pods/exec", RBAC_NAMESPACE),
     ("delete", "skyhooks.skyhook.nvidia.com", ""),
     ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("update", "leases.coordination.k8s.io", "default"),
 ]
 
 

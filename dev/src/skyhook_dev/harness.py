@@ -197,10 +197,15 @@ class OperatorProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
 
+    def terminate(self) -> None:
+        """SIGTERM, as Kubernetes stops a pod; returns at once (`stop` waits for the exit)."""
+        if self.process is not None and self.running:
+            os.killpg(self.process.pid, signal.SIGTERM)
+
     def stop(self, grace: float = 15.0) -> None:
         if self.process is None or not self.running:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.terminate()
         try:
             self.process.wait(grace)
         except subprocess.TimeoutExpired:
@@ -220,6 +225,18 @@ def free_port() -> int:
 
 
 # --- reading what the operator wrote ------------------------------------------------------------
+
+
+def lease_holder(kube: Kube, namespace: str, name: str) -> str:
+    """The holderIdentity of a coordination.k8s.io Lease; "" when released or absent."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    try:
+        lease = kube.request("GET", path)
+    except ApiError as error:
+        if error.status == 404:
+            return ""
+        raise
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
 def node_state(node: Mapping[str, Any], scr: str) -> dict[str, Any]:

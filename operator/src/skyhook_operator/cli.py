@@ -1,5 +1,6 @@
 """`skyhook-operator run`: read the settings (SKYHOOK_* or upstream's env names; every problem
-reported at once), log them, and run kopf cluster-wide in standalone mode."""
+reported at once), log them, and run kopf cluster-wide in standalone mode (leader election,
+when on, is our own Lease: kube/lease.py)."""
 
 from __future__ import annotations
 

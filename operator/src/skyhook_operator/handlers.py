@@ -26,6 +26,7 @@ from skyhook_operator.core.plan import plan
 from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
+from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.nswatch import NamespacedIndex
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.observability import Telemetry, serve
@@ -58,10 +59,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         on_change=lambda: _nudge(memo),
     )
     store.attach("configmap_index", configmaps.index)
+    leader = _elect(memo, ours, kube)
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
     telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
-    reconciler = Reconciler(store, writer, ours, memo.get("planner") or plan, telemetry)
+    reconciler = Reconciler(
+        store, writer, ours, memo.get("planner") or plan, telemetry=telemetry, leader=leader
+    )
     memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
     # The probes answer from here on: not ready until every index is full.
     try:
@@ -79,7 +83,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the loop and let in-flight writes finish."""
+    """Stop the loop and let in-flight writes finish; then hand the Lease over."""
+    leader = memo.get("leader")
+    if leader is not None:
+        leader.step_down()  # writes still queued fail at once instead of going out
+        memo.leader_task.cancel()
     task = memo.get("loop_task")
     if task is not None:
         task.cancel()
@@ -92,9 +100,31 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     writer = memo.get("writer")
     if writer is not None:
         await asyncio.to_thread(writer.close)
+    if leader is not None:  # after the last write: the successor starts at once
+        await asyncio.to_thread(leader.release)
     kube = memo.get("kube")
     if kube is not None:
         log.info("operator stopped; API requests made: %s", kube.request_counts())
+
+
+def _elect(memo: kopf.Memo, ours: Settings, kube: Kube) -> LeaderElector | None:
+    """With leader election on: fence `kube` off until this replica holds the Lease, and
+    start trying to (on a connection of its own, so renewals never queue behind writes)."""
+    if not ours.leader_election:
+        return None
+    leader = LeaderElector(
+        connect(memo.get("kubeconfig"), pool_size=2),
+        ours.namespace,
+        ours.lease_name,
+        ours.leader_identity,
+        duration=ours.lease_duration,
+        renew_deadline=ours.lease_renew_deadline,
+        retry_period=ours.lease_retry_period,
+    )
+    kube.fence(lambda: leader.leading)
+    memo.leader = leader
+    memo.leader_task = asyncio.create_task(leader.run(), name="skyhook-lease")
+    return leader
 
 
 @kopf.on.login()

@@ -13,6 +13,10 @@ indexes (no LIST per pass), planning is pure in-memory work, and only the planne
 are written, concurrently per node. Watch events only "poke" the loop; a burst of them within
 `pass_debounce` becomes one pass, and a pass that is running when events arrive is followed
 by exactly one more.
+
+With leader election on, only the leader runs passes: a replica that does not lead waits
+before planning (its indexes stay current, so a take-over plans at once), and a leader that
+loses the Lease stops at the next pass (its writes are fenced off already, kube/lease.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from skyhook_operator.core.actions import Plan
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.views import ClusterSnapshot
+from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
@@ -50,8 +55,11 @@ class Reconciler:
         writer: Writer,
         settings: Settings,
         planner: Planner,
+        *,
         telemetry: Telemetry | None = None,
+        leader: LeaderElector | None = None,
     ) -> None:
+        self._leader = leader
         self._store = store
         self._telemetry = telemetry
         self._stopped = False
@@ -115,6 +123,10 @@ class Reconciler:
             while True:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.0))
+                if self._leader is not None and not self._leader.leading:
+                    log.info("not the leader: no passes until this replica holds the Lease")
+                    await self._leader.wait_leading()
+                    log.info("leading: planning from the current indexes")
                 if self._settings.pass_debounce:
                     await asyncio.sleep(self._settings.pass_debounce)
                 self._wake.clear()

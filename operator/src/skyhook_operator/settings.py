@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -172,6 +173,52 @@ class Settings:
             "turns the probes off.",
         ),
     )
+    leader_election: bool = field(
+        default=False,
+        metadata=_meta(
+            "LEADER_ELECTION",
+            "Run two or more replicas with one leader: only the holder of a coordination.k8s.io "
+            "Lease in the operator namespace plans and writes; the others keep their watches "
+            "warm and take over when it stops (at once) or dies (after `lease_duration`).",
+        ),
+    )
+    lease_name: str = field(
+        default="3c22c1ae.nvidia.com",
+        metadata=_meta(
+            None,
+            "Name of the Lease; upstream's, so an upstream operator and ours never both lead.",
+        ),
+    )
+    lease_duration: float = field(
+        default=15.0,
+        metadata=_meta(
+            None,
+            "Seconds after the holder's last renewal before another replica may take the Lease.",
+        ),
+    )
+    lease_renew_deadline: float = field(
+        default=10.0,
+        metadata=_meta(
+            None,
+            "Seconds after its last successful renewal at which the leader stops writing; "
+            "shorter than `lease_duration`, so it stops before anyone else may start.",
+        ),
+    )
+    lease_retry_period: float = field(
+        default=2.0,
+        metadata=_meta(
+            None,
+            "Seconds between attempts to renew (leader) or take (others) the Lease.",
+        ),
+    )
+    leader_identity: str = field(
+        default_factory=socket.gethostname,
+        metadata=_meta(
+            None,
+            "Name this replica holds the Lease under (a random suffix is added per start); "
+            "default: the host name, which in a pod is the pod's name.",
+        ),
+    )
     log_level: str = field(
         default="info",
         metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
@@ -255,6 +302,8 @@ def _check(name: str, value: Any) -> str | None:
         return f"{value} must not be negative"
     if name == "retry_backoff_max" and value < 1:
         return f"{value} s is shorter than the minimum of 1 s"
+    if name in {"lease_name", "leader_identity"} and not value:
+        return "must not be empty"
     if name == "operator_version" and not value:
         return "must not be empty"
     if name in {"metrics_port", "probe_port"}:
@@ -312,6 +361,23 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         if problem:
             problems.append(f"{source or f.name}: {problem}")
         values[f.name] = value
+    problems += _lease_problems(values)
     if problems:
         raise SettingsError(problems)
     return Settings(**values)
+
+
+def _lease_problems(values: Mapping[str, Any]) -> list[str]:
+    """The lease timings only work in this order: retry < renew deadline < duration."""
+    retry, deadline, duration = (
+        values.get(n) for n in ("lease_retry_period", "lease_renew_deadline", "lease_duration")
+    )
+    if retry is None or deadline is None or duration is None:
+        return []  # already reported
+    if not 0 < retry < deadline < duration:
+        return [
+            "SKYHOOK_LEASE_RETRY_PERIOD, SKYHOOK_LEASE_RENEW_DEADLINE, SKYHOOK_LEASE_DURATION: "
+            f"need 0 < retry period ({retry}) < renew deadline ({deadline}) < duration "
+            f"({duration})"
+        ]
+    return []

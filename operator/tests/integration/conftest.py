@@ -40,12 +40,13 @@ def test_label(request: pytest.FixtureRequest) -> str:
 def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
     """Start `skyhook-operator run`; call again after a kill to restart it."""
     started: list[OperatorProcess] = []
-    log = tmp_path / "operator.log"
 
-    def start(kubeconfig_flag: bool = False, **env: str) -> OperatorProcess:
+    def start(
+        kubeconfig_flag: bool = False, log_name: str = "operator.log", **env: str
+    ) -> OperatorProcess:
         settings = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1", **env}
         process = OperatorProcess(
-            sandbox.kubeconfig, log, env=settings, kubeconfig_flag=kubeconfig_flag
+            sandbox.kubeconfig, tmp_path / log_name, env=settings, kubeconfig_flag=kubeconfig_flag
         ).start()
         started.append(process)
         return process
@@ -53,9 +54,10 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
     yield start
     for process in started:
         process.stop()
-    if log.exists():
-        print(f"--- operator log {log} (tail) ---")
-        print("\n".join(log.read_text(errors="replace").splitlines()[-80:]))
+    for path in sorted({p.log_path for p in started}):
+        print(f"--- operator log {path} (tail) ---")
+        if path.exists():
+            print("\n".join(path.read_text(errors="replace").splitlines()[-80:]))
 
 
 @pytest.fixture

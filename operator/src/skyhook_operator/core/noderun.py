@@ -139,6 +139,12 @@ class _NodeRun:
             "Apply",
             f"Applying package {label} from [skyhook:{ctx.name}] stage [{stage}]",
         )
+        self.decision.event(
+            "Skyhook",
+            ctx.name,
+            "Apply",
+            f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
+        )
         self.decision.conditions.append(
             status.condition(
                 keys.CONDITION_APPLY_PACKAGE,

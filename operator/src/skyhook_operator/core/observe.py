@@ -107,6 +107,12 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
                 "Reboot",
                 f"detected reboot, resetting node for [{ctx.name}] to be reapplied",
             )
+            decision.event(
+                "Skyhook",
+                ctx.name,
+                "Reboot",
+                f"detected reboot, resetting node [{node.name}] to be reapplied",
+            )
             continue
         if not waiting:
             continue

@@ -142,7 +142,20 @@ class SkyhookPass:
         return self.decided
 
     def _blocked(self, condition: str, reason: str, message: str) -> None:
-        """A Skyhook that cannot run at all: status blocked, with a condition saying why."""
+        """A Skyhook that cannot run at all: status blocked, with a condition saying why and a
+        Warning Event when that reason is new."""
+        previous = next(
+            (c for c in self.scr.status.get("conditions") or () if c.get("type") == condition),
+            None,
+        )
+        if (
+            previous is None
+            or previous.get("status") != "True"
+            or previous.get("message") != message
+        ):
+            self.decided.events.append(
+                EmitEvent("Skyhook", self.name, reason, message, type="Warning")
+            )
         wanted = {
             "status": BLOCKED,
             "conditions": statuses.merge_conditions(

@@ -12,7 +12,7 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -39,6 +39,13 @@ class ApiError(Exception):
         self.reason = reason
 
 
+class NotLeading(ApiError):
+    """A write refused before it was sent: this replica does not hold the leader Lease."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, "not the leader: writes are fenced off", method, path)
+
+
 class Kube:
     """JSON requests against one apiserver, with helpers for the paths we use."""
 
@@ -49,6 +56,11 @@ class Kube:
         self._counted = threading.Lock()
         self._requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
         self._errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
+        self._may_write: Callable[[], bool] = lambda: True
+
+    def fence(self, may_write: Callable[[], bool]) -> None:
+        """Refuse every request but a GET (raising NotLeading) while `may_write()` is false."""
+        self._may_write = may_write
 
     def request_counts(self) -> str:
         """What this client asked so far, busiest first (the shutdown log line)."""
@@ -82,6 +94,8 @@ class Kube:
         query: Mapping[str, str] | None = None,
         timeout: float = 30.0,
     ) -> Json:
+        if method != "GET" and not self._may_write():
+            raise NotLeading(method, path)
         url = self.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)

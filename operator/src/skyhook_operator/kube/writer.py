@@ -107,6 +107,7 @@ class Writer:
         self._store = store
         self._evictor = evictor
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="writer")
+        self._recorder = events.Recorder(kube)
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._queued = 0  # actions of the plan being applied that have not run yet
         self._queue_lock = threading.Lock()
@@ -119,6 +120,7 @@ class Writer:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._events.shutdown(wait=True)
+        self._recorder.close()
 
     def apply(self, plan: Plan, pod_nodes: Mapping[tuple[str, str], str]) -> ApplyResult:
         """Apply every action of `plan`.
@@ -389,11 +391,10 @@ class Writer:
 
     def emit_event(self, action: EmitEvent) -> None:
         """Events are best-effort and order-free: posted in the background, never waited for,
-        so they add nothing to a pass's latency."""
+        so they add nothing to a pass's latency; the recorder aggregates repeats."""
         subject = events.Subject(kind=action.kind, name=action.name)
-        self._events.submit(
-            events.post, self._kube, subject, action.reason, action.message, action.type
-        )
+        event = events.Event(subject, action.reason, action.message, action.type)
+        self._events.submit(self._recorder.record, event)
 
 
 def _wanted_taints(

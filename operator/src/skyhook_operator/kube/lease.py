@@ -1,0 +1,250 @@
+"""Leader election on a coordination.k8s.io Lease: with two or more replicas, exactly one plans
+and writes.
+
+The protocol is client-go's (so controller-runtime's, which upstream's operator uses): the
+leader rewrites `spec.renewTime` every `retry_period`; the others read the Lease as often and
+take it when its holder released it (empty `holderIdentity`) or when its record has not
+changed for `leaseDurationSeconds` by their own clock (clocks of different machines are never
+compared). Every write is a PUT preconditioned on the resourceVersion read, so of two
+replicas racing for the Lease one wins and the other gets a 409.
+
+Fencing: the leader counts itself leading only until `renew_deadline` after the start of its
+last successful renewal, a deadline shorter than the lease duration, so it stops writing
+before anyone else may take over even if its renewals hang. `Kube.fence` makes every write
+of the operator's client check that (the elector has a client of its own).
+
+`decide` is the pure part: what one attempt does, given what was last seen of the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import enum
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass, replace
+
+from skyhook_operator.kube.client import ApiError, Json, Kube
+
+log = logging.getLogger(__name__)
+
+_MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+class Step(enum.Enum):
+    CREATE = "create"  # no Lease yet
+    RENEW = "renew"  # ours
+    TAKE = "take"  # released, or its holder stopped renewing
+    WAIT = "wait"  # someone else's, still valid
+
+
+@dataclass(frozen=True)
+class Record:
+    """The Lease's spec: who holds it, for how long, since when."""
+
+    holder: str = ""
+    duration_s: int = 0
+    acquire_time: str = ""
+    renew_time: str = ""
+    transitions: int = 0
+
+    @classmethod
+    def from_api(cls, lease: Json) -> Record:
+        spec = lease.get("spec") or {}
+        return cls(
+            holder=str(spec.get("holderIdentity") or ""),
+            duration_s=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=str(spec.get("acquireTime") or ""),
+            renew_time=str(spec.get("renewTime") or ""),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+
+    def to_api(self) -> Json:
+        spec: Json = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration_s,
+            "leaseTransitions": self.transitions,
+        }
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time
+        if self.renew_time:
+            spec["renewTime"] = self.renew_time
+        return spec
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The Lease as last read, and when (monotonic) its record last changed."""
+
+    record: Record
+    resource_version: str
+    changed_at: float
+
+
+def decide(identity: str, seen: Seen | None, now: float) -> Step:
+    """What one attempt does: `now` and `seen.changed_at` are on the same monotonic clock."""
+    if seen is None:
+        return Step.CREATE
+    if seen.record.holder == identity:
+        return Step.RENEW
+    if not seen.record.holder or now >= seen.changed_at + seen.record.duration_s:
+        return Step.TAKE
+    return Step.WAIT
+
+
+def claimed(record: Record, identity: str, duration_s: int, stamp: str) -> Record:
+    """`record` renewed by its holder, or taken over by `identity`."""
+    if record.holder == identity:
+        return replace(record, duration_s=duration_s, renew_time=stamp)
+    return Record(identity, duration_s, stamp, stamp, record.transitions + 1)
+
+
+def released(record: Record, stamp: str) -> Record:
+    """What the leader writes when it stops: no holder, so a successor need not wait."""
+    return replace(record, holder="", duration_s=1, renew_time=stamp)
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime(_MICROTIME)
+
+
+class LeaderElector:
+    """Holds or waits for the Lease; `leading` is safe to read from any thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        duration: float,
+        renew_deadline: float,
+        retry_period: float,
+    ) -> None:
+        self._kube = kube
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self._namespace, self._name = namespace, name
+        self.identity = f"{identity}_{secrets.token_hex(4)}"
+        self._duration_s = max(1, math.ceil(duration))
+        self._renew_deadline = renew_deadline
+        self._retry_period = retry_period
+        self._seen: Seen | None = None
+        self._valid_until = 0.0  # monotonic; leading while now is before it
+        self._changed = asyncio.Event()
+        self._stopped = False
+
+    @property
+    def leading(self) -> bool:
+        return time.monotonic() < self._valid_until
+
+    async def wait_leading(self) -> None:
+        """Return once this replica leads."""
+        while not self.leading:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def run(self) -> None:
+        """Try to take or renew the Lease every retry period, until cancelled."""
+        was_leading = False
+        while not self._stopped:
+            await asyncio.to_thread(self.attempt)
+            if self.leading != was_leading:
+                was_leading = self.leading
+                log.info(
+                    "%s Lease %s/%s as %s",
+                    "holding" if was_leading else "not holding",
+                    self._namespace,
+                    self._name,
+                    self.identity,
+                )
+                self._changed.set()
+            await asyncio.sleep(self._retry_period)
+
+    def attempt(self) -> None:
+        """One read and, if `decide` says so, one write of the Lease."""
+        started = time.monotonic()
+        try:
+            self._attempt(started)
+        except (ApiError, OSError) as error:
+            log.warning("Lease %s/%s: %s", self._namespace, self._name, error)
+
+    def _attempt(self, started: float) -> None:
+        timeout = self._renew_deadline / 2
+        try:
+            lease = self._kube.request("GET", self._path, timeout=timeout)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            lease = None
+        if lease is not None:
+            self._observe(lease, started)
+        step = decide(self.identity, self._seen, time.monotonic())
+        if step is Step.WAIT:
+            self._valid_until = 0.0
+            return
+        wanted = claimed(
+            self._seen.record if self._seen else Record(),
+            self.identity,
+            self._duration_s,
+            _stamp(),
+        )
+        body: Json = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self._name, "namespace": self._namespace},
+            "spec": wanted.to_api(),
+        }
+        try:
+            if step is Step.CREATE:
+                collection = self._path.rsplit("/", 1)[0]
+                answer = self._kube.request("POST", collection, body, timeout=timeout)
+            else:
+                assert self._seen is not None
+                body["metadata"]["resourceVersion"] = self._seen.resource_version
+                answer = self._kube.request("PUT", self._path, body, timeout=timeout)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            self._valid_until = 0.0  # someone else was faster
+            return
+        self._observe(answer, started)
+        self._valid_until = started + self._renew_deadline
+
+    def _observe(self, lease: Json, at: float) -> None:
+        record = Record.from_api(lease)
+        version = str(lease["metadata"]["resourceVersion"])
+        if self._seen is None or self._seen.record != record:
+            self._seen = Seen(record, version, at)
+        else:
+            self._seen = replace(self._seen, resource_version=version)
+
+    def step_down(self) -> None:
+        """Stop leading now (fencing every further write) and stop trying to lead."""
+        self._stopped = True
+        self._valid_until = 0.0
+
+    def release(self) -> None:
+        """Hand the Lease over at once, if this replica holds it (on shutdown, after
+        `step_down` and the last write)."""
+        self.step_down()
+        if self._seen is None or self._seen.record.holder != self.identity:
+            return
+        body: Json = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self._name,
+                "namespace": self._namespace,
+                "resourceVersion": self._seen.resource_version,
+            },
+            "spec": released(self._seen.record, _stamp()).to_api(),
+        }
+        try:
+            self._kube.request("PUT", self._path, body, timeout=self._renew_deadline / 2)
+            log.info("released Lease %s/%s", self._namespace, self._name)
+        except (ApiError, OSError) as error:
+            log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
