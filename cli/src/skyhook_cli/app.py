@@ -60,6 +60,20 @@ class App:
     def say(self, text: str = "", end: str = "\n") -> None:
         click.echo(text + end, nl=False)
 
+    def report_nodes(
+        self, failures: Sequence[str], total: int, failed_as: str, succeeded: str
+    ) -> None:
+        """Per-node errors as upstream lists them (`Errors <failed_as> some nodes:`), then
+        `succeeded` (formatted with the count) when any node succeeded. Upstream stops there
+        with exit 0; we exit 1 when any node failed, so a script sees it."""
+        if failures:
+            self.say(f"\nErrors {failed_as} some nodes:")
+            for failure in failures:
+                self.say(f"  - {failure}")
+        done = total - len(failures)
+        if done:
+            self.say("\n" + succeeded.format(done=done))
+
     def warn(self, text: str) -> None:
         click.echo(text, err=True)
 

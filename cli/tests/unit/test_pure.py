@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skyhook_cli import batch, cleanup, nodestate, operator_version, output, prompts
+from skyhook_cli.commands import lifecycle
 from skyhook_cli.commands.package import runs_package
 from skyhook_cli.kube import parse_duration
 from skyhook_cli.patterns import PatternError, is_regex, match_nodes
@@ -289,3 +290,17 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_duration_says_what_is_accepted() -> None:
     with pytest.raises(ValueError, match="invalid duration 'soon'"):
         parse_duration("soon")
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [
+        pytest.param("v0.7.2", True, id="upstream-before-annotations"),
+        pytest.param("v0.5.0", True, id="first-upstream-writing-the-annotation"),
+        pytest.param("v0.8.0", False, id="upstream-with-annotations"),
+        pytest.param("v0.13.0", False, id="upstream-current"),
+        pytest.param("v0.1.0", False, id="ours"),
+    ],
+)
+def test_only_upstream_operators_before_v0_8_are_refused(version: str, refused: bool) -> None:
+    assert lifecycle.older_than_annotations(version) is refused

@@ -18,8 +18,11 @@ from skyhook_cli.app import CliError, current_app, exactly_one, global_flags
 from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
 
-# Operators before this release used `spec.pause` and had no disable annotation.
+# Upstream operators before v0.8.0 used `spec.pause` and had no disable annotation. The version
+# annotation itself dates from upstream's v0.5.0, so a version below that was written by our
+# operator, whose every release supports the annotations.
 ANNOTATIONS_SINCE = semver.Version(0, 8, 0)
+VERSION_ANNOTATION_SINCE = semver.Version(0, 5, 0)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,9 @@ def recorded_version(skyhook: Mapping[str, Any]) -> str | None:
 
 
 def older_than_annotations(version: str) -> bool:
-    return semver.Version.parse(version.removeprefix("v")) < ANNOTATIONS_SINCE
+    """Did an upstream operator of `version` still use `spec.pause` (v0.5.0 to v0.7.x)?"""
+    parsed = semver.Version.parse(version.removeprefix("v"))
+    return VERSION_ANNOTATION_SINCE <= parsed < ANNOTATIONS_SINCE
 
 
 def too_old(action: Lifecycle, name: str, version: str) -> CliError:

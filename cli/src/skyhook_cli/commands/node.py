@@ -210,12 +210,10 @@ def set_ignore(patterns: tuple[str, ...], ignore: bool) -> None:
             failures.append(f"{name}: {error}")
             continue
         done += 1
-    if failures:
-        app.say("\nErrors updating some nodes:")
-        for failure in failures:
-            app.say(f"  - {failure}")
-    if done:
-        app.say(f"\nSuccessfully {'ignored' if ignore else 'unignored'} {done} node(s)")
+    verb = "ignored" if ignore else "unignored"
+    app.report_nodes(
+        failures, done + len(failures), "updating", f"Successfully {verb} {{done}} node(s)"
+    )
     if failures:
         raise CliError(f"{len(failures)} of {len(matched)} node(s) could not be updated")
 

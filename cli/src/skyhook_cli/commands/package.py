@@ -159,13 +159,12 @@ def rerun(
     if not confirm and not ask(app, [line]):
         return
     failures = apply_rerun(skyhook, {node: found[node] for node in chosen}, key, stage)
-    done = len(chosen) - len(failures)
-    if failures:
-        app.say("\nErrors updating some nodes:")
-        for failure in failures:
-            app.say(f"  - {failure}")
-    if done:
-        app.say(f"\nSuccessfully reset package {quote(package)} on {done} node(s)")
+    app.report_nodes(
+        failures,
+        len(chosen),
+        "updating",
+        f"Successfully reset package {quote(package)} on {{done}} node(s)",
+    )
     if failures:
         raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be updated")
 

@@ -49,13 +49,12 @@ def reset_nodes(app: App, nodes: Sequence[Any], skyhook: str) -> list[str]:
 
 
 def report(app: App, failures: Sequence[str], what: str, total: int) -> None:
-    if failures:
-        app.say("\nErrors resetting some nodes:")
-        for failure in failures:
-            app.say(f"  - {failure}")
-    done = total - len(failures)
-    if done:
-        app.say(f"\nSuccessfully reset {done} node(s) for Skyhook {quote(what)}")
+    app.report_nodes(
+        failures,
+        total,
+        "resetting",
+        f"Successfully reset {{done}} node(s) for Skyhook {quote(what)}",
+    )
 
 
 def reset_batch_state(app: App, name: str) -> None:
