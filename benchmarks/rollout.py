@@ -71,6 +71,7 @@ def main() -> int:
                 Path(workdir) / "operator.log",
                 env={"SKYHOOK_LOG_LEVEL": "info"},
             ).start()
+            operator.wait_ready()
             try:
                 pids = _pids(sandbox, operator)
                 cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)

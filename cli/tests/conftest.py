@@ -136,7 +136,7 @@ def operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator running against the sandbox, in namespace skyhook."""
     log = tmp_path / "operator.log"
     env = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1"}
-    process = OperatorProcess(sandbox.kubeconfig, log, env=env).start()
+    process = OperatorProcess(sandbox.kubeconfig, log, env=env).start().wait_ready()
     yield process
     process.stop()
     print("--- operator log (tail) ---")

@@ -85,6 +85,8 @@ def _run(
         ensure_namespace(kube, load_settings().namespace)
     console.print("[green]✓[/green] CRD skyhooks.skyhook.nvidia.com established")
     operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log").start()
+    with console.status("starting the operator and its admission webhooks"):
+        operator.wait_ready()
     console.print(f"[green]✓[/green] operator started (log: {operator.log_path})")
     try:
         apply_skyhook(kube, manifest)

@@ -7,6 +7,7 @@ operator writes. Nothing here is used by the operator itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,15 +15,18 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import urllib3
 import yaml
 
-from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube, connect
 from skyhook_schemas import keys
 from skyhook_schemas.crds import CRD_PATHS
 
@@ -140,6 +144,9 @@ class Recorder:
 # --- the operator as a subprocess --------------------------------------------------------------
 
 
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+
+
 @dataclass
 class OperatorProcess:
     """`skyhook-operator run` in its own process group, logging to `log_path`.
@@ -155,6 +162,9 @@ class OperatorProcess:
     # Free loopback ports unless `env` names them: runs never collide on upstream's defaults.
     metrics_address: str = ""
     probe_address: str = ""
+    # The admission webhooks on a free loopback port, registered by the operator itself as a
+    # URL the apiserver calls; replicas given the same address share the port (SO_REUSEPORT).
+    webhook_address: str = ""
 
     def start(self) -> OperatorProcess:
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
@@ -164,6 +174,13 @@ class OperatorProcess:
         )
         self.probe_address = environment.setdefault(
             "SKYHOOK_PROBE_PORT", self.probe_address or f"127.0.0.1:{free_port()}"
+        )
+        self.webhook_address = environment.setdefault(
+            "SKYHOOK_WEBHOOK_PORT", self.webhook_address or f"127.0.0.1:{free_port()}"
+        )
+        environment.setdefault("SKYHOOK_WEBHOOK_URL", f"https://{self.webhook_address}")
+        environment.setdefault(
+            "SKYHOOK_WEBHOOK_CERT_DIR", str(self.log_path.with_name(f"{self.log_path.stem}-certs"))
         )
         command = [sys.executable, "-m", "skyhook_operator", "run"]
         if self.kubeconfig_flag:
@@ -179,6 +196,25 @@ class OperatorProcess:
         )
         log.close()
         return self
+
+    def wait_ready(self, timeout: float = 90.0) -> OperatorProcess:
+        """Until `/readyz` answers 200: the indexes are full and the apiserver calls this
+        process's webhooks. Raises with the log's tail when the process exits first."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise RuntimeError(f"operator exited while starting:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.probe_url("/readyz"), timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except urllib.error.HTTPError as error:
+                last = error.read().decode(errors="replace")
+            except OSError as error:
+                last = str(error)
+            time.sleep(0.1)
+        raise TimeoutError(f"operator not ready after {timeout:.0f} s ({last}):\n{self.log_tail()}")
 
     @property
     def metrics_url(self) -> str:
@@ -203,13 +239,36 @@ class OperatorProcess:
             os.killpg(self.process.pid, signal.SIGTERM)
 
     def stop(self, grace: float = 15.0) -> None:
-        if self.process is None or not self.running:
+        if self.process is None:
             return
-        self.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.running:
+            self.terminate()
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.unregister_webhooks()
+
+    def unregister_webhooks(self) -> None:
+        """Delete the webhook configurations that call this process. The operator leaves them
+        (they fail closed while it is away); a harness whose operator is gone for good must
+        not leave the sandbox refusing every Skyhook write."""
+        kube = connect(str(self.kubeconfig), pool_size=1)
+        ours = f"https://{self.webhook_address}/"
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            try:
+                found = kube.request("GET", f"{ADMISSION_API}/{kind}")["items"]
+            except (ApiError, urllib3.exceptions.HTTPError):  # the sandbox is gone already
+                return
+            for configuration in found:
+                urls = [
+                    (w.get("clientConfig") or {}).get("url", "") for w in configuration["webhooks"]
+                ]
+                if any(url.startswith(ours) for url in urls):
+                    with contextlib.suppress(ApiError):  # gone already
+                        kube.request(
+                            "DELETE", f"{ADMISSION_API}/{kind}/{configuration['metadata']['name']}"
+                        )
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():

@@ -10,7 +10,7 @@ import logging
 import click
 import kopf
 
-from skyhook_operator import handlers
+from skyhook_operator import admission, handlers
 from skyhook_operator.settings import SettingsError, load_settings
 
 
@@ -40,7 +40,10 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
     if not verbose:  # kopf logs every handler call at INFO; ours are only pokes
         logging.getLogger("kopf").setLevel(logging.WARNING)
         logging.getLogger("urllib3").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per webhook call
     logging.getLogger(__name__).debug("handlers registered from %s", handlers.__name__)
+    if settings.enable_webhooks:
+        admission.register()
     # The kubeconfig travels in the memo: the `kubernetes` package read $KUBECONFIG when it was
     # imported, so setting it now would reach neither kopf's login nor our client.
     memo = kopf.Memo(settings=settings, kubeconfig=kubeconfig)

@@ -22,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from skyhook_operator import admission
 from skyhook_operator.core.plan import plan
 from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_operator.kube.client import Kube, connect
@@ -67,9 +68,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         store, writer, ours, memo.get("planner") or plan, telemetry=telemetry, leader=leader
     )
     memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
-    # The probes answer from here on: not ready until every index is full.
+    certificates = await _webhooks(settings, memo, ours) if ours.enable_webhooks else None
+    # The probes answer from here on: not ready until every index is full (and, with
+    # webhooks, until the apiserver can call them).
     try:
-        memo.endpoints = await serve(telemetry, reconciler, ours.metrics_port, ours.probe_port)
+        memo.endpoints = await serve(
+            telemetry,
+            reconciler,
+            ours.metrics_port,
+            ours.probe_port,
+            not_ready=(lambda: certificates.problem) if certificates else lambda: None,
+        )
     except OSError as error:  # a port in use: say which, and do not start half-way
         raise kopf.PermanentError(
             f"cannot serve metrics on {ours.metrics_port!r} or probes on "
@@ -88,9 +97,10 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     if leader is not None:
         leader.step_down()  # writes still queued fail at once instead of going out
         memo.leader_task.cancel()
-    task = memo.get("loop_task")
-    if task is not None:
-        task.cancel()
+    for name in ("loop_task", "certificates_task"):
+        task = memo.get(name)
+        if task is not None:
+            task.cancel()
     endpoints = memo.get("endpoints")
     if endpoints is not None:
         await endpoints.stop()
@@ -105,6 +115,22 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     kube = memo.get("kube")
     if kube is not None:
         log.info("operator stopped; API requests made: %s", kube.request_counts())
+
+
+async def _webhooks(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, ours: Settings
+) -> admission.Certificates:
+    """A current serving certificate on disk before kopf starts the webhook server (it starts
+    after the startup handlers), then kept current. Every replica serves the webhooks, so the
+    certificate work has a connection of its own that leader election does not fence."""
+    certificates = admission.Certificates(connect(memo.get("kubeconfig"), pool_size=2), ours)
+    await certificates.start()
+    memo.certificates_task = asyncio.create_task(
+        certificates.run_forever(), name="skyhook-webhook-certificates"
+    )
+    settings.admission.server = admission.server(ours)
+    settings.admission.managed = None  # the chart (or, out of the cluster, Certificates) does
+    return certificates
 
 
 def _elect(memo: kopf.Memo, ours: Settings, kube: Kube) -> LeaderElector | None:
@@ -246,6 +272,18 @@ async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "nodes")
 async def node_changed(memo: kopf.Memo, **_: Any) -> None:
+    _poke(memo)
+
+
+def _operator_namespace(name: str, memo: kopf.Memo, **_: Any) -> bool:
+    settings = memo.get("settings")
+    return settings is not None and name == settings.namespace
+
+
+@kopf.on.event("", "v1", "namespaces", when=_operator_namespace)
+async def namespace_seen(memo: kopf.Memo, **_: Any) -> None:
+    """The operator's own namespace always exists, so its first event tells that every index
+    is full (readiness, the first pass) even in a cluster with no node or Skyhook yet."""
     _poke(memo)
 
 

@@ -218,9 +218,14 @@ async def _start(app: web.Application, address: str, what: str) -> web.AppRunner
 
 
 async def serve(
-    telemetry: Telemetry, health: Health, metrics_address: str, probe_address: str
+    telemetry: Telemetry,
+    health: Health,
+    metrics_address: str,
+    probe_address: str,
+    not_ready: Callable[[], str | None] = lambda: None,
 ) -> Endpoints:
-    """Start `/metrics` on `metrics_address` and the probes on `probe_address`."""
+    """Start `/metrics` on `metrics_address` and the probes on `probe_address`; readiness
+    also waits for `not_ready()` (why else this replica cannot serve yet) to be None."""
 
     async def metrics(_: web.Request) -> web.Response:
         started = time.monotonic()
@@ -233,9 +238,12 @@ async def serve(
         return web.Response(status=500 if problem else 200, text=problem or "ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if health.ready:
-            return web.Response(text="ok")
-        return web.Response(status=503, text="waiting for the first full view of the cluster")
+        if not health.ready:
+            return web.Response(status=503, text="waiting for the first full view of the cluster")
+        problem = not_ready()
+        if problem:
+            return web.Response(status=503, text=problem)
+        return web.Response(text="ok")
 
     metrics_app = web.Application()
     metrics_app.router.add_get("/metrics", metrics)

@@ -219,6 +219,61 @@ class Settings:
             "default: the host name, which in a pod is the pod's name.",
         ),
     )
+    enable_webhooks: bool = field(
+        default=True,
+        metadata=_meta(
+            "ENABLE_WEBHOOKS",
+            "Serve the admission webhooks that refuse an invalid Skyhook or DeploymentPolicy "
+            "at `kubectl apply` and fill in policy defaults.",
+        ),
+    )
+    webhook_port: str = field(
+        default=":9443",
+        metadata=_meta(None, "`[host]:port` the admission webhooks are served on (HTTPS)."),
+    )
+    webhook_certs: str = field(
+        default="operator",
+        metadata=_meta(
+            None,
+            "Where the webhooks' serving certificate comes from: `operator` (a Secret the "
+            "operator creates and renews, its CA put into the webhook configurations) or "
+            "`cert-manager` (mounted at `webhook_cert_dir`; cert-manager injects the CA).",
+        ),
+    )
+    webhook_cert_dir: str = field(
+        default="/tmp/k8s-webhook-server/serving-certs",
+        metadata=_meta(None, "Directory holding the serving certificate `tls.crt` and `tls.key`."),
+    )
+    webhook_secret_name: str = field(
+        default="webhook-cert",
+        metadata=_meta(
+            "WEBHOOK_SECRET_NAME", "Secret in the operator namespace holding the certificate."
+        ),
+    )
+    webhook_service_name: str = field(
+        default="skyhook-operator-webhook-service",
+        metadata=_meta(
+            "WEBHOOK_SERVICE_NAME",
+            "Service the apiserver calls the webhooks through; the certificate is made for it.",
+        ),
+    )
+    webhook_url: str = field(
+        default="",
+        metadata=_meta(
+            None,
+            "Out of the cluster only: the `https://host:port` the apiserver reaches this "
+            "operator at. The operator then creates the webhook configurations itself, calling "
+            "this URL; empty: the chart's configurations call the Service.",
+        ),
+    )
+    webhook_check_interval: float = field(
+        default=60.0,
+        metadata=_meta(
+            None,
+            "Seconds between checks that the certificate is current and the webhook "
+            "configurations carry its CA.",
+        ),
+    )
     log_level: str = field(
         default="info",
         metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
@@ -311,6 +366,18 @@ def _check(name: str, value: Any) -> str | None:
             parse_bind_address(value)
         except ValueError as error:
             return str(error)
+    if name == "webhook_port":
+        try:
+            if parse_bind_address(value) is None:
+                return "the webhooks need a port; turn them off with ENABLE_WEBHOOKS=false"
+        except ValueError as error:
+            return str(error)
+    if name == "webhook_certs" and value not in {"operator", "cert-manager"}:
+        return f"{value!r} must be operator or cert-manager"
+    if name == "webhook_url" and value and not value.startswith("https://"):
+        return f"{value!r} must be an https:// URL (the apiserver only calls webhooks over TLS)"
+    if name == "webhook_check_interval" and value < 1:
+        return f"{value} s is shorter than the minimum of 1 s"
     if name == "write_concurrency" and value < 1:
         return f"{value} must be at least 1"
     return None

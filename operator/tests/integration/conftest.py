@@ -49,7 +49,8 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
             sandbox.kubeconfig, tmp_path / log_name, env=settings, kubeconfig_flag=kubeconfig_flag
         ).start()
         started.append(process)
-        return process
+        # Ready: the apiserver now calls this operator's webhooks (not a previous test's).
+        return process.wait_ready()
 
     yield start
     for process in started:

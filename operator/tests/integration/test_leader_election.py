@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from skyhook_dev.harness import OperatorProcess, lease_holder, wait_until
+from skyhook_dev.harness import OperatorProcess, free_port, lease_holder, wait_until
 from skyhook_operator.settings import load_settings
 from skyhook_schemas import keys
 
@@ -26,10 +26,13 @@ def start_pair(cluster: Cluster, lease: str) -> tuple[OperatorProcess, OperatorP
     assert cluster.operator is not None
     cluster.operator.stop()  # the fixture's operator runs without leader election
     replicas = []
+    # Both replicas serve the webhooks on one address, as pods behind one Service would.
+    webhooks = f"127.0.0.1:{free_port()}"
     for name in ("replica-a", "replica-b"):
         replicas.append(
             cluster.start_operator(
                 log_name=f"{name}.log",
+                SKYHOOK_WEBHOOK_PORT=webhooks,
                 LEADER_ELECTION="true",
                 SKYHOOK_LEASE_NAME=lease,
                 SKYHOOK_LEADER_IDENTITY=name,

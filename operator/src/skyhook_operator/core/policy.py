@@ -31,6 +31,7 @@ never exceeds the nodes remaining and is at least 1 while any remain.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, TypeVar
@@ -160,6 +161,8 @@ def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
         errors.add("spec.compartments", "must be a list of compartments")
         raw_compartments = ()
     seen: set[str] = set()
+    # Two compartments with the same selector could never both get a node: refuse the second.
+    selectors: dict[str, str] = {}
     for index, body in enumerate(raw_compartments):
         path = f"spec.compartments[{index}]"
         if not isinstance(body, Mapping):
@@ -176,6 +179,10 @@ def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
         seen.add(compartment_name)
         if body.get("selector") is None:
             errors.add(f"{path}.selector", "required: a label selector")
+        elif (twin := selectors.get(_frozen(body["selector"]))) is not None:
+            errors.add(f"{path}.selector", f'identical to the selector of compartment "{twin}"')
+        else:
+            selectors[_frozen(body["selector"])] = compartment_name
         strategy = None
         if body.get("strategy") is not None:
             strategy = _decode_strategy(body["strategy"], f"{path}.strategy", errors)
@@ -194,6 +201,11 @@ def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
     if errors.messages:
         raise PolicyError(errors.messages)
     return Policy(name, default_compartment, tuple(compartments), reset)
+
+
+def _frozen(selector: object) -> str:
+    """A selector as it was written, in a form comparable for equality (key order ignored)."""
+    return json.dumps(selector, sort_keys=True, default=str)
 
 
 # --- assignment -------------------------------------------------------------------------------

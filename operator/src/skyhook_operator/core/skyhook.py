@@ -92,7 +92,7 @@ class SkyhookPass:
             )
         spec = scr.spec
         if spec is None:
-            message = "; ".join(scr.spec_errors)
+            message = statuses.summarize(scr.spec_errors)
             self._blocked(statuses.CONDITION_SPEC_INVALID, "SpecInvalid", message)
             return self.decided
         self.policy: Policy | None = None
@@ -105,7 +105,10 @@ class SkyhookPass:
                 )
                 return self.decided
             if found.policy is None:
-                message = f'DeploymentPolicy "{found.name}": ' + "; ".join(found.errors)
+                prefix = f'DeploymentPolicy "{found.name}": '
+                message = prefix + statuses.summarize(
+                    found.errors, statuses.MAX_CONDITION_MESSAGE - len(prefix)
+                )
                 self._blocked(statuses.CONDITION_POLICY_INVALID, "DeploymentPolicyInvalid", message)
                 return self.decided
             self.policy = found.policy

@@ -22,6 +22,8 @@ from skyhook_operator.core.vocabulary import (
     LabelSelector,
     SelectorRequirement,
     Toleration,
+    label_key_problem,
+    label_value_problem,
     parse_duration,
 )
 from skyhook_schemas.images import ImageError, split_image, tag_mismatch_warning
@@ -171,6 +173,10 @@ def decode_selector(raw: object, path: str, errors: _Errors) -> LabelSelector:
     if not _is_map(labels) or not all(isinstance(v, str) for v in labels.values()):
         errors.add(f"{path}.matchLabels", "must map label keys to string values")
         labels = {}
+    for key, value in labels.items():
+        problem = label_key_problem(str(key)) or label_value_problem(value)
+        if problem:
+            errors.add(f"{path}.matchLabels", problem)
     requirements: list[SelectorRequirement] = []
     for index, expr in enumerate(raw.get("matchExpressions") or ()):
         expr_path = f"{path}.matchExpressions[{index}]"
@@ -191,6 +197,11 @@ def decode_selector(raw: object, path: str, errors: _Errors) -> LabelSelector:
             errors.add(f"{expr_path}.values", f"must be empty for operator {operator}")
         if not expr.get("key"):
             errors.add(f"{expr_path}.key", "required")
+        elif problem := label_key_problem(str(expr["key"])):
+            errors.add(f"{expr_path}.key", problem)
+        for value in values:
+            if problem := label_value_problem(str(value)):
+                errors.add(f"{expr_path}.values", problem)
         requirements.append(SelectorRequirement(str(expr.get("key") or ""), operator, values))
     return LabelSelector(dict(labels), tuple(requirements))
 

@@ -4,7 +4,7 @@ its status block and the merge patch that gets it there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -66,6 +66,31 @@ def skyhook_status(node_statuses: Mapping[str, str], *, paused: bool, disabled: 
         if status in values:
             return status
     return UNKNOWN
+
+
+# The apiserver refuses a condition message over 32,768 characters, and with it the whole
+# status write: a long list of problems is cut to whole problems plus a count of the rest.
+MAX_CONDITION_MESSAGE = 32768
+
+
+def summarize(problems: Sequence[str], limit: int = MAX_CONDITION_MESSAGE, sep: str = "; ") -> str:
+    """`problems` joined by `sep`, cut after the last whole problem that fits in `limit`
+    characters together with a note of how many were left out."""
+    joined = sep.join(problems)
+    if len(joined) <= limit:
+        return joined
+    kept: list[str] = []
+    used = 0
+    for problem in problems:
+        rest = len(problems) - len(kept) - 1
+        note = f"{sep}... and {rest} more ({len(problems)} problems in all)"
+        if used + len(sep) * bool(kept) + len(problem) + len(note) > limit:
+            break
+        used += len(sep) * bool(kept) + len(problem)
+        kept.append(problem)
+    left_out = len(problems) - len(kept)
+    note = f"... and {left_out} more ({len(problems)} problems in all)"
+    return sep.join([*kept, note])[:limit]
 
 
 def condition(

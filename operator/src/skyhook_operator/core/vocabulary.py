@@ -123,6 +123,34 @@ class Toleration:
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
+# Label syntax as the apiserver checks it: `[prefix/]name`, a DNS subdomain prefix of at most
+# 253 characters, a name and any value of at most 63 characters (a value may be empty).
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a valid label key, or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix)):
+        return f"label key {key!r}: prefix must be a DNS subdomain of at most 253 characters"
+    if not (len(name) <= 63 and _LABEL_NAME.match(name)):
+        return (
+            f"label key {key!r}: name must be at most 63 characters of letters, digits, '-', "
+            "'_' or '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why `value` is not a valid label value, or None."""
+    if value == "" or (len(value) <= 63 and _LABEL_NAME.match(value)):
+        return None
+    return (
+        f"label value {value!r}: must be empty or at most 63 characters of letters, digits, "
+        "'-', '_' or '.', starting and ending with a letter or digit"
+    )
+
 
 @dataclass(frozen=True)
 class SelectorRequirement:

@@ -1,0 +1,438 @@
+"""The admission webhooks' plumbing: which webhooks exist, their configurations, and the
+serving certificate.
+
+Certificates come from one of two places:
+- `operator`: a Secret in the operator's namespace (`ca.crt`, `tls.crt`, `tls.key`) that any
+  replica creates when it is missing and replaces when it is due (7 days before expiry, or when
+  the names it must cover changed). Creation and replacement are conditional (create fails on
+  an existing Secret, replace carries the resourceVersion read), so replicas racing to do it
+  agree on one. Every replica copies the Secret to its certificate directory, where the webhook
+  server picks up a change within a minute, and puts the CA into the webhook configurations.
+  A renewed CA bundle keeps the previous CA after the new one, so replicas still serving the
+  old certificate stay trusted until they reload.
+- `cert-manager`: the chart mounts cert-manager's Secret at the certificate directory and
+  cert-manager's CA injector fills the configurations; the operator only reads the files.
+
+Configurations: in a cluster the chart creates them (pointing at the webhook Service) and the
+operator only sets their CA bundle. Out of the cluster (`webhook_url` set: the sandbox, tests,
+a laptop) the operator applies them itself, pointing the apiserver at that URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from skyhook_operator.kube.client import APPLY_PATCH, FIELD_MANAGER, JSON_PATCH, ApiError, Kube
+from skyhook_schemas import keys
+
+log = logging.getLogger(__name__)
+
+VALIDATING_CONFIGURATION = "skyhook-operator-validating-webhook"
+MUTATING_CONFIGURATION = "skyhook-operator-mutating-webhook"
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+EXPIRATION_ANNOTATION = f"{keys.GROUP}/expiration"
+SERVICE_ANNOTATION = f"{keys.GROUP}/service"
+CERTIFICATE_LIFETIME = dt.timedelta(days=365)
+RENEW_BEFORE = dt.timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """One webhook: its name in the configuration, the URL path it is served on (also its
+    handler id), and what it is called for."""
+
+    name: str
+    path: str
+    group: str
+    version: str
+    plural: str
+    operations: tuple[str, ...]
+    mutating: bool
+
+    @property
+    def handler_id(self) -> str:
+        return self.path.removeprefix("/")
+
+
+WEBHOOKS = (
+    Webhook(
+        "validate-skyhook.nvidia.com",
+        "/validate-skyhook-nvidia-com-v1alpha1-skyhook",
+        keys.GROUP,
+        keys.VERSION,
+        keys.PLURAL,
+        ("CREATE", "UPDATE"),
+        mutating=False,
+    ),
+    Webhook(
+        "validate-deploymentpolicy.nvidia.com",
+        "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        keys.GROUP,
+        keys.VERSION,
+        keys.POLICY_PLURAL,
+        ("CREATE", "UPDATE", "DELETE"),
+        mutating=False,
+    ),
+    Webhook(
+        "mutate-skyhook.nvidia.com",
+        "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
+        keys.GROUP,
+        keys.VERSION,
+        keys.PLURAL,
+        ("CREATE", "UPDATE"),
+        mutating=True,
+    ),
+    Webhook(
+        "mutate-deploymentpolicy.nvidia.com",
+        "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        keys.GROUP,
+        keys.VERSION,
+        keys.POLICY_PLURAL,
+        ("CREATE", "UPDATE"),
+        mutating=True,
+    ),
+)
+
+
+def webhook(path: str) -> Webhook:
+    return next(w for w in WEBHOOKS if w.path == path)
+
+
+# --- certificates -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingCertificate:
+    """PEM texts: the CA bundle clients trust, the server's certificate and its key."""
+
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+    @classmethod
+    def from_secret(cls, secret: dict[str, Any]) -> ServingCertificate | None:
+        data = secret.get("data") or {}
+        try:
+            return cls(*(base64.b64decode(data[k]) for k in ("ca.crt", "tls.crt", "tls.key")))
+        except (KeyError, ValueError):
+            return None
+
+    def secret_data(self) -> dict[str, str]:
+        return {
+            k: base64.b64encode(v).decode()
+            for k, v in (("ca.crt", self.ca), ("tls.crt", self.cert), ("tls.key", self.key))
+        }
+
+    @property
+    def not_after(self) -> dt.datetime:
+        return x509.load_pem_x509_certificate(self.cert).not_valid_after_utc
+
+    def covers(self, names: Sequence[str]) -> bool:
+        """Whether the server certificate is valid for every one of `names`."""
+        leaf = x509.load_pem_x509_certificate(self.cert)
+        try:
+            sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return False
+        have = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
+        have |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+        return set(names) <= have
+
+    def due(self, names: Sequence[str], now: dt.datetime) -> bool:
+        return self.not_after - RENEW_BEFORE <= now or not self.covers(names)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "skyhook"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def generate(
+    names: Sequence[str], now: dt.datetime, previous_ca: bytes = b""
+) -> ServingCertificate:
+    """A new CA and a server certificate for `names` (DNS names or IP addresses), both valid
+    for a year. ECDSA P-256: as strong as RSA-3072 and generated in milliseconds. The CA's key
+    is not kept: the next renewal makes a new CA. `previous_ca` (the first certificate of it)
+    stays in the bundle after the new CA."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("skyhook-webhooks-ca"))
+        .issuer_name(_name("skyhook-webhooks-ca"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + CERTIFICATE_LIFETIME)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(names[0]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + CERTIFICATE_LIFETIME)
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    bundle = ca_cert.public_bytes(serialization.Encoding.PEM)
+    if previous_ca:
+        old = x509.load_pem_x509_certificates(previous_ca)[0]
+        if old.not_valid_after_utc > now:
+            bundle += old.public_bytes(serialization.Encoding.PEM)
+    return ServingCertificate(
+        ca=bundle,
+        cert=cert.public_bytes(serialization.Encoding.PEM),
+        key=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+def served_names(service: str, namespace: str, url: str) -> list[str]:
+    """The names the server certificate must carry: the URL's host when the apiserver calls
+    a URL, else the Service's in-cluster names."""
+    if url:
+        return [urlsplit(url).hostname or ""]
+    return [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+
+
+def sync_secret(
+    kube: Kube, namespace: str, name: str, service: str, names: Sequence[str]
+) -> ServingCertificate:
+    """The serving certificate in Secret `name`, created or renewed first when it is missing
+    or due. Conditional writes: when another replica got there first, its certificate wins."""
+    path = kube.namespaced_path("secrets", namespace, name)
+    now = dt.datetime.now(dt.UTC)
+    try:
+        secret = kube.request("GET", path)
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        secret = None
+    current = ServingCertificate.from_secret(secret) if secret else None
+    if current is not None and not current.due(names, now):
+        return current
+    fresh = generate(names, now, current.ca if current else b"")
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {
+                EXPIRATION_ANNOTATION: fresh.not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                SERVICE_ANNOTATION: service,
+            },
+        },
+        "data": fresh.secret_data(),
+    }
+    try:
+        if secret is None:
+            body["type"] = "kubernetes.io/tls"
+            kube.request("POST", kube.namespaced_path("secrets", namespace), body)
+        else:
+            body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
+            body["type"] = secret.get("type", "Opaque")
+            kube.request("PUT", path, body)
+    except ApiError as error:
+        if error.status not in (404, 409):
+            raise
+        log.info("webhook certificate Secret %s/%s was written by another replica", namespace, name)
+        return sync_secret(kube, namespace, name, service, names)
+    log.info(
+        "webhook certificate %s for %s, valid until %s",
+        "created" if secret is None else "renewed",
+        ", ".join(names),
+        fresh.not_after.isoformat(),
+    )
+    return fresh
+
+
+def write_files(directory: Path, certificate: ServingCertificate) -> bool:
+    """Write `tls.crt` and `tls.key` (readable by the owner only) when they differ; each file
+    is replaced in one rename, so the server never reads half a file. True when written."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    changed = False
+    for file_name, content in (("tls.crt", certificate.cert), ("tls.key", certificate.key)):
+        target = directory / file_name
+        if target.exists() and target.read_bytes() == content:
+            continue
+        scratch = directory / f".{file_name}.new"
+        scratch.write_bytes(content)
+        os.chmod(scratch, 0o600)
+        scratch.replace(target)
+        changed = True
+    return changed
+
+
+def read_files(directory: Path) -> tuple[bytes, bytes] | None:
+    try:
+        return (directory / "tls.crt").read_bytes(), (directory / "tls.key").read_bytes()
+    except OSError:
+        return None
+
+
+# --- configurations ---------------------------------------------------------------------------
+
+
+def _kind_path(mutating: bool) -> str:
+    kind = "mutatingwebhookconfigurations" if mutating else "validatingwebhookconfigurations"
+    return f"{ADMISSION_API}/{kind}"
+
+
+def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
+    """A webhook configuration with our webhooks of one kind, calling `url` + each path."""
+    name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
+    entries = []
+    for hook in WEBHOOKS:
+        if hook.mutating != mutating:
+            continue
+        entry: dict[str, Any] = {
+            "name": hook.name,
+            "clientConfig": {
+                "url": url.rstrip("/") + hook.path,
+                "caBundle": base64.b64encode(ca).decode(),
+            },
+            "rules": [
+                {
+                    "apiGroups": [hook.group],
+                    "apiVersions": [hook.version],
+                    "operations": list(hook.operations),
+                    "resources": [hook.plural],
+                    "scope": "*",
+                }
+            ],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": 10,
+        }
+        if mutating:
+            entry["reinvocationPolicy"] = "Never"
+        entries.append(entry)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER}},
+        "webhooks": entries,
+    }
+
+
+def apply_configurations(kube: Kube, url: str, ca: bytes) -> None:
+    """Create or update both configurations to call `url` (out-of-cluster operation)."""
+    for mutating in (False, True):
+        body = configuration(mutating, url, ca)
+        kube.request(
+            "PATCH",
+            f"{_kind_path(mutating)}/{body['metadata']['name']}",
+            body,
+            APPLY_PATCH,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+
+
+def configuration_problem(kube: Kube, ca: bytes, url: str = "") -> str | None:
+    """Why the apiserver cannot call us yet: a configuration missing, or one of our webhooks
+    in it without our CA (or, with `url`, calling another address); None when all is set."""
+    wanted = base64.b64encode(ca).decode()
+    for mutating in (False, True):
+        name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
+        kind = "Mutating" if mutating else "Validating"
+        try:
+            found = kube.request("GET", f"{_kind_path(mutating)}/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return (
+                    f"{kind}WebhookConfiguration {name!r} not found: install the chart with "
+                    "webhooks on, or run with webhooks off (ENABLE_WEBHOOKS=false)"
+                )
+            raise
+        for entry in found.get("webhooks") or ():
+            if entry.get("name") not in {w.name for w in WEBHOOKS}:
+                continue
+            client = entry.get("clientConfig") or {}
+            if client.get("caBundle") != wanted:
+                return (
+                    f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} lacks our CA"
+                )
+            if url and client.get("url") != url.rstrip("/") + webhook(_path(entry)).path:
+                return f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} calls another URL"
+    return None
+
+
+def _path(entry: dict[str, Any]) -> str:
+    """Our path for a webhook entry, found by its name."""
+    return next(w.path for w in WEBHOOKS if w.name == entry.get("name"))
+
+
+def set_ca_bundle(kube: Kube, ca: bytes) -> None:
+    """Put our CA into each of our webhooks in the chart's configurations (in-cluster)."""
+    wanted = base64.b64encode(ca).decode()
+    for mutating in (False, True):
+        name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
+        path = f"{_kind_path(mutating)}/{name}"
+        try:
+            found = kube.request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                continue  # reported by configuration_problem
+            raise
+        ops = [
+            {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": wanted}
+            for index, entry in enumerate(found.get("webhooks") or ())
+            if entry.get("name") in {w.name for w in WEBHOOKS}
+            and (entry.get("clientConfig") or {}).get("caBundle") != wanted
+        ]
+        if ops:
+            test = {"op": "test", "path": "/metadata/resourceVersion"}
+            test["value"] = found["metadata"]["resourceVersion"]
+            kube.request("PATCH", path, [test, *ops], JSON_PATCH)
+            log.info("CA bundle set on %d webhook(s) of %s", len(ops), name)

@@ -1,0 +1,89 @@
+"""The webhooks' serving certificate: what the operator issues, when it renews, and a TLS
+handshake a client trusting only the CA bundle completes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import ssl
+import stat
+import threading
+from pathlib import Path
+
+from cryptography import x509
+
+from skyhook_operator.kube.webhooks import (
+    RENEW_BEFORE,
+    ServingCertificate,
+    generate,
+    served_names,
+    write_files,
+)
+
+NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
+
+
+def test_in_cluster_names_are_the_services() -> None:
+    assert served_names("hooks", "skyhook", "") == [
+        "hooks.skyhook.svc",
+        "hooks.skyhook.svc.cluster.local",
+    ]
+    assert served_names("hooks", "skyhook", "https://127.0.0.1:9443") == ["127.0.0.1"]
+
+
+def test_renewal_is_due_a_week_before_expiry_or_when_the_names_change() -> None:
+    certificate = generate(["hooks.skyhook.svc"], NOW)
+    expiry = certificate.not_after
+    assert not certificate.due(["hooks.skyhook.svc"], expiry - RENEW_BEFORE - dt.timedelta(1))
+    assert certificate.due(["hooks.skyhook.svc"], expiry - RENEW_BEFORE)
+    assert certificate.due(["other.skyhook.svc"], NOW)
+
+
+def test_a_renewed_bundle_still_trusts_the_previous_ca() -> None:
+    first = generate(["127.0.0.1"], NOW)
+    second = generate(["127.0.0.1"], NOW, previous_ca=first.ca)
+    bundle = x509.load_pem_x509_certificates(second.ca)
+    assert len(bundle) == 2 and bundle[1] == x509.load_pem_x509_certificates(first.ca)[0]
+    # Only one previous CA is carried: a third renewal drops the first.
+    third = generate(["127.0.0.1"], NOW, previous_ca=second.ca)
+    assert first.ca not in third.ca and len(x509.load_pem_x509_certificates(third.ca)) == 2
+
+
+def test_a_client_trusting_the_bundle_completes_a_handshake(tmp_path: Path) -> None:
+    certificate = generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
+    write_files(tmp_path, certificate)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with server_context.wrap_socket(connection, server_side=True) as tls:
+            tls.sendall(b"ok")
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    client_context = ssl.create_default_context(cadata=certificate.ca.decode())
+    with (
+        socket.create_connection(("127.0.0.1", port)) as raw,
+        client_context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.recv(2) == b"ok"
+    thread.join(5)
+    listener.close()
+
+
+def test_files_are_private_and_rewritten_only_on_change(tmp_path: Path) -> None:
+    certificate = generate(["127.0.0.1"], NOW)
+    directory = tmp_path / "certs"
+    assert write_files(directory, certificate)
+    assert stat.S_IMODE((directory / "tls.key").stat().st_mode) == 0o600
+    assert not write_files(directory, certificate)
+    assert write_files(directory, generate(["127.0.0.1"], NOW))
+
+
+def test_a_secret_round_trips() -> None:
+    certificate = generate(["127.0.0.1"], NOW)
+    assert ServingCertificate.from_secret({"data": certificate.secret_data()}) == certificate
+    assert ServingCertificate.from_secret({"data": {"tls.crt": "x"}}) is None
