@@ -59,7 +59,7 @@ def command(
     if not args and filename is None:
         raise click.UsageError("give a Skyhook name or -f/--filename")
     app = current_app()
-    given_skyhook, given_policies = _read_manifest(filename) if filename else (None, [])
+    given_skyhook, given_policies = read_manifest(filename) if filename else (None, [])
     if given_skyhook is not None:
         name = str(given_skyhook["metadata"]["name"])
         if args and args[0] != name:
@@ -77,7 +77,7 @@ def command(
         app.say(render(result), end="")
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_manifest(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     except (OSError, yaml.YAMLError) as error:
