@@ -253,7 +253,7 @@ class Kube:
 
     def as_json(self, obj: Any) -> dict[str, Any]:
         """A client model as the API's JSON (camelCase keys, RFC 3339 times)."""
-        return dict(self.api.sanitize_for_serialization(obj))
+        return dict(self.api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
 
     def pod_log(
         self, namespace: str, pod: str, container: str, follow: bool, tail: int | None

@@ -4,7 +4,6 @@ order it predicted."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,9 @@ def versions(core: client.CoreV1Api, names: list[str]) -> dict[str, str]:
 
 def our_pods(core: client.CoreV1Api, label: str) -> list[str]:
     selector = f"{keys.NAME_LABEL}={label}"
-    return [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items]
+    return [
+        p.metadata.name for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    ]
 
 
 def test_plan_by_name_writes_nothing(
@@ -88,7 +89,12 @@ def test_plan_predicts_the_order_the_operator_takes(
     manifest = tmp_path / "skyhook.yaml"
     manifest.write_text(
         yaml.safe_dump(
-            {"apiVersion": keys.API_VERSION, "kind": keys.KIND, "metadata": {"name": label}, "spec": spec}
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": keys.KIND,
+                "metadata": {"name": label},
+                "spec": spec,
+            }
         )
     )
     before = versions(core, names)
@@ -100,23 +106,9 @@ def test_plan_predicts_the_order_the_operator_takes(
     with pytest.raises(client.ApiException):  # planning from a file does not apply it
         custom.get_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PLURAL, label)
 
-    # Record the order in which nodes get their first stage pod, then roll out for real.
-    started: list[str] = []
-    watcher = watch.Watch()
-
-    def record() -> None:
-        for event in watcher.stream(
-            core.list_namespaced_pod,
-            NAMESPACE,
-            label_selector=f"{keys.NAME_LABEL}={label}",
-            timeout_seconds=300,
-        ):
-            node = event["object"].spec.node_name
-            if event["type"] == "ADDED" and node not in started:
-                started.append(node)
-
-    thread = threading.Thread(target=record, daemon=True)
-    thread.start()
+    # Roll out for real, then replay the pod events since just before the Skyhook was
+    # created: the order in which nodes got their first stage pod.
+    since = core.list_namespaced_pod(NAMESPACE, limit=1).metadata.resource_version
     skyhooks(label, spec["packages"], interruptionBudget={"count": 2})
     status_key = keys.node_status_key(label)
     wait_for(
@@ -127,7 +119,20 @@ def test_plan_predicts_the_order_the_operator_takes(
         240,
         "the rollout to complete on every node",
     )
-    watcher.stop()
+    started: list[str] = []
+    replay = watch.Watch()
+    for event in replay.stream(
+        core.list_namespaced_pod,
+        NAMESPACE,
+        label_selector=f"{keys.NAME_LABEL}={label}",
+        resource_version=since,
+        timeout_seconds=30,
+    ):
+        node = event["object"].spec.node_name
+        if event["type"] == "ADDED" and node not in started:
+            started.append(node)
+        if len(started) == len(names):
+            replay.stop()
     assert sorted(started) == names
     actual, rest = [], list(started)
     for wave in predicted:

@@ -63,7 +63,9 @@ POLICY = "apiVersion: skyhook.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetad
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        pytest.param("kind: Pod\n", 'kind "Pod" is neither Skyhook nor DeploymentPolicy', id="kind"),
+        pytest.param(
+            "kind: Pod\n", 'kind "Pod" is neither Skyhook nor DeploymentPolicy', id="kind"
+        ),
         pytest.param(POLICY, "expected exactly one Skyhook, found 0", id="no-skyhook"),
         pytest.param(
             SKYHOOK + "---\n" + SKYHOOK, "expected exactly one Skyhook, found 2", id="two"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 POOL = {"pool": "gpu"}
 IMAGE = "ghcr.io/nvidia/skyhook/agentless"
 PLAIN = {"plain": {"version": "1.0.0", "image": IMAGE}}
+DEFAULT_TIMING = Timing(stage_s=10, reboot_s=60)
 REBOOT = {"kernel": {"version": "1.0.0", "image": IMAGE, "interrupt": {"type": "reboot"}}}
 
 
@@ -39,8 +41,8 @@ def cluster(count: int, packages: dict[str, Any], **spec: Any) -> SimCluster:
     return sim
 
 
-def run(sim: SimCluster, timing: Timing = Timing(stage_s=10, reboot_s=60)) -> Forecast:
-    return forecast(sim, "fleet", PlannerSettings(), timing, START)
+def run(sim: SimCluster, timing: Timing = DEFAULT_TIMING) -> Forecast:
+    return forecast(sim, "fleet", settings=PlannerSettings(), timing=timing, start=START)
 
 
 def waves(result: Forecast) -> list[set[str]]:
@@ -169,6 +171,7 @@ def budget(count: int) -> dict[str, Any]:
     ],
 )
 def test_forecast(
+    *,
     count: int,
     packages: dict[str, Any],
     spec: dict[str, Any],
@@ -219,7 +222,7 @@ def test_complete_nodes_are_not_planned_again() -> None:
 
 def test_observed_durations_from_finished_stage_pods() -> None:
     def pod(stage: str, start: str, end: str) -> dict[str, Any]:
-        body = '{"name":"plain","version":"1.0.0","skyhook":"fleet","stage":"%s"}' % stage
+        body = json.dumps({"name": "plain", "version": "1.0.0", "skyhook": "fleet", "stage": stage})
         return {
             "metadata": {
                 "labels": {keys.NAME_LABEL: "fleet"},
@@ -227,7 +230,11 @@ def test_observed_durations_from_finished_stage_pods() -> None:
             },
             "status": {
                 "initContainerStatuses": [
-                    {"state": {"terminated": {"exitCode": 0, "startedAt": start, "finishedAt": end}}}
+                    {
+                        "state": {
+                            "terminated": {"exitCode": 0, "startedAt": start, "finishedAt": end}
+                        }
+                    }
                 ]
             },
         }

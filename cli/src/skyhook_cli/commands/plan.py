@@ -71,7 +71,11 @@ def command(
     cluster = _read_cluster(app, name, given_skyhook, given_policies)
     timing = Timing(stage_seconds, reboot_seconds, observed_durations(cluster.pods.values()))
     result = forecast(
-        cluster, name, PlannerSettings(namespace=app.namespace), timing, datetime.now(UTC)
+        cluster,
+        name,
+        settings=PlannerSettings(namespace=app.namespace),
+        timing=timing,
+        start=datetime.now(UTC),
     )
     if not app.emit(result.to_json()):
         app.say(render(result), end="")
@@ -90,7 +94,9 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         elif kind == keys.POLICY_KIND:
             policies.append(document)
         else:
-            raise CliError(f"{path}: kind {quote(str(kind))} is neither Skyhook nor DeploymentPolicy")
+            raise CliError(
+                f"{path}: kind {quote(str(kind))} is neither Skyhook nor DeploymentPolicy"
+            )
     if len(skyhooks) != 1:
         raise CliError(f"{path}: expected exactly one Skyhook, found {len(skyhooks)}")
     for document in (*skyhooks, *policies):
@@ -120,7 +126,7 @@ def _read_cluster(
     ours = [
         c
         for c in kube.list_configmaps(app.namespace)
-        if {keys.NAME_LABEL, keys.NODE_META_LABEL} & set((c["metadata"].get("labels") or {}))
+        if {keys.NAME_LABEL, keys.NODE_META_LABEL} & set(c["metadata"].get("labels") or {})
     ]
     return SimCluster.from_objects(
         nodes=[kube.as_json(n) for n in kube.list_nodes()],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import heapq
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,11 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from skyhook_operator.core import budget, gates, ordering, policy
+from skyhook_operator.core import status as statuses
 from skyhook_operator.core.actions import CreatePod
 from skyhook_operator.core.plan import plan
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.simcluster import SimCluster
-from skyhook_operator.core import status as statuses
 from skyhook_operator.core.skyhook import tolerated
 from skyhook_operator.core.views import ClusterSnapshot, NodeView, SkyhookView
 from skyhook_operator.core.vocabulary import COMPLETE, ERRORING, IN_PROGRESS, JsonDict
@@ -143,9 +144,44 @@ def observed_durations(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str
     return {key: sum(values) / len(values) for key, values in samples.items()}
 
 
+class _Pods:
+    """Pods in flight in simulated time: when each ends, and the target Skyhook's stage runs."""
+
+    def __init__(self, skyhook: str, timing: Timing, start: datetime) -> None:
+        self.skyhook, self.timing, self.start = skyhook, timing, start
+        self.ending: list[tuple[datetime, int, tuple[str, str]]] = []
+        self.runs: dict[tuple[str, str], StageRun] = {}
+        self.order = itertools.count()  # ties in end time: first created, first finished
+
+    def offset(self, when: datetime) -> float:
+        return (when - self.start).total_seconds()
+
+    def expect(
+        self, key: tuple[str, str], pod: Mapping[str, Any], begun: datetime, now: datetime
+    ) -> None:
+        found = _pod_stage(pod)
+        package, version, stage = found or ("", "", "")
+        seconds = self.timing.reboot_s if _reboots(pod) else self.timing.stage(package, stage)
+        done = max(now, begun + timedelta(seconds=seconds))
+        heapq.heappush(self.ending, (done, next(self.order), key))
+        if found and pod["metadata"].get("labels", {}).get(keys.NAME_LABEL) == self.skyhook:
+            node = pod["spec"].get("nodeName", "")
+            start, end = self.offset(now), self.offset(done)
+            self.runs[key] = StageRun(node, package, version, stage, start, end)
+
+    def finish_next(self, cluster: SimCluster, now: datetime) -> datetime:
+        """Jump to the next pod end; finish every pod that ends then."""
+        now = max(now, self.ending[0][0])
+        while self.ending and self.ending[0][0] <= now:
+            _, _, key = heapq.heappop(self.ending)
+            _finish(cluster, key, now)
+        return now
+
+
 def forecast(
     cluster: SimCluster,
     skyhook: str,
+    *,
     settings: PlannerSettings,
     timing: Timing,
     start: datetime,
@@ -159,52 +195,52 @@ def forecast(
         raise KeyError(skyhook)
     selected = _selected(scr, first.nodes)
     complete_before = {n for n in selected if _status(cluster, skyhook, n) == COMPLETE}
-    ending: list[tuple[datetime, int, tuple[str, str]]] = []
-    runs: dict[tuple[str, str], StageRun] = {}
-    seq = 0
-
-    def offset(when: datetime) -> float:
-        return (when - start).total_seconds()
-
-    def expect(key: tuple[str, str], pod: Mapping[str, Any], begun: datetime, now: datetime) -> None:
-        nonlocal seq
-        found = _pod_stage(pod)
-        package, version, stage = found or ("", "", "")
-        seconds = timing.reboot_s if _reboots(pod) else timing.stage(package, stage)
-        done = max(now, begun + timedelta(seconds=seconds))
-        seq += 1
-        heapq.heappush(ending, (done, seq, key))
-        if found and pod["metadata"].get("labels", {}).get(keys.NAME_LABEL) == skyhook:
-            node = pod["spec"].get("nodeName", "")
-            runs[key] = StageRun(node, package, version, stage, offset(now), offset(done))
-
+    pods = _Pods(skyhook, timing, start)
     for key, pod in sorted(cluster.pods.items()):  # stage pods already running
         if _pod_stage(pod) is not None and _unfinished(pod):
-            expect(key, pod, _time(pod["metadata"].get("creationTimestamp")) or start, start)
+            pods.expect(key, pod, _time(pod["metadata"].get("creationTimestamp")) or start, start)
 
     now, passes, idle = start, 0, 0
-    while offset(now) <= horizon_s:
+    while pods.offset(now) <= horizon_s:
         result = plan(cluster.snapshot(now), settings)
         cluster.apply(result.actions)
         for action in result.actions:
             if isinstance(action, CreatePod):
-                expect((action.namespace, action.name), action.manifest, now, now)
+                pods.expect((action.namespace, action.name), action.manifest, now, now)
         passes += 1
         if result.actions and passes < _PASSES_PER_MOMENT:
             continue  # our own writes wake the next pass at once
         passes = 0
-        if ending:
+        if pods.ending:
             idle = 0
-            now = max(now, ending[0][0])
-            while ending and ending[0][0] <= now:
-                _, _, key = heapq.heappop(ending)
-                _finish(cluster, key, now)
+            now = pods.finish_next(cluster, now)
         elif result.requeue_after is not None and idle < _IDLE_REQUEUES:
             idle += 1
             now += timedelta(seconds=result.requeue_after)
         else:
             break
+    return _result(
+        cluster,
+        settings=settings,
+        scr=scr,
+        selected=selected,
+        complete_before=complete_before,
+        runs=pods.runs,
+        now=now,
+    )
 
+
+def _result(
+    cluster: SimCluster,
+    *,
+    settings: PlannerSettings,
+    scr: SkyhookView,
+    selected: list[str],
+    complete_before: set[str],
+    runs: Mapping[tuple[str, str], StageRun],
+    now: datetime,
+) -> Forecast:
+    skyhook = scr.name
     final = cluster.snapshot(now)
     scr = next((s for s in final.skyhooks if s.name == skyhook), scr)
     finished = {n for n in selected if _status(cluster, skyhook, n) == COMPLETE}
