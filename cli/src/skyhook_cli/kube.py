@@ -165,6 +165,28 @@ class Kube:
             )
         )
 
+    def list_skyhooks(self) -> list[dict[str, Any]]:
+        return list(
+            self._call(
+                "listing skyhooks",
+                self.custom.list_cluster_custom_object,
+                keys.GROUP,
+                keys.VERSION,
+                keys.PLURAL,
+            )["items"]
+        )
+
+    def list_policies(self) -> list[dict[str, Any]]:
+        return list(
+            self._call(
+                "listing deploymentpolicies",
+                self.custom.list_cluster_custom_object,
+                keys.GROUP,
+                keys.VERSION,
+                keys.POLICY_PLURAL,
+            )["items"]
+        )
+
     def patch_skyhook(self, name: str, patch: Mapping[str, Any]) -> None:
         self._call(
             f"patching skyhook {_q(name)}",
@@ -211,6 +233,27 @@ class Kube:
                 "listing pods", self.core.list_namespaced_pod, namespace, label_selector=selector
             ).items
         )
+
+    def list_bound_pods(self) -> list[dict[str, Any]]:
+        """Every pod scheduled to a node, in all namespaces, as JSON dicts."""
+        found = self._call(
+            "listing pods",
+            self.core.list_pod_for_all_namespaces,
+            field_selector="spec.nodeName!=",
+        )
+        return [self.as_json(pod) for pod in found.items]
+
+    def list_configmaps(self, namespace: str) -> list[dict[str, Any]]:
+        found = self._call(
+            f"listing configmaps in namespace {_q(namespace)}",
+            self.core.list_namespaced_config_map,
+            namespace,
+        )
+        return [self.as_json(configmap) for configmap in found.items]
+
+    def as_json(self, obj: Any) -> dict[str, Any]:
+        """A client model as the API's JSON (camelCase keys, RFC 3339 times)."""
+        return dict(self.api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
 
     def pod_log(
         self, namespace: str, pod: str, container: str, follow: bool, tail: int | None

@@ -1,14 +1,18 @@
-"""One module per verb; `register` adds them all to the root command.
-
-`plan` (a preview of the operator's next steps) is to be added as `commands/plan.py` on top of
-the operator's planner, and registered here.
-"""
+"""One module per verb; `register` adds them all to the root command."""
 
 from __future__ import annotations
 
 import click
 
-from skyhook_cli.commands import deployment_policy, lifecycle, node, package, reset, version
+from skyhook_cli.commands import (
+    deployment_policy,
+    lifecycle,
+    node,
+    package,
+    plan,
+    reset,
+    version,
+)
 
 
 def register(root: click.Group) -> None:
@@ -20,3 +24,4 @@ def register(root: click.Group) -> None:
     root.add_command(deployment_policy.group, "dp")
     root.add_command(node.group)
     root.add_command(package.group)
+    root.add_command(plan.command)

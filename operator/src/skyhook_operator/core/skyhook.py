@@ -55,7 +55,7 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     return SkyhookPass(index, scr, earlier).run().released()
 
 
-def _tolerated(node: NodeView, spec: SkyhookSpec, runtime_taint: Taint) -> bool:
+def tolerated(node: NodeView, spec: SkyhookSpec, runtime_taint: Taint) -> bool:
     tolerations = [UNSCHEDULABLE_TOLERATION, *spec.additional_tolerations]
     if spec.runtime_required:
         tolerations.append(
@@ -243,7 +243,7 @@ class SkyhookPass:
             self.decided.complete[(self.name, node.name)] = done
             if node.labels.get(keys.IGNORE_LABEL) == "true":
                 ignored.append(node.name)
-            if not _tolerated(node, spec, self.settings.runtime_required_taint):
+            if not tolerated(node, spec, self.settings.runtime_required_taint):
                 untolerated.append(node.name)
             blocked[node.name] = (
                 bool(state.error) or node.name in ignored or node.name in untolerated
