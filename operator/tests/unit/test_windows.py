@@ -7,11 +7,13 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyhook_operator.core.spec import SpecError, decode_spec
-from skyhook_operator.core.windows import MaintenanceWindow
+from skyhook_operator.core.windows import APPLIES_TO, MaintenanceWindow
+from skyhook_schemas.crds import SKYHOOK_CRD_PATH
 
 
 def window(
@@ -190,3 +192,16 @@ def test_a_bad_window_names_its_field(raw: object, message: str) -> None:
     with pytest.raises(SpecError) as error:
         decode_spec({"maintenanceWindow": raw})
     assert any(m.startswith(message) for m in error.value.messages), error.value.messages
+
+
+def test_the_crds_accept_what_the_decoders_accept() -> None:
+    """Both CRDs carry the same window and gate fields, with the decoder's choices."""
+    policies = SKYHOOK_CRD_PATH.with_name("deploymentpolicies.skyhook.nvidia.com.yaml")
+    for path in (SKYHOOK_CRD_PATH, policies):
+        crd = yaml.safe_load(path.read_text())
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        window = spec["properties"]["maintenanceWindow"]
+        gate = spec["properties"]["alertGate"]
+        assert tuple(window["properties"]["appliesTo"]["enum"]) == APPLIES_TO
+        assert set(window["properties"]) == {"days", "start", "end", "timeZone", "appliesTo"}
+        assert set(gate["properties"]) == {"prometheusURL", "matchAlerts", "ignoreAlerts"}
