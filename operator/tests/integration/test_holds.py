@@ -105,7 +105,7 @@ class Prometheus:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path != "/api/v1/alerts":
                     self.send_error(404)
                     return

@@ -71,7 +71,9 @@ def test_packages_without_an_interrupt_do_not_wait() -> None:
 def test_applies_to_all_holds_every_stage() -> None:
     d = Driver(1, LABELS)
     window = {**SATURDAY_NIGHT, "appliesTo": "all"}
-    d.sim.add_skyhook("scr", {**SEL, "maintenanceWindow": window, "packages": {"tuning": package()}})
+    d.sim.add_skyhook(
+        "scr", {**SEL, "maintenanceWindow": window, "packages": {"tuning": package()}}
+    )
     first = d.step()
     assert not any(isinstance(a, CreatePod) for a in first.actions)
     assert [h.node for h in first.held] == ["node-0000"]

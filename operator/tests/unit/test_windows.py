@@ -116,9 +116,16 @@ INSTANTS = st.datetimes(
 
 
 @settings(max_examples=300, deadline=None)
-@given(ZONES, TIMES, TIMES, DAYS, INSTANTS, st.floats(0, 1, exclude_max=True))
+@given(
+    zone=ZONES,
+    start=TIMES,
+    end=TIMES,
+    days=DAYS,
+    now=INSTANTS,
+    fraction=st.floats(0, 1, exclude_max=True),
+)
 def test_next_open_is_the_first_open_instant(
-    zone: str, start: str, end: str, days: list[str], now: datetime, fraction: float
+    *, zone: str, start: str, end: str, days: list[str], now: datetime, fraction: float
 ) -> None:
     """Closed now: the window is open at `next_open`, was closed the second before, and at
     every instant between now and then."""

@@ -282,12 +282,7 @@ class SkyhookPass:
         # Nodes left half-way (a pause, an external status edit) finish before fresh ones
         # start; the sort is stable, so node order decides otherwise.
         candidates.sort(key=lambda n: not self._started(n))
-        if self.holds.stages is not None:  # a closed window that holds every stage
-            hold = self.holds.stages
-            self.decided.held += [Held(self.name, n.name, hold.reason, hold.message) for n in candidates]
-            if candidates:
-                self.decided.wake_in(hold.recheck_s)
-            candidates = []
+        candidates = self._not_held(candidates)
         if self.policy is not None:
             admitted = self._admit_by_compartment(self.policy, occupied, candidates, failed)
         elif self.paused or self.disabled:
@@ -313,6 +308,18 @@ class SkyhookPass:
             )
         self._selection_conditions(ignored, untolerated)
         return node_statuses
+
+    def _not_held(self, candidates: list[NodeView]) -> list[NodeView]:
+        """The candidates that may be admitted: none while a closed window holds every stage
+        (those are reported as held)."""
+        hold = self.holds.stages
+        if hold is None or not candidates:
+            return candidates
+        self.decided.held += [
+            Held(self.name, n.name, hold.reason, hold.message) for n in candidates
+        ]
+        self.decided.wake_in(hold.recheck_s)
+        return []
 
     def _admit_by_compartment(
         self,

@@ -154,4 +154,3 @@ def decode_window(raw: object, path: str, errors: Problems) -> MaintenanceWindow
         zone,
         str(applies_to),
     )
-
