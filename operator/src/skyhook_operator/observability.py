@@ -4,7 +4,8 @@ After each pass the reconciler hands its snapshot and plan to `Telemetry.record_
 computes upstream's gauges with the pure `core.telemetry` and replaces every Skyhook series
 at once, so series of deleted Skyhooks, removed package versions and compartments vanish.
 Our own `skyhook_operator_*` metrics (pass duration, API requests and errors, write queue
-depth, stage hand-off delay) live in the same prometheus-client registry.
+depth, stage hand-off delay) and `skyhook_held_*` (nodes waiting on a maintenance window or an
+alert, and for how long) live in the same prometheus-client registry.
 
 The text is written by `exposition()`, not by prometheus-client's `generate_latest`: the
 latter prints every value through Python's float repr (`1.0`), while upstream's Go exporter
@@ -25,13 +26,19 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from skyhook_operator.core.actions import Plan
-from skyhook_operator.core.telemetry import Family, handoff_delays, skyhook_families
+from skyhook_operator.core.telemetry import (
+    Family,
+    handoff_delays,
+    held,
+    held_family,
+    skyhook_families,
+)
 from skyhook_operator.core.views import ClusterSnapshot
 from skyhook_operator.settings import parse_bind_address
 
@@ -155,6 +162,15 @@ class Telemetry:
             buckets=_HANDOFF_BUCKETS,
             registry=self.registry,
         )
+        self._held_seconds = Counter(
+            "skyhook_held_seconds",
+            "Seconds during which some node of the Skyhook waited on a closed maintenance "
+            "window or an alert, by reason",
+            ("skyhook_name", "reason"),
+            registry=self.registry,
+        )
+        self._held_before: set[tuple[str, str]] = set()
+        self._last_pass = time.monotonic()
         Gauge(
             "skyhook_operator_write_queue_depth",
             "Actions of the plan being written that have not been attempted yet",
@@ -166,7 +182,12 @@ class Telemetry:
     ) -> None:
         """Fold one finished pass in. `written`: every action of `plan` was applied, so its
         pod creations count as hand-offs."""
-        self._families.families = skyhook_families(snapshot)
+        self._families.families = (*skyhook_families(snapshot), held_family(plan))
+        # A hold seen by the previous pass lasted until this one.
+        now = time.monotonic()
+        for skyhook, reason in self._held_before:
+            self._held_seconds.labels(skyhook, reason).inc(now - self._last_pass)
+        self._held_before, self._last_pass = set(held(plan)), now
         self._pass_seconds.observe(seconds)
         if written:
             for delay in handoff_delays(snapshot, plan, datetime.now(UTC)):

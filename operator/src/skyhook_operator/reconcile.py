@@ -27,11 +27,16 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from skyhook_operator.core.actions import Plan
+from skyhook_operator.core.holds import alert_urls
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.views import ClusterSnapshot
 from skyhook_operator.kube.lease import LeaderElector
+from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
@@ -68,6 +73,7 @@ class Reconciler:
         self._settings = settings
         self._planner_settings = settings.for_planner()
         self._plan = planner
+        self._alerts = AlertPoller(settings.alert_poll_interval, settings.alert_query_timeout)
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
@@ -143,6 +149,11 @@ class Reconciler:
         started = self._pass_started = time.monotonic()
         try:
             snapshot = self._store.snapshot()  # on the loop: kopf mutates the indexes here
+            snapshot = replace(
+                snapshot,
+                now=self._now(),
+                alerts=await self._alerts.readings(alert_urls(snapshot)),
+            )
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
             pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
@@ -159,6 +170,19 @@ class Reconciler:
                 self._telemetry.record_pass, snapshot, plan, result.ok, finished - started
             )
         return self._next_delay(plan, result)
+
+    def _now(self) -> datetime:
+        """The planner's clock: the real time, plus the offset of the test hook
+        `clock_offset_file` when that is set (an unreadable file counts as no offset)."""
+        now = datetime.now(UTC)
+        if not self._settings.clock_offset_file:
+            return now
+        try:
+            offset = float(Path(self._settings.clock_offset_file).read_text() or 0)
+        except (OSError, ValueError) as error:
+            log.warning("clock offset file: %s; using the real clock", error)
+            return now
+        return now + timedelta(seconds=offset)
 
     def _next_delay(self, plan: Plan, result: ApplyResult) -> float:
         delays = [self._settings.default_interval]

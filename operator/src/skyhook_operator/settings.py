@@ -274,6 +274,30 @@ class Settings:
             "configurations carry its CA.",
         ),
     )
+    alert_poll_interval: float = field(
+        default=30.0,
+        metadata=_meta(
+            None,
+            "Seconds between reads of the alerts of each Prometheus URL an alertGate names; "
+            "a Skyhook held by an alert looks again this often.",
+        ),
+    )
+    alert_query_timeout: float = field(
+        default=5.0,
+        metadata=_meta(
+            None,
+            "Seconds a read of Prometheus alerts may take; a slower one fails (and holds).",
+        ),
+    )
+    clock_offset_file: str = field(
+        default="",
+        metadata=_meta(
+            None,
+            "TEST HOOK, never set in production: a file holding seconds added to the "
+            "planner's clock, read at every pass, so tests move the operator's time (into a "
+            "maintenance window) instead of waiting. Empty: the real clock.",
+        ),
+    )
     log_level: str = field(
         default="info",
         metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
@@ -302,6 +326,7 @@ class Settings:
             retry_backoff_base_s=self.retry_backoff_base,
             retry_backoff_max_s=self.retry_backoff_max,
             operator_version=self.operator_version,
+            alert_recheck_s=self.alert_poll_interval,
         )
 
 
@@ -355,6 +380,8 @@ def _check(name: str, value: Any) -> str | None:
         value < 0
     ):
         return f"{value} must not be negative"
+    if name in {"alert_poll_interval", "alert_query_timeout"} and value <= 0:
+        return f"{value} must be more than 0"
     if name == "retry_backoff_max" and value < 1:
         return f"{value} s is shorter than the minimum of 1 s"
     if name in {"lease_name", "leader_identity"} and not value:

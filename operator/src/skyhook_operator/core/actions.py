@@ -145,6 +145,17 @@ Action = (
 
 
 @dataclass(frozen=True)
+class Held:
+    """A node of a Skyhook whose next step waits on a hold (core/holds.py): a closed
+    maintenance window or a firing alert. `reason` is one of holds.REASONS."""
+
+    skyhook: str
+    node: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """The planner's only output: actions to apply in order, and when to plan again.
 
@@ -160,6 +171,8 @@ class Plan:
     # Nodes this plan moves into progress for some Skyhook (their status becomes in_progress
     # from anything else): the writer writes them after every node the plan releases.
     starting: frozenset[str] = frozenset()
+    # Nodes waiting on a maintenance window or an alert, for status output and metrics.
+    held: tuple[Held, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.actions)

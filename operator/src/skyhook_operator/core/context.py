@@ -13,6 +13,7 @@ from datetime import datetime
 
 from skyhook_operator.core import nodestate, podbuilder
 from skyhook_operator.core.decision import Decision
+from skyhook_operator.core.holds import NO_HOLDS, Holds
 from skyhook_operator.core.nodestate import NodeState, PackageEntry
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.spec import SkyhookSpec
@@ -46,6 +47,7 @@ class PassIndex:
             c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
         }
         self.policies = {p.name: p for p in snapshot.policies}
+        self.alerts = {r.url: r for r in snapshot.alerts}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
 
@@ -70,6 +72,7 @@ class SkyhookContext:
         matched: Sequence[NodeView],
         earlier: Decision,
         so_far: Decision,
+        holds: Holds = NO_HOLDS,
     ) -> None:
         self.index = index
         self.scr = scr
@@ -80,6 +83,7 @@ class SkyhookContext:
         self.matched = matched
         self._earlier = earlier
         self._so_far = so_far
+        self.holds = holds  # what a closed window or a firing alert holds back this pass
         self._before: dict[str, NodeState] = {}
 
     # --- this Skyhook's state on nodes ------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from skyhook_operator.core.actions import Action, DeletePod, EmitEvent
+from skyhook_operator.core.actions import Action, DeletePod, EmitEvent, Held
 from skyhook_operator.core.nodestate import NodeChanges, NodeState
 from skyhook_operator.core.views import PodView, SkyhookView
 from skyhook_operator.core.vocabulary import NodeCondition, Taint
@@ -57,6 +57,7 @@ class Decision:
     requeue_after: float | None = None
     starting: set[str] = field(default_factory=set)
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
+    held: list[Held] = field(default_factory=list)
     # One Skyhook's working state, as this step leaves it.
     states: dict[str, NodeState] = field(default_factory=dict)
     config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
@@ -102,6 +103,7 @@ class Decision:
             self.wake_in(other.requeue_after)
         self.starting |= other.starting
         self.complete.update(other.complete)
+        self.held += other.held
         self.states.update(other.states)
         if other.config_updates is not None:
             self.config_updates = other.config_updates

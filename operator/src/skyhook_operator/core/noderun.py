@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 from skyhook_operator.core import gates, interrupts, ordering, podbuilder, stages, status
-from skyhook_operator.core.actions import CreatePod, EvictPod
+from skyhook_operator.core.actions import CreatePod, EvictPod, Held
 from skyhook_operator.core.context import SkyhookContext
 from skyhook_operator.core.decision import Decision
+from skyhook_operator.core.holds import Hold
 from skyhook_operator.core.nodestate import PackageEntry
 from skyhook_operator.core.spec import Package
 from skyhook_operator.core.views import NodeView
@@ -53,7 +54,12 @@ class _NodeRun:
         self.created = 0
 
     def run(self) -> Decision:
-        if self.work.uninstalls:
+        stage_hold = self.ctx.holds.stages
+        if stage_hold is not None:
+            # A closed window that holds every stage: what runs finishes, nothing new starts.
+            if self.work.uninstalls or self.work.due:
+                self._hold(stage_hold)
+        elif self.work.uninstalls:
             for entry in self.work.uninstalls:
                 stand_in = podbuilder.uninstall_stand_in(entry.name, entry.version, entry.image)
                 self._start(stand_in, UNINSTALL)
@@ -78,10 +84,20 @@ class _NodeRun:
             if due[n] in {APPLY, UPGRADE, CONFIG, INTERRUPT}
             and interrupts.has_interrupt(packages[n], updates.get(n, ()))
         ]
+        at_interrupt = [packages[n] for n in ready if due[n] == INTERRUPT]
+        hold = ctx.holds.interrupts
+        if hold is not None and (interrupting or at_interrupt):
+            # No cordon, drain or interrupt starts now; an interrupt pod that already runs is
+            # left alone (and so is a cordon already in place: the interrupt still comes).
+            self._hold(hold)
+            if not at_interrupt:
+                for name in ready:
+                    if name not in interrupting:
+                        self._start(packages[name], due[name])
+            return
         gate = gates.check(self.node, self.pods, ctx.spec.pod_non_interrupt_labels)
         if interrupting:
             self._cordon_and_drain(gate, packages[interrupting[0]])
-        at_interrupt = [packages[n] for n in ready if due[n] == INTERRUPT]
         if at_interrupt:
             # The interrupt goes first: it needs the node to itself, and starting more work now
             # would only delay it (and a reboot would cut that work short).
@@ -91,6 +107,10 @@ class _NodeRun:
             if name in interrupting and not gate.open:
                 continue
             self._start(packages[name], due[name])
+
+    def _hold(self, hold: Hold) -> None:
+        self.decision.held.append(Held(self.ctx.name, self.node.name, hold.reason, hold.message))
+        self.decision.wake_in(hold.recheck_s)
 
     def _cordon_and_drain(self, gate: gates.GateResult, package: Package) -> None:
         out = self.decision.node(self.node.name)

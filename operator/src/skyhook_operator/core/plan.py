@@ -137,6 +137,7 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
         (*actions, *decision.last, *decision.events),
         decision.requeue_after,
         frozenset(decision.starting),
+        tuple(decision.held),
     )
 
 

@@ -37,8 +37,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, TypeVar
 
 from skyhook_operator.core import budget as budgets
+from skyhook_operator.core.alerts import AlertGate, decode_gate
 from skyhook_operator.core.spec import Budget, _Errors, _optional_int, decode_selector
 from skyhook_operator.core.vocabulary import LabelSelector
+from skyhook_operator.core.windows import MaintenanceWindow, decode_window
 from skyhook_schemas import keys
 
 FIXED, LINEAR, EXPONENTIAL = "fixed", "linear", "exponential"
@@ -83,6 +85,9 @@ class Policy:
     default: Compartment
     compartments: tuple[Compartment, ...] = ()
     reset_batch_state: bool | None = None  # resetBatchStateOnCompletion; None: not set
+    # Our additions, for every Skyhook using the policy that does not set its own.
+    maintenance_window: MaintenanceWindow | None = None
+    alert_gate: AlertGate | None = None
 
     @property
     def all(self) -> tuple[Compartment, ...]:
@@ -198,9 +203,11 @@ def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
     if reset is not None and not isinstance(reset, bool):
         errors.add("spec.resetBatchStateOnCompletion", f"{reset!r} is not a boolean")
         reset = None
+    window = decode_window(raw.get("maintenanceWindow"), "spec.maintenanceWindow", errors)
+    gate = decode_gate(raw.get("alertGate"), "spec.alertGate", errors)
     if errors.messages:
         raise PolicyError(errors.messages)
-    return Policy(name, default_compartment, tuple(compartments), reset)
+    return Policy(name, default_compartment, tuple(compartments), reset, window, gate)
 
 
 def _frozen(selector: object) -> str:

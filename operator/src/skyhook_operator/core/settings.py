@@ -23,6 +23,8 @@ class PlannerSettings:
     retry_backoff_max_s: float = 300.0
     # The running operator's version, written into the version annotations of nodes and SCRs.
     operator_version: str = "dev"
+    # While an alert gate holds, read the alerts again after this many seconds.
+    alert_recheck_s: float = 30.0
 
     @property
     def agent_version(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from skyhook_operator.core import (
     budget,
     configmaps,
+    holds,
     noderun,
     nodestate,
     observe,
@@ -26,6 +27,7 @@ from skyhook_operator.core.actions import (
     AddFinalizer,
     AnnotateSkyhook,
     EmitEvent,
+    Held,
     PatchSkyhookStatus,
 )
 from skyhook_operator.core.context import PassIndex, SkyhookContext
@@ -114,6 +116,7 @@ class SkyhookPass:
             self.policy = found.policy
         self.spec = spec
         self._spec_warnings(spec)
+        self.holds = self._holds(spec)
         self.paused = scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause
         self.disabled = scr.annotations.get(keys.DISABLE_ANNOTATION) == "true"
         self.matched = sorted(
@@ -127,6 +130,7 @@ class SkyhookPass:
             matched=self.matched,
             earlier=self.earlier,
             so_far=self.decided,
+            holds=self.holds,
         )
         for pod in ctx.pods():
             self._take(observe.learn(ctx, pod))
@@ -199,6 +203,24 @@ class SkyhookPass:
             )
         )
 
+    def _holds(self, spec: SkyhookSpec) -> holds.Holds:
+        """A closed maintenance window or firing alert (the Skyhook's own gates, else its
+        policy's), with a status condition per gate."""
+        window, gate = spec.maintenance_window, spec.alert_gate
+        if self.policy is not None:
+            window = window or self.policy.maintenance_window
+            gate = gate or self.policy.alert_gate
+        found = holds.evaluate(
+            window,
+            gate,
+            self.index.alerts,
+            self.index.now,
+            alert_recheck_s=self.settings.alert_recheck_s,
+            generation=self.scr.generation,
+        )
+        self.decided.conditions += found.conditions
+        return found
+
     # --- rollout -------------------------------------------------------------------------------
 
     def _set_state(self, node: NodeView, state: NodeState) -> None:
@@ -263,6 +285,7 @@ class SkyhookPass:
         # Nodes left half-way (a pause, an external status edit) finish before fresh ones
         # start; the sort is stable, so node order decides otherwise.
         candidates.sort(key=lambda n: not self._started(n))
+        candidates = self._not_held(candidates)
         if self.policy is not None:
             admitted = self._admit_by_compartment(self.policy, occupied, candidates, failed)
         elif self.paused or self.disabled:
@@ -288,6 +311,18 @@ class SkyhookPass:
             )
         self._selection_conditions(ignored, untolerated)
         return node_statuses
+
+    def _not_held(self, candidates: list[NodeView]) -> list[NodeView]:
+        """The candidates that may be admitted: none while a closed window holds every stage
+        (those are reported as held)."""
+        hold = self.holds.stages
+        if hold is None or not candidates:
+            return candidates
+        self.decided.held += [
+            Held(self.name, n.name, hold.reason, hold.message) for n in candidates
+        ]
+        self.decided.wake_in(hold.recheck_s)
+        return []
 
     def _admit_by_compartment(
         self,
@@ -453,6 +488,8 @@ class SkyhookPass:
         complete, in_progress = statuses.counts(node_statuses)
         matched = len(self.matched)
         conditions = list(self.decided.conditions)
+        # A gate removed from the spec takes its condition with it.
+        dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in self.holds.conditions}
         old_status = current.get("status")
         if old_status != overall:
             conditions.append(
@@ -492,6 +529,7 @@ class SkyhookPass:
                     c
                     for c in current.get("conditions") or []
                     if c.get("type") not in statuses.POLICY_BLOCKED_CONDITIONS
+                    and c.get("type") not in dropped
                 ],
                 conditions,
             ),

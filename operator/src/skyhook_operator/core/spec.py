@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from skyhook_operator.core.alerts import AlertGate, decode_gate
 from skyhook_operator.core.vocabulary import (
     SELECTOR_OPERATORS,
     TAINT_EFFECTS,
@@ -26,6 +27,7 @@ from skyhook_operator.core.vocabulary import (
     label_value_problem,
     parse_duration,
 )
+from skyhook_operator.core.windows import MaintenanceWindow, decode_window
 from skyhook_schemas.images import ImageError, split_image, tag_mismatch_warning
 from skyhook_schemas.versions import VersionError, parse_spec_version
 
@@ -108,6 +110,9 @@ class SkyhookSpec:
     # Spellings upstream's operator runs but that are not what we would write (a shorthand
     # version, a tag on the image): `path: note` lines for an admission warning and an Event.
     warnings: tuple[str, ...] = ()
+    # Our additions (core/windows.py, core/alerts.py); a DeploymentPolicy may set them too.
+    maintenance_window: MaintenanceWindow | None = None
+    alert_gate: AlertGate | None = None
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -535,6 +540,10 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
         serial=_bool(raw, "serial", "spec", errors),
         pause=_bool(raw, "pause", "spec", errors),
         warnings=tuple(errors.warnings),
+        maintenance_window=decode_window(
+            raw.get("maintenanceWindow"), "spec.maintenanceWindow", errors
+        ),
+        alert_gate=decode_gate(raw.get("alertGate"), "spec.alertGate", errors),
     )
     if errors.messages:
         raise SpecError(errors.messages)

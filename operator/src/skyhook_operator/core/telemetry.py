@@ -5,7 +5,8 @@ every Skyhook in the snapshot; the exporter replaces all of its series with them
 pass, so a deleted Skyhook, a removed package version or a compartment that no longer exists
 simply has no series. `handoff_delays(snapshot, plan, created_at)` measures how long each
 node waited between a stage pod finishing and the next stage pod of the same Skyhook being
-created. Both are pure: the exporter lives outside the core.
+created. `held_family(plan)` counts the nodes waiting on a maintenance window or an alert.
+All are pure: the exporter lives outside the core.
 """
 
 from __future__ import annotations
@@ -246,3 +247,22 @@ def handoff_delays(
             delays.append(max(0.0, (created_at - finish[0]).total_seconds()))
         creations = unmatched
     return tuple(delays)
+
+
+HELD_NODES = "skyhook_held_nodes"
+
+
+def held(plan: Plan) -> Counter[tuple[str, str]]:
+    """Nodes waiting on a hold, per (Skyhook, reason)."""
+    return Counter((h.skyhook, h.reason) for h in plan.held)
+
+
+def held_family(plan: Plan) -> Family:
+    """Our gauge of nodes whose next step waits on a closed maintenance window or an alert."""
+    return Family(
+        HELD_NODES,
+        "Nodes of the Skyhook whose next step waits, by reason (MaintenanceWindowClosed, "
+        "AlertsFiring, AlertQueryFailed, AlertsNotRead)",
+        (*SKYHOOK, "reason"),
+        tuple(Sample(key, count) for key, count in sorted(held(plan).items())),
+    )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from skyhook_operator.core.alerts import AlertReading
 from skyhook_operator.core.policy import Policy, PolicyError, decode_policy
 from skyhook_operator.core.spec import SkyhookSpec, SpecError, decode_spec
 from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
@@ -252,3 +253,5 @@ class ClusterSnapshot:
     configmaps: tuple[ConfigMapView, ...] = ()
     policies: tuple[PolicyView, ...] = ()
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # What the operator last read from each Prometheus URL an alertGate names.
+    alerts: tuple[AlertReading, ...] = ()
