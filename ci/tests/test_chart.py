@@ -6,6 +6,7 @@ shared CRD, and install-time errors that name the bad value.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -781,25 +782,35 @@ RBAC_ACCOUNT = f"system:serviceaccount:{RBAC_NAMESPACE}:{RBAC_RELEASE}-skyhook-o
 ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
-    *((verb, "pods", "") for verb in ("create", "delete", "get", "list", "watch", "patch")),
+    *((verb, "pods", "") for verb in ("get", "list", "watch")),
+    *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete")),
     ("create", "pods/eviction", "default"),
+    *((verb, "secrets", RBAC_NAMESPACE) for verb in ("create", "get", "list", "watch", "patch")),
+    *(
+        (verb, f"{kind}webhookconfigurations.admissionregistration.k8s.io", "")
+        for verb in ("get", "list", "watch", "patch", "create")
+        for kind in ("validating", "mutating")
+    ),
     ("create", "events", "default"),
     ("patch", "events", RBAC_NAMESPACE),
     *(
         (verb, "configmaps", RBAC_NAMESPACE)
-        for verb in ("create", "get", "list", "watch", "update", "patch", "delete")
+        for verb in ("create", "get", "list", "watch", "patch", "delete")
     ),
-    *(
-        (verb, "skyhooks.skyhook.nvidia.com", "")
-        for verb in ("get", "list", "watch", "patch", "update")
-    ),
+    *((verb, "skyhooks.skyhook.nvidia.com", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
     ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
     *((verb, "leases.coordination.k8s.io", RBAC_NAMESPACE) for verb in ("create", "get", "update")),
 ]
 DENIED = [
-    ("get", "secrets", RBAC_NAMESPACE),
+    ("get", "secrets", "default"),
+    ("create", "pods", "default"),
+    ("delete", "pods", "default"),
+    ("patch", "pods", RBAC_NAMESPACE),
+    ("update", "skyhooks.skyhook.nvidia.com", ""),
+    ("update", "configmaps", RBAC_NAMESPACE),
+    ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("list", "namespaces", ""),
     ("delete", "nodes", ""),
     ("update", "nodes", ""),
@@ -839,8 +850,11 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
 def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
     helm: Path, sandbox_kubeconfig: Path
 ) -> None:
+    # Webhooks off: with no operator to answer them they would block the shared apiserver.
     rendered = run_helm(
-        helm, "template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"
+        helm,
+        *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"),
+        *("--set", "webhook.enable=false,argocdHealth.enabled=true,operator.replicas=2"),
     )
     assert rendered.returncode == 0, rendered.stderr
     documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
@@ -871,8 +885,131 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
         allowed = [grant for grant in DENIED if can_i(sandbox_kubeconfig, *grant)]
         assert not allowed, f"the chart's RBAC allows more than the operator needs: {allowed}"
     finally:
-        name = f"{RBAC_RELEASE}-skyhook-operator"
-        kubectl(
-            sandbox_kubeconfig, "delete", "clusterrole,clusterrolebinding", name, "--wait=false"
-        )
+        for doc in applied:
+            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+                name = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+                kubectl(sandbox_kubeconfig, "delete", name, "--wait=false")
         kubectl(sandbox_kubeconfig, "delete", "namespace", RBAC_NAMESPACE, "--wait=false")
+
+
+# --- install, upgrade, uninstall on a real apiserver ------------------------------------------
+
+LIFE_RELEASE = "life"
+LIFE_NAMESPACE = "chart-life"
+LIFE_FULLNAME = f"{LIFE_RELEASE}-skyhook-operator"
+INSTANCE = f"app.kubernetes.io/instance={LIFE_RELEASE}"
+NAMESPACED = "deployment,service,serviceaccount,role,rolebinding,limitrange,job,configmap,secret"
+CLUSTER_WIDE = "clusterrole,clusterrolebinding,validatingwebhookconfiguration"
+CLUSTER_WIDE += ",mutatingwebhookconfiguration"
+DEMO_POLICY: Obj = {
+    "apiVersion": "skyhook.nvidia.com/v1alpha1",
+    "kind": "DeploymentPolicy",
+    "metadata": {"name": "life-policy"},
+    "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
+}
+DEMO_SKYHOOK: Obj = {
+    "apiVersion": "skyhook.nvidia.com/v1alpha1",
+    "kind": "Skyhook",
+    "metadata": {"name": "life-scr"},
+    "spec": {
+        "nodeSelectors": {"matchLabels": {"chart-life": "yes"}},
+        "deploymentPolicy": "life-policy",
+        "packages": {"tuning": {"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook/agentless"}},
+    },
+}
+
+
+def ours(kubeconfig: Path) -> list[str]:
+    """Every object of the release, by label, plus the fixed-name webhook configurations."""
+    listed = kubectl(kubeconfig, "get", NAMESPACED, "-A", "-l", INSTANCE, "-o", "name")
+    listed += kubectl(kubeconfig, "get", CLUSTER_WIDE, "-l", INSTANCE, "-o", "name")
+    for kind, name in (("validating", VALIDATING), ("mutating", MUTATING)):
+        listed += kubectl(
+            kubeconfig, "get", f"{kind}webhookconfiguration", name, "--ignore-not-found", "-o", "name"
+        )
+    return sorted(listed.split())
+
+
+def run_pre_delete_hook(helm: Path, kubeconfig: Path, work: Path) -> None:
+    """The pre-delete Job as helm would run it, without a kubelet: its account and roles
+    applied, each container's kubectl command run here in order under that account's token."""
+    hooks = run_helm(helm, "get", "hooks", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--kubeconfig", str(kubeconfig))
+    assert hooks.returncode == 0, hooks.stderr
+    documents = [doc for doc in yaml.safe_load_all(hooks.stdout) if doc]
+    job = next(doc for doc in documents if doc["kind"] == "Job")
+    setup = [doc for doc in documents if doc["kind"] != "Job"]
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(setup))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    token = kubectl(kubeconfig, "create", "token", account, "-n", LIFE_NAMESPACE).strip()
+    config = yaml.safe_load(kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    account_config = work / "cleanup.kubeconfig"
+    account_config.write_text(yaml.safe_dump(config))
+    pod = job["spec"]["template"]["spec"]
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        program, *args = container["command"]
+        assert program == "kubectl"
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(account_config), *args], capture_output=True, text=True
+        )
+        assert result.returncode == 0, f"{container['name']}: {result.stderr}"
+    # hook-delete-policy hook-succeeded: helm removes the hook's objects afterwards.
+    for doc in setup:
+        kubectl(kubeconfig, "delete", f"{doc['kind'].lower()}/{doc['metadata']['name']}",
+                *(["-n", LIFE_NAMESPACE] if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"} else []))
+
+
+@pytest.mark.sandbox
+def test_install_upgrade_uninstall_leaves_nothing_behind(
+    helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
+) -> None:
+    def helm_on_sandbox(*args: str) -> None:
+        result = run_helm(helm, *args, "-n", LIFE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig))
+        assert result.returncode == 0, result.stderr
+
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        yaml.safe_dump(
+            {
+                "webhook": {"enable": False},
+                "operator": {"replicas": 2, "logLevel": "debug"},
+                "metrics": {"port": 9090},
+                "limitRange": None,
+            }
+        )
+    )
+    try:
+        # The CRDs are the session's; the apiserver validates every object the chart installs.
+        helm_on_sandbox("install", LIFE_RELEASE, str(CHART), "--create-namespace", "--skip-crds")
+        installed = ours(sandbox_kubeconfig)
+        assert f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
+        assert f"limitrange/{LIFE_FULLNAME}" in installed
+        helm_on_sandbox("upgrade", LIFE_RELEASE, str(CHART), "-f", str(changed), "--skip-crds")
+        upgraded = ours(sandbox_kubeconfig)
+        assert not [n for n in upgraded if "webhook" in n or n.startswith("limitrange/")]
+        deployment = json.loads(
+            kubectl(sandbox_kubeconfig, "get", "deployment", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "json")
+        )
+        assert deployment["spec"]["replicas"] == 2
+        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert (env["LOG_LEVEL"], env["METRICS_PORT"]) == ("debug", ":9090")
+        assert kubectl(sandbox_kubeconfig, "get", "pdb", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "name")
+        # What the operator would have made: an SCR with its policy, and the webhook Secret.
+        kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all([DEMO_POLICY, DEMO_SKYHOOK]))
+        kubectl(sandbox_kubeconfig, "create", "secret", "generic", "webhook-cert", "-n", LIFE_NAMESPACE)
+        run_pre_delete_hook(helm, sandbox_kubeconfig, tmp_path)
+        helm_on_sandbox("uninstall", LIFE_RELEASE, "--no-hooks", "--wait")
+        assert ours(sandbox_kubeconfig) == []
+        for kind, name in (("skyhook", "life-scr"), ("deploymentpolicy", "life-policy")):
+            assert not kubectl(sandbox_kubeconfig, "get", kind, name, "--ignore-not-found")
+        assert not kubectl(
+            sandbox_kubeconfig, "get", "secret", "webhook-cert", "-n", LIFE_NAMESPACE, "--ignore-not-found"
+        )
+    finally:
+        subprocess.run(
+            [str(helm), "uninstall", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--no-hooks", "--ignore-not-found",
+             "--kubeconfig", str(sandbox_kubeconfig)],
+            capture_output=True,
+        )
+        kubectl(sandbox_kubeconfig, "delete", "namespace", LIFE_NAMESPACE, "--ignore-not-found", "--wait=false")
