@@ -402,17 +402,24 @@ def test_cert_manager_certificates(render: Callable[..., list[Obj]]) -> None:
     mounts = {m["name"]: m["mountPath"] for m in operator_container(objects)["volumeMounts"]}
     assert mounts["webhook-cert"] == WEBHOOK_ENV["SKYHOOK_WEBHOOK_CERT_DIR"]
     env = env_of(objects)
-    assert (env["SKYHOOK_WEBHOOK_CERTS"], env["WEBHOOK_SECRET_NAME"]) == ("cert-manager", "sky-cert")
+    assert (env["SKYHOOK_WEBHOOK_CERTS"], env["WEBHOOK_SECRET_NAME"]) == (
+        "cert-manager",
+        "sky-cert",
+    )
     # An Issuer of the user's: no Issuer of ours.
     issuer = {"kind": "ClusterIssuer", "name": "corp-ca"}
-    objects = render({"webhook": {"certificates": "cert-manager", "certManager": {"issuerRef": issuer}}})
+    objects = render(
+        {"webhook": {"certificates": "cert-manager", "certManager": {"issuerRef": issuer}}}
+    )
     assert named(objects, "Certificate", FULLNAME)["spec"]["issuerRef"] == issuer
     assert not [o for o in objects if o["kind"] == "Issuer"]
 
 
 def test_webhooks_off(render: Callable[..., list[Obj]]) -> None:
     objects = render({"webhook": {"enable": False}})
-    assert not [o for o in objects if "Webhook" in o["kind"] or o["metadata"]["name"] == WEBHOOK_SERVICE]
+    assert not [
+        o for o in objects if "Webhook" in o["kind"] or o["metadata"]["name"] == WEBHOOK_SERVICE
+    ]
     env = env_of(objects)
     assert env["ENABLE_WEBHOOKS"] == "false"
     assert not {"WEBHOOK_SECRET_NAME", "WEBHOOK_SERVICE_NAME", "SKYHOOK_WEBHOOK_PORT"} & set(env)
@@ -422,7 +429,9 @@ NON_DEFAULT: Obj = {
     "operator": {
         "replicas": 3,
         "probePort": 9081,
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+        },
         "lease": {"duration": 30, "renewDeadline": 20, "retryPeriod": 4},
         "tuning": {"drainTimeout": 900, "writeConcurrency": 32},
         "securityContext": {"readOnlyRootFilesystem": False},
@@ -455,7 +464,9 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
     monitor = only(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     metrics = named(objects, "Service", f"{FULLNAME}-metrics")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
+    )
     assert metrics["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics"}]
     for hook in webhooks_by_name(objects).values():
         assert hook["clientConfig"]["service"]["name"] == "sky-webhook"
@@ -511,15 +522,17 @@ def test_pre_delete_job_removes_skyhooks_then_policies_then_webhooks(
     job = named(objects, "Job", CLEANUP)
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == CLEANUP
+    delete_all = ["--all", "--ignore-not-found", "--wait", "--timeout=300s"]
+    configurations = [
+        f"validatingwebhookconfiguration/{VALIDATING}",
+        f"mutatingwebhookconfiguration/{MUTATING}",
+    ]
+    secret = ["secret", "webhook-cert", "--namespace", NAMESPACE]
     assert cleanup_steps(objects) == [
-        ["kubectl", "delete", "skyhooks.skyhook.nvidia.com", "--all", "--ignore-not-found"]
-        + ["--wait", "--timeout=300s"],
-        ["kubectl", "delete", "deploymentpolicies.skyhook.nvidia.com", "--all"]
-        + ["--ignore-not-found", "--wait", "--timeout=300s"],
-        ["kubectl", "delete", f"validatingwebhookconfiguration/{VALIDATING}"]
-        + [f"mutatingwebhookconfiguration/{MUTATING}", "--ignore-not-found"],
-        ["kubectl", "delete", "secret", "webhook-cert", "--namespace", NAMESPACE]
-        + ["--ignore-not-found"],
+        ["kubectl", "delete", "skyhooks.skyhook.nvidia.com", *delete_all],
+        ["kubectl", "delete", "deploymentpolicies.skyhook.nvidia.com", *delete_all],
+        ["kubectl", "delete", *configurations, "--ignore-not-found"],
+        ["kubectl", "delete", *secret, "--ignore-not-found"],
     ]
     # Its account exists only for the hook, created before the Job.
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
@@ -732,7 +745,13 @@ def test_interval_accepted_exactly_when_at_least_a_minute(
 
 # --- values.yaml documentation ---------------------------------------------------------------
 
-FREE_FORM = {"resources", "annotations", "podSecurityContext", "securityContext", "limitRange"}  # maps whose inner keys are the user's, not knobs
+FREE_FORM = {
+    "resources",
+    "annotations",
+    "podSecurityContext",
+    "securityContext",
+    "limitRange",
+}  # maps whose inner keys are the user's, not knobs
 
 
 def knob_paths(values: Obj, prefix: str = "") -> Iterator[str]:
@@ -925,7 +944,13 @@ def ours(kubeconfig: Path) -> list[str]:
     listed += kubectl(kubeconfig, "get", CLUSTER_WIDE, "-l", INSTANCE, "-o", "name")
     for kind, name in (("validating", VALIDATING), ("mutating", MUTATING)):
         listed += kubectl(
-            kubeconfig, "get", f"{kind}webhookconfiguration", name, "--ignore-not-found", "-o", "name"
+            kubeconfig,
+            "get",
+            f"{kind}webhookconfiguration",
+            name,
+            "--ignore-not-found",
+            "-o",
+            "name",
         )
     return sorted(listed.split())
 
@@ -933,7 +958,9 @@ def ours(kubeconfig: Path) -> list[str]:
 def run_pre_delete_hook(helm: Path, kubeconfig: Path, work: Path) -> None:
     """The pre-delete Job as helm would run it, without a kubelet: its account and roles
     applied, each container's kubectl command run here in order under that account's token."""
-    hooks = run_helm(helm, "get", "hooks", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--kubeconfig", str(kubeconfig))
+    hooks = run_helm(
+        helm, "get", "hooks", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--kubeconfig", str(kubeconfig)
+    )
     assert hooks.returncode == 0, hooks.stderr
     documents = [doc for doc in yaml.safe_load_all(hooks.stdout) if doc]
     job = next(doc for doc in documents if doc["kind"] == "Job")
@@ -956,8 +983,16 @@ def run_pre_delete_hook(helm: Path, kubeconfig: Path, work: Path) -> None:
         assert result.returncode == 0, f"{container['name']}: {result.stderr}"
     # hook-delete-policy hook-succeeded: helm removes the hook's objects afterwards.
     for doc in setup:
-        kubectl(kubeconfig, "delete", f"{doc['kind'].lower()}/{doc['metadata']['name']}",
-                *(["-n", LIFE_NAMESPACE] if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"} else []))
+        kubectl(
+            kubeconfig,
+            "delete",
+            f"{doc['kind'].lower()}/{doc['metadata']['name']}",
+            *(
+                ["-n", LIFE_NAMESPACE]
+                if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"}
+                else []
+            ),
+        )
 
 
 @pytest.mark.sandbox
@@ -965,7 +1000,9 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
     helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
 ) -> None:
     def helm_on_sandbox(*args: str) -> None:
-        result = run_helm(helm, *args, "-n", LIFE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig))
+        result = run_helm(
+            helm, *args, "-n", LIFE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig)
+        )
         assert result.returncode == 0, result.stderr
 
     changed = tmp_path / "changed.yaml"
@@ -983,33 +1020,79 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
         # The CRDs are the session's; the apiserver validates every object the chart installs.
         helm_on_sandbox("install", LIFE_RELEASE, str(CHART), "--create-namespace", "--skip-crds")
         installed = ours(sandbox_kubeconfig)
-        assert f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
+        assert (
+            f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
+        )
         assert f"limitrange/{LIFE_FULLNAME}" in installed
         helm_on_sandbox("upgrade", LIFE_RELEASE, str(CHART), "-f", str(changed), "--skip-crds")
         upgraded = ours(sandbox_kubeconfig)
         assert not [n for n in upgraded if "webhook" in n or n.startswith("limitrange/")]
         deployment = json.loads(
-            kubectl(sandbox_kubeconfig, "get", "deployment", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "json")
+            kubectl(
+                sandbox_kubeconfig,
+                "get",
+                "deployment",
+                LIFE_FULLNAME,
+                "-n",
+                LIFE_NAMESPACE,
+                "-o",
+                "json",
+            )
         )
         assert deployment["spec"]["replicas"] == 2
-        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        env = {
+            e["name"]: e.get("value")
+            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
         assert (env["LOG_LEVEL"], env["METRICS_PORT"]) == ("debug", ":9090")
-        assert kubectl(sandbox_kubeconfig, "get", "pdb", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "name")
+        assert kubectl(
+            sandbox_kubeconfig, "get", "pdb", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "name"
+        )
         # What the operator would have made: an SCR with its policy, and the webhook Secret.
-        kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all([DEMO_POLICY, DEMO_SKYHOOK]))
-        kubectl(sandbox_kubeconfig, "create", "secret", "generic", "webhook-cert", "-n", LIFE_NAMESPACE)
+        kubectl(
+            sandbox_kubeconfig,
+            "apply",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all([DEMO_POLICY, DEMO_SKYHOOK]),
+        )
+        kubectl(
+            sandbox_kubeconfig, "create", "secret", "generic", "webhook-cert", "-n", LIFE_NAMESPACE
+        )
         run_pre_delete_hook(helm, sandbox_kubeconfig, tmp_path)
         helm_on_sandbox("uninstall", LIFE_RELEASE, "--no-hooks", "--wait")
         assert ours(sandbox_kubeconfig) == []
         for kind, name in (("skyhook", "life-scr"), ("deploymentpolicy", "life-policy")):
             assert not kubectl(sandbox_kubeconfig, "get", kind, name, "--ignore-not-found")
         assert not kubectl(
-            sandbox_kubeconfig, "get", "secret", "webhook-cert", "-n", LIFE_NAMESPACE, "--ignore-not-found"
+            sandbox_kubeconfig,
+            "get",
+            "secret",
+            "webhook-cert",
+            "-n",
+            LIFE_NAMESPACE,
+            "--ignore-not-found",
         )
     finally:
         subprocess.run(
-            [str(helm), "uninstall", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--no-hooks", "--ignore-not-found",
-             "--kubeconfig", str(sandbox_kubeconfig)],
+            [
+                str(helm),
+                "uninstall",
+                LIFE_RELEASE,
+                "-n",
+                LIFE_NAMESPACE,
+                "--no-hooks",
+                "--ignore-not-found",
+                "--kubeconfig",
+                str(sandbox_kubeconfig),
+            ],
             capture_output=True,
         )
-        kubectl(sandbox_kubeconfig, "delete", "namespace", LIFE_NAMESPACE, "--ignore-not-found", "--wait=false")
+        kubectl(
+            sandbox_kubeconfig,
+            "delete",
+            "namespace",
+            LIFE_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=false",
+        )

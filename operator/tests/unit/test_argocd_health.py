@@ -89,7 +89,10 @@ def test_paused_or_disabled_is_suspended(annotation: str) -> None:
     d.run()
     state = skyhook(d)["status"]["status"]
     assert state in {"paused", "disabled"}
-    assert health(SKYHOOK_CHECK, skyhook(d)) == ("Suspended", f"Skyhook is {state} (0/2 nodes complete)")
+    assert health(SKYHOOK_CHECK, skyhook(d)) == (
+        "Suspended",
+        f"Skyhook is {state} (0/2 nodes complete)",
+    )
 
 
 def test_status_written_by_an_older_operator_without_kstatus_conditions() -> None:

@@ -133,7 +133,9 @@ def erroring_message(node_statuses: Mapping[str, str]) -> str:
     erroring = sorted(name for name, status in node_statuses.items() if status == ERRORING)
     if not erroring:
         return ""
-    shown = ", ".join(erroring[:5]) + (f" and {len(erroring) - 5} more" if len(erroring) > 5 else "")
+    shown = ", ".join(erroring[:5]) + (
+        f" and {len(erroring) - 5} more" if len(erroring) > 5 else ""
+    )
     return f"{len(erroring)} node(s) erroring: {shown}."
 
 
