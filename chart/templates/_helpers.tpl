@@ -40,3 +40,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "skyhook.agentImage" -}}
 {{- include "skyhook.imageRef" .Values.agent.image -}}
 {{- end -}}
+
+{{/* Where the operator reads tls.crt and tls.key (SKYHOOK_WEBHOOK_CERT_DIR). */}}
+{{- define "skyhook.webhookCertDir" -}}
+/tmp/k8s-webhook-server/serving-certs
+{{- end -}}
+
+{{/* The clientConfig of one webhook: the chart's Service at `path`. No caBundle: the
+operator (certificates: operator) or cert-manager's CA injector writes it, and leaving it out
+keeps `helm upgrade` from clearing it. */}}
+{{- define "skyhook.webhookClient" -}}
+clientConfig:
+  service:
+    name: {{ .root.Values.webhook.serviceName }}
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path }}
+    port: 443
+{{- end -}}

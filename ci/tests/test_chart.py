@@ -6,6 +6,7 @@ shared CRD, and install-time errors that name the bad value.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -89,6 +90,12 @@ def only(objects: list[Obj], kind: str) -> Obj:
     return found[0]
 
 
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, got {len(found)}"
+    return found[0]
+
+
 def operator_container(objects: list[Obj]) -> Obj:
     containers = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["operator"]
@@ -124,15 +131,36 @@ def test_chart_identity_tracks_the_operator_release() -> None:
 # --- default render ------------------------------------------------------------------------
 
 
+CLEANUP = f"{FULLNAME}-cleanup"
+WEBHOOK_SERVICE = "skyhook-operator-webhook-service"
+VALIDATING = "skyhook-operator-validating-webhook"
+MUTATING = "skyhook-operator-mutating-webhook"
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
+CLUSTER_SCOPED |= {"MutatingWebhookConfiguration"}
+
+
+def names(objects: list[Obj]) -> list[tuple[str, str]]:
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+
+
 def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list[Obj]]) -> None:
     objects = render()
-    kinds = sorted(o["kind"] for o in objects)
-    assert kinds == sorted(
-        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
+    assert names(objects) == sorted(
+        [
+            *((kind, FULLNAME) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
+            *((kind, FULLNAME) for kind in ("Role", "RoleBinding", "Deployment", "LimitRange")),
+            ("Service", f"{FULLNAME}-metrics"),
+            ("Service", WEBHOOK_SERVICE),
+            ("ValidatingWebhookConfiguration", VALIDATING),
+            ("MutatingWebhookConfiguration", MUTATING),
+            ("ClusterRole", f"{FULLNAME}-viewer"),
+            ("ClusterRole", f"{FULLNAME}-editor"),
+            *((kind, CLEANUP) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
+            *((kind, CLEANUP) for kind in ("Role", "RoleBinding", "Job")),
+        ]
     )
     for obj in objects:
-        assert obj["metadata"]["name"] == FULLNAME
-        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+        if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
@@ -152,7 +180,18 @@ def test_deployment_runs_one_elected_operator_replica_rolled_out_new_first(
     assert container["command"] + container["args"] == ["skyhook-operator", "run"]
     assert container["image"] == f"ghcr.io/nvidia/skyhook/operator:v{project_version('operator')}"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert "affinity" not in pod["spec"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "probes": 8081,
+        "webhook": 9443,
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    # One replica: a disruption budget would only block node drains.
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget"]
     assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
     assert "imagePullSecrets" not in pod["spec"]
 
@@ -171,11 +210,52 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
         "LEADER_ELECTION": "true",
+        "SKYHOOK_LEASE_DURATION": "15",
+        "SKYHOOK_LEASE_RENEW_DEADLINE": "10",
+        "SKYHOOK_LEASE_RETRY_PERIOD": "2",
+        "METRICS_PORT": ":8080",
+        "PROBE_PORT": ":8081",
+        "SKYHOOK_PASS_DEBOUNCE": "0.05",
+        "SKYHOOK_RETRY_INTERVAL": "2",
+        "SKYHOOK_WRITE_CONCURRENCY": "16",
+        "SKYHOOK_DRAIN_TIMEOUT": "600",
+        "SKYHOOK_RETRY_BACKOFF_BASE": "10",
+        "SKYHOOK_RETRY_BACKOFF_MAX": "300",
+        **WEBHOOK_ENV,
     }
-    # Every name must be one the operator's settings actually read (a typo would be ignored).
+    # Every name must be one the operator's settings read (a typo would be ignored), and every
+    # setting has a value, except the few the chart leaves to the operator on purpose.
     settings_source = (REPO / "operator/src/skyhook_operator/settings.py").read_text()
-    read_by_operator = set(re.findall(r'_meta\(\s*"([A-Z_]+)"', settings_source))
-    assert set(env) <= read_by_operator
+    upstream_names = set(re.findall(r'_meta\(\s*"([A-Z_]+)"', settings_source))
+    fields = re.findall(r"^    (\w+): [\w\[\], ]+ = field\(", settings_source, re.MULTILINE)
+    ours = {f"SKYHOOK_{name.upper()}" for name in fields}
+    assert set(env) - set(WEBHOOK_ENV) <= upstream_names | ours
+    by_field = {
+        name
+        for name in fields
+        if f"SKYHOOK_{name.upper()}" in env or _upstream_env(settings_source, name) in env
+    }
+    assert set(fields) - by_field == LEFT_TO_THE_OPERATOR
+
+
+# The webhook settings (the admission server's interface; upstream's names where it has them).
+WEBHOOK_ENV = {
+    "ENABLE_WEBHOOKS": "true",
+    "SKYHOOK_WEBHOOK_PORT": "9443",
+    "WEBHOOK_SECRET_NAME": "webhook-cert",
+    "WEBHOOK_SERVICE_NAME": WEBHOOK_SERVICE,
+    "SKYHOOK_WEBHOOK_CERT_DIR": "/tmp/k8s-webhook-server/serving-certs",
+    "SKYHOOK_WEBHOOK_CERTS": "operator",
+}
+# Fixed for compatibility with upstream (kopf prefix, Lease name) or derived in the pod
+# (operator version from the image, leader identity from the pod name).
+LEFT_TO_THE_OPERATOR = {"kopf_prefix", "lease_name", "operator_version", "leader_identity"}
+
+
+def _upstream_env(source: str, field_name: str) -> str | None:
+    match = re.search(rf"^    {field_name}: .*?_meta\(\s*(\"[A-Z_]+\"|None)", source, re.S | re.M)
+    assert match, field_name
+    return match.group(1).strip('"') if match.group(1) != "None" else None
 
 
 # --- overrides ------------------------------------------------------------------------------
@@ -229,11 +309,10 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert pod["tolerations"] == OVERRIDES["operator"]["tolerations"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other-cred"}]
     assert pod["serviceAccountName"] == "skyhook-sa"
-    account = only(objects, "ServiceAccount")
-    assert account["metadata"]["name"] == "skyhook-sa"
+    account = named(objects, "ServiceAccount", "skyhook-sa")
     assert account["metadata"]["annotations"] == {"example.com/role": "x"}
     for kind in ("ClusterRoleBinding", "RoleBinding"):
-        assert only(objects, kind)["subjects"] == [
+        assert named(objects, kind, FULLNAME)["subjects"] == [
             {"kind": "ServiceAccount", "name": "skyhook-sa", "namespace": NAMESPACE}
         ]
 
@@ -251,6 +330,234 @@ def test_operator_digest_pins_the_operator_image(render: Callable[..., list[Obj]
     container = operator_container(render({"operator": {"image": {"digest": DIGEST}}}))
     version = project_version("operator")
     assert container["image"] == f"ghcr.io/nvidia/skyhook/operator:v{version}@{DIGEST}"
+
+
+# --- webhooks, metrics, availability, cleanup -------------------------------------------------
+
+
+def webhooks_by_name(objects: list[Obj]) -> dict[str, Obj]:
+    configurations = [named(objects, "ValidatingWebhookConfiguration", VALIDATING)]
+    configurations.append(named(objects, "MutatingWebhookConfiguration", MUTATING))
+    return {hook["name"]: hook for config in configurations for hook in config["webhooks"]}
+
+
+def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., list[Obj]]) -> None:
+    objects = render()
+    service = named(objects, "Service", WEBHOOK_SERVICE)
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
+    hooks = webhooks_by_name(objects)
+    paths = {name: hook["clientConfig"]["service"]["path"] for name, hook in hooks.items()}
+    assert paths == {
+        "validate-skyhook.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-skyhook",
+        "validate-deploymentpolicy.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        "mutate-skyhook.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
+        "mutate-deploymentpolicy.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        "mutate-pod-image.skyhook.nvidia.com": "/mutate-v1-pod-image",
+    }
+    operations = {name: hook["rules"][0]["operations"] for name, hook in hooks.items()}
+    assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE", "DELETE"]
+    assert operations["validate-skyhook.nvidia.com"] == ["CREATE", "UPDATE"]
+    assert operations["mutate-pod-image.skyhook.nvidia.com"] == ["CREATE"]
+    assert hooks["mutate-pod-image.skyhook.nvidia.com"]["objectSelector"] == {
+        "matchLabels": {"oci.image.compatibilities.selection/enabled": "true"}
+    }
+    for hook in hooks.values():
+        assert hook["clientConfig"]["service"] == {
+            **hook["clientConfig"]["service"],
+            "name": WEBHOOK_SERVICE,
+            "namespace": NAMESPACE,
+            "port": 443,
+        }
+        assert "caBundle" not in hook["clientConfig"], "filled in later; upgrades keep it"
+        assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
+            "Fail",
+            "None",
+            10,
+        )
+        assert hook["admissionReviewVersions"] == ["v1"]
+    # Operator-made certificates are written under /tmp, an emptyDir.
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
+
+
+def test_cert_manager_certificates(render: Callable[..., list[Obj]]) -> None:
+    objects = render({"webhook": {"certificates": "cert-manager", "secretName": "sky-cert"}})
+    certificate = named(objects, "Certificate", FULLNAME)
+    assert certificate["spec"]["secretName"] == "sky-cert"
+    assert certificate["spec"]["dnsNames"] == [
+        f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc",
+        f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc.cluster.local",
+    ]
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": FULLNAME}
+    assert named(objects, "Issuer", FULLNAME)["spec"] == {"selfSigned": {}}
+    for kind, name in (
+        ("ValidatingWebhookConfiguration", VALIDATING),
+        ("MutatingWebhookConfiguration", MUTATING),
+    ):
+        annotations = named(objects, kind, name)["metadata"]["annotations"]
+        assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{FULLNAME}"}
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "webhook-cert", "secret": {"secretName": "sky-cert"}} in pod["volumes"]
+    mounts = {m["name"]: m["mountPath"] for m in operator_container(objects)["volumeMounts"]}
+    assert mounts["webhook-cert"] == WEBHOOK_ENV["SKYHOOK_WEBHOOK_CERT_DIR"]
+    env = env_of(objects)
+    assert (env["SKYHOOK_WEBHOOK_CERTS"], env["WEBHOOK_SECRET_NAME"]) == (
+        "cert-manager",
+        "sky-cert",
+    )
+    # An Issuer of the user's: no Issuer of ours.
+    issuer = {"kind": "ClusterIssuer", "name": "corp-ca"}
+    objects = render(
+        {"webhook": {"certificates": "cert-manager", "certManager": {"issuerRef": issuer}}}
+    )
+    assert named(objects, "Certificate", FULLNAME)["spec"]["issuerRef"] == issuer
+    assert not [o for o in objects if o["kind"] == "Issuer"]
+
+
+def test_webhooks_off(render: Callable[..., list[Obj]]) -> None:
+    objects = render({"webhook": {"enable": False}})
+    assert not [
+        o for o in objects if "Webhook" in o["kind"] or o["metadata"]["name"] == WEBHOOK_SERVICE
+    ]
+    env = env_of(objects)
+    assert env["ENABLE_WEBHOOKS"] == "false"
+    assert not {"WEBHOOK_SECRET_NAME", "WEBHOOK_SERVICE_NAME", "SKYHOOK_WEBHOOK_PORT"} & set(env)
+
+
+NON_DEFAULT: Obj = {
+    "operator": {
+        "replicas": 3,
+        "probePort": 9081,
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+        },
+        "lease": {"duration": 30, "renewDeadline": 20, "retryPeriod": 4},
+        "tuning": {"drainTimeout": 900, "writeConcurrency": 32},
+        "securityContext": {"readOnlyRootFilesystem": False},
+    },
+    "metrics": {"port": 9090, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "webhook": {"serviceName": "sky-webhook", "port": 10443},
+    "limitRange": None,
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"podSelector": {}}]},
+    "rbac": {"createViewerRole": False, "createEditorRole": False},
+    "cleanup": {"enabled": False},
+    "argocdHealth": {"enabled": True},
+}
+
+
+def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
+    objects = render(NON_DEFAULT)
+    env = env_of(objects)
+    assert (env["METRICS_PORT"], env["PROBE_PORT"]) == (":9090", ":9081")
+    assert env["SKYHOOK_LEASE_DURATION"] == "30"
+    assert (env["SKYHOOK_DRAIN_TIMEOUT"], env["SKYHOOK_WRITE_CONCURRENCY"]) == ("900", "32")
+    assert (env["WEBHOOK_SERVICE_NAME"], env["SKYHOOK_WEBHOOK_PORT"]) == ("sky-webhook", "10443")
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"] == {"nodeAffinity": NON_DEFAULT["operator"]["nodeAffinity"]}
+    container = operator_container(objects)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is False
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False, "merged"
+    budget = only(objects, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == only(objects, "Deployment")["spec"]["selector"]
+    monitor = only(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    metrics = named(objects, "Service", f"{FULLNAME}-metrics")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
+    )
+    assert metrics["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics"}]
+    for hook in webhooks_by_name(objects).values():
+        assert hook["clientConfig"]["service"]["name"] == "sky-webhook"
+    policy = only(objects, "NetworkPolicy")
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": 9081}, {"port": 10443}]},
+        {"from": [{"podSelector": {}}], "ports": [{"port": 9090}]},
+    ]
+    kinds = {o["kind"] for o in objects}
+    assert not {"LimitRange", "Job"} & kinds
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"} == {FULLNAME}
+    health = named(objects, "ConfigMap", f"{FULLNAME}-argocd-health")["data"]
+    assert health["resource.customizations.health.skyhook.nvidia.com_Skyhook"].strip() == (
+        (CHART / "docs/skyhook-health.lua").read_text().strip()
+    )
+
+
+def test_limit_range_gives_stage_containers_upstreams_defaults(
+    render: Callable[..., list[Obj]],
+) -> None:
+    (limits,) = only(render(), "LimitRange")["spec"]["limits"]
+    assert limits == {
+        "type": "Container",
+        "default": {"cpu": "500m", "memory": "512Mi"},
+        "defaultRequest": {"cpu": "250m", "memory": "256Mi"},
+    }
+
+
+def test_user_roles_view_and_edit_both_kinds(render: Callable[..., list[Obj]]) -> None:
+    objects = render()
+    viewer = named(objects, "ClusterRole", f"{FULLNAME}-viewer")
+    editor = named(objects, "ClusterRole", f"{FULLNAME}-editor")
+    kinds = "skyhooks deploymentpolicies"
+    assert grants(viewer["rules"]) == expand("skyhook.nvidia.com", kinds, "get list watch") | {
+        ("skyhook.nvidia.com", "skyhooks/status", "get")
+    }
+    assert grants(editor["rules"]) >= expand(
+        "skyhook.nvidia.com", kinds, "create delete get list patch update watch"
+    )
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+
+
+def cleanup_steps(objects: list[Obj]) -> list[list[str]]:
+    pod = named(objects, "Job", CLEANUP)["spec"]["template"]["spec"]
+    return [c["command"] for c in [*pod["initContainers"], *pod["containers"]]]
+
+
+def test_pre_delete_job_removes_skyhooks_then_policies_then_webhooks(
+    render: Callable[..., list[Obj]],
+) -> None:
+    objects = render()
+    job = named(objects, "Job", CLEANUP)
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == CLEANUP
+    delete_all = ["--all", "--ignore-not-found", "--wait", "--timeout=300s"]
+    configurations = [
+        f"validatingwebhookconfiguration/{VALIDATING}",
+        f"mutatingwebhookconfiguration/{MUTATING}",
+    ]
+    secret = ["secret", "webhook-cert", "--namespace", NAMESPACE]
+    assert cleanup_steps(objects) == [
+        ["kubectl", "delete", "skyhooks.skyhook.nvidia.com", *delete_all],
+        ["kubectl", "delete", "deploymentpolicies.skyhook.nvidia.com", *delete_all],
+        ["kubectl", "delete", *configurations, "--ignore-not-found"],
+        ["kubectl", "delete", *secret, "--ignore-not-found"],
+    ]
+    # Its account exists only for the hook, created before the Job.
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+        annotations = named(objects, kind, CLEANUP)["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert int(annotations["helm.sh/hook-weight"]) < 0
+
+
+@pytest.mark.parametrize(
+    ("values", "path"),
+    [
+        pytest.param({"webhook": {"certificates": "vault"}}, "/webhook/certificates", id="certs"),
+        pytest.param({"metrics": {"port": 0}}, "/metrics/port", id="port"),
+        pytest.param({"operator": {"tuning": {"writeConcurrency": 0}}}, "writeConcurrency", id="c"),
+        pytest.param({"cleanup": {"enabled": "yes"}}, "/cleanup/enabled", id="bool"),
+        pytest.param({"webhok": {"enable": False}}, "'webhok'", id="typo"),
+        pytest.param({"webhook": {"serviceName": "Bad_Name"}}, "/webhook/serviceName", id="name"),
+    ],
+)
+def test_schema_rejects_a_bad_value_naming_it(
+    render_error: Callable[[Obj], str], values: Obj, path: str
+) -> None:
+    error = render_error(values)
+    assert "values don't meet the specifications of the schema" in error
+    assert path in error
 
 
 # --- RBAC -----------------------------------------------------------------------------------
@@ -277,23 +584,32 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     expected = (
         expand("", "nodes", "get list watch patch")
         | expand("", "nodes/status", "patch")
-        | expand("", "pods", "create delete get list watch patch")
+        | expand("", "pods", "get list watch")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
-        | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch update")
-        | expand("skyhook.nvidia.com", "skyhooks/status skyhooks/finalizers", "get patch update")
+        | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch")
+        | expand("skyhook.nvidia.com", "skyhooks/status", "get patch")
+        | expand("skyhook.nvidia.com", "skyhooks/finalizers", "update")
         | expand("skyhook.nvidia.com", "deploymentpolicies", "get list watch")
         | expand("apiextensions.k8s.io", "customresourcedefinitions", "get list watch")
+        | expand(
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations mutatingwebhookconfigurations",
+            "get list watch patch create",
+        )
     )
-    assert grants(only(objects, "ClusterRole")["rules"]) == expected
-    # ConfigMaps are watched and written only in the release namespace.
-    role = only(objects, "Role")
+    assert grants(named(objects, "ClusterRole", FULLNAME)["rules"]) == expected
+    # ConfigMaps, stage pods and the webhook Secret only in the release namespace.
+    role = named(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert grants(role["rules"]) == expand(
-        "", "configmaps", "create get list watch update patch delete"
-    ) | expand("coordination.k8s.io", "leases", "create get update")
+    assert grants(role["rules"]) == (
+        expand("", "configmaps", "create get list watch patch delete")
+        | expand("", "pods", "create delete")
+        | expand("", "secrets", "create get list watch patch")
+        | expand("coordination.k8s.io", "leases", "create get update")
+    )
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = only(objects, kind)
+        binding = named(objects, kind, FULLNAME)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": role_kind,
@@ -429,7 +745,13 @@ def test_interval_accepted_exactly_when_at_least_a_minute(
 
 # --- values.yaml documentation ---------------------------------------------------------------
 
-FREE_FORM = {"resources", "annotations"}  # maps whose inner keys are the user's, not knobs
+FREE_FORM = {
+    "resources",
+    "annotations",
+    "podSecurityContext",
+    "securityContext",
+    "limitRange",
+}  # maps whose inner keys are the user's, not knobs
 
 
 def knob_paths(values: Obj, prefix: str = "") -> Iterator[str]:
@@ -479,26 +801,37 @@ RBAC_ACCOUNT = f"system:serviceaccount:{RBAC_NAMESPACE}:{RBAC_RELEASE}-skyhook-o
 ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
-    *((verb, "pods", "") for verb in ("create", "delete", "get", "list", "watch", "patch")),
+    *((verb, "pods", "") for verb in ("get", "list", "watch")),
+    *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete")),
     ("create", "pods/eviction", "default"),
+    *((verb, "secrets", RBAC_NAMESPACE) for verb in ("create", "get", "list", "watch", "patch")),
+    *(
+        (verb, f"{kind}webhookconfigurations.admissionregistration.k8s.io", "")
+        for verb in ("get", "list", "watch", "patch", "create")
+        for kind in ("validating", "mutating")
+    ),
     ("create", "events", "default"),
     ("patch", "events", RBAC_NAMESPACE),
     *(
         (verb, "configmaps", RBAC_NAMESPACE)
-        for verb in ("create", "get", "list", "watch", "update", "patch", "delete")
+        for verb in ("create", "get", "list", "watch", "patch", "delete")
     ),
-    *(
-        (verb, "skyhooks.skyhook.nvidia.com", "")
-        for verb in ("get", "list", "watch", "patch", "update")
-    ),
+    *((verb, "skyhooks.skyhook.nvidia.com", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
     ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    *((verb, "namespaces", "") for verb in ("get", "list", "watch")),
     *((verb, "leases.coordination.k8s.io", RBAC_NAMESPACE) for verb in ("create", "get", "update")),
 ]
 DENIED = [
-    ("get", "secrets", RBAC_NAMESPACE),
-    ("list", "namespaces", ""),
+    ("get", "secrets", "default"),
+    ("create", "pods", "default"),
+    ("delete", "pods", "default"),
+    ("patch", "pods", RBAC_NAMESPACE),
+    ("update", "skyhooks.skyhook.nvidia.com", ""),
+    ("update", "configmaps", RBAC_NAMESPACE),
+    ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
+    ("delete", "namespaces", ""),
     ("delete", "nodes", ""),
     ("update", "nodes", ""),
     ("create", "configmaps", "default"),
@@ -537,8 +870,11 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
 def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
     helm: Path, sandbox_kubeconfig: Path
 ) -> None:
+    # Webhooks off: with no operator to answer them they would block the shared apiserver.
     rendered = run_helm(
-        helm, "template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"
+        helm,
+        *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"),
+        *("--set", "webhook.enable=false,argocdHealth.enabled=true,operator.replicas=2"),
     )
     assert rendered.returncode == 0, rendered.stderr
     documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
@@ -569,8 +905,195 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
         allowed = [grant for grant in DENIED if can_i(sandbox_kubeconfig, *grant)]
         assert not allowed, f"the chart's RBAC allows more than the operator needs: {allowed}"
     finally:
-        name = f"{RBAC_RELEASE}-skyhook-operator"
-        kubectl(
-            sandbox_kubeconfig, "delete", "clusterrole,clusterrolebinding", name, "--wait=false"
-        )
+        for doc in applied:
+            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+                name = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+                kubectl(sandbox_kubeconfig, "delete", name, "--wait=false")
         kubectl(sandbox_kubeconfig, "delete", "namespace", RBAC_NAMESPACE, "--wait=false")
+
+
+# --- install, upgrade, uninstall on a real apiserver ------------------------------------------
+
+LIFE_RELEASE = "life"
+LIFE_NAMESPACE = "chart-life"
+LIFE_FULLNAME = f"{LIFE_RELEASE}-skyhook-operator"
+INSTANCE = f"app.kubernetes.io/instance={LIFE_RELEASE}"
+NAMESPACED = "deployment,service,serviceaccount,role,rolebinding,limitrange,job,configmap,secret"
+CLUSTER_WIDE = "clusterrole,clusterrolebinding,validatingwebhookconfiguration"
+CLUSTER_WIDE += ",mutatingwebhookconfiguration"
+DEMO_POLICY: Obj = {
+    "apiVersion": "skyhook.nvidia.com/v1alpha1",
+    "kind": "DeploymentPolicy",
+    "metadata": {"name": "life-policy"},
+    "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
+}
+DEMO_SKYHOOK: Obj = {
+    "apiVersion": "skyhook.nvidia.com/v1alpha1",
+    "kind": "Skyhook",
+    "metadata": {"name": "life-scr"},
+    "spec": {
+        "nodeSelectors": {"matchLabels": {"chart-life": "yes"}},
+        "deploymentPolicy": "life-policy",
+        "packages": {"tuning": {"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook/agentless"}},
+    },
+}
+
+
+def ours(kubeconfig: Path) -> list[str]:
+    """Every object of the release, by label, plus the fixed-name webhook configurations."""
+    listed = kubectl(kubeconfig, "get", NAMESPACED, "-A", "-l", INSTANCE, "-o", "name")
+    listed += kubectl(kubeconfig, "get", CLUSTER_WIDE, "-l", INSTANCE, "-o", "name")
+    for kind, name in (("validating", VALIDATING), ("mutating", MUTATING)):
+        listed += kubectl(
+            kubeconfig,
+            "get",
+            f"{kind}webhookconfiguration",
+            name,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        )
+    return sorted(listed.split())
+
+
+def run_pre_delete_hook(helm: Path, kubeconfig: Path, work: Path) -> None:
+    """The pre-delete Job as helm would run it, without a kubelet: its account and roles
+    applied, each container's kubectl command run here in order under that account's token."""
+    hooks = run_helm(
+        helm, "get", "hooks", LIFE_RELEASE, "-n", LIFE_NAMESPACE, "--kubeconfig", str(kubeconfig)
+    )
+    assert hooks.returncode == 0, hooks.stderr
+    documents = [doc for doc in yaml.safe_load_all(hooks.stdout) if doc]
+    job = next(doc for doc in documents if doc["kind"] == "Job")
+    setup = [doc for doc in documents if doc["kind"] != "Job"]
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(setup))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    token = kubectl(kubeconfig, "create", "token", account, "-n", LIFE_NAMESPACE).strip()
+    config = yaml.safe_load(kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    account_config = work / "cleanup.kubeconfig"
+    account_config.write_text(yaml.safe_dump(config))
+    pod = job["spec"]["template"]["spec"]
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        program, *args = container["command"]
+        assert program == "kubectl"
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(account_config), *args], capture_output=True, text=True
+        )
+        assert result.returncode == 0, f"{container['name']}: {result.stderr}"
+    # hook-delete-policy hook-succeeded: helm removes the hook's objects afterwards.
+    for doc in setup:
+        kubectl(
+            kubeconfig,
+            "delete",
+            f"{doc['kind'].lower()}/{doc['metadata']['name']}",
+            *(
+                ["-n", LIFE_NAMESPACE]
+                if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"}
+                else []
+            ),
+        )
+
+
+@pytest.mark.sandbox
+def test_install_upgrade_uninstall_leaves_nothing_behind(
+    helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
+) -> None:
+    def helm_on_sandbox(*args: str) -> None:
+        result = run_helm(
+            helm, *args, "-n", LIFE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig)
+        )
+        assert result.returncode == 0, result.stderr
+
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        yaml.safe_dump(
+            {
+                "webhook": {"enable": False},
+                "operator": {"replicas": 2, "logLevel": "debug"},
+                "metrics": {"port": 9090},
+                "limitRange": None,
+            }
+        )
+    )
+    try:
+        # The CRDs are the session's; the apiserver validates every object the chart installs.
+        helm_on_sandbox("install", LIFE_RELEASE, str(CHART), "--create-namespace", "--skip-crds")
+        installed = ours(sandbox_kubeconfig)
+        assert (
+            f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
+        )
+        assert f"limitrange/{LIFE_FULLNAME}" in installed
+        helm_on_sandbox("upgrade", LIFE_RELEASE, str(CHART), "-f", str(changed), "--skip-crds")
+        upgraded = ours(sandbox_kubeconfig)
+        assert not [n for n in upgraded if "webhook" in n or n.startswith("limitrange/")]
+        deployment = json.loads(
+            kubectl(
+                sandbox_kubeconfig,
+                "get",
+                "deployment",
+                LIFE_FULLNAME,
+                "-n",
+                LIFE_NAMESPACE,
+                "-o",
+                "json",
+            )
+        )
+        assert deployment["spec"]["replicas"] == 2
+        env = {
+            e["name"]: e.get("value")
+            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert (env["LOG_LEVEL"], env["METRICS_PORT"]) == ("debug", ":9090")
+        assert kubectl(
+            sandbox_kubeconfig, "get", "pdb", LIFE_FULLNAME, "-n", LIFE_NAMESPACE, "-o", "name"
+        )
+        # What the operator would have made: an SCR with its policy, and the webhook Secret.
+        kubectl(
+            sandbox_kubeconfig,
+            "apply",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all([DEMO_POLICY, DEMO_SKYHOOK]),
+        )
+        kubectl(
+            sandbox_kubeconfig, "create", "secret", "generic", "webhook-cert", "-n", LIFE_NAMESPACE
+        )
+        run_pre_delete_hook(helm, sandbox_kubeconfig, tmp_path)
+        helm_on_sandbox("uninstall", LIFE_RELEASE, "--no-hooks", "--wait")
+        assert ours(sandbox_kubeconfig) == []
+        for kind, name in (("skyhook", "life-scr"), ("deploymentpolicy", "life-policy")):
+            assert not kubectl(sandbox_kubeconfig, "get", kind, name, "--ignore-not-found")
+        assert not kubectl(
+            sandbox_kubeconfig,
+            "get",
+            "secret",
+            "webhook-cert",
+            "-n",
+            LIFE_NAMESPACE,
+            "--ignore-not-found",
+        )
+    finally:
+        subprocess.run(
+            [
+                str(helm),
+                "uninstall",
+                LIFE_RELEASE,
+                "-n",
+                LIFE_NAMESPACE,
+                "--no-hooks",
+                "--ignore-not-found",
+                "--kubeconfig",
+                str(sandbox_kubeconfig),
+            ],
+            capture_output=True,
+        )
+        kubectl(
+            sandbox_kubeconfig,
+            "delete",
+            "namespace",
+            LIFE_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=false",
+        )

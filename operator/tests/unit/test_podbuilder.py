@@ -131,6 +131,16 @@ def test_interrupt_pod_and_payload() -> None:
     }
 
 
+def test_stage_and_interrupt_pods_mount_no_service_account_token() -> None:
+    view = scr()
+    package = view.spec.packages["dexter"]  # type: ignore[union-attr]
+    pods = [
+        podbuilder.build_stage_pod(SETTINGS, view, package, "n", "apply"),
+        podbuilder.build_interrupt_pod(SETTINGS, view, package, "n", Interrupt("reboot")),
+    ]
+    assert [pod["spec"]["automountServiceAccountToken"] for pod in pods] == [False, False]
+
+
 def test_decode_is_the_inverse_of_build() -> None:
     view = scr()
     pod = podbuilder.build_stage_pod(SETTINGS, view, view.spec.packages["dexter"], "n", "upgrade")  # type: ignore[union-attr]

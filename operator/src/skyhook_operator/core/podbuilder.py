@@ -185,6 +185,8 @@ def _base_pod(
         "restartPolicy": "OnFailure",
         "hostPID": True,
         "hostNetwork": True,
+        # Stage and interrupt pods never call the apiserver: no token on the node's host.
+        "automountServiceAccountToken": False,
         "tolerations": _tolerations(settings, scr),
         "containers": [_pause_container(settings)],
         "volumes": [{"name": ROOT_MOUNT, "hostPath": {"path": "/"}}],

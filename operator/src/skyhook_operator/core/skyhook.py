@@ -167,7 +167,12 @@ class SkyhookPass:
             "status": BLOCKED,
             "conditions": statuses.merge_conditions(
                 list(self.scr.status.get("conditions") or []),
-                [statuses.condition(condition, True, reason, message, self.index.now)],
+                [
+                    statuses.condition(condition, True, reason, message, self.index.now),
+                    *statuses.kstatus_conditions(
+                        BLOCKED, self.index.now, generation=self.scr.generation, message=message
+                    ),
+                ],
             ),
         }
         patch = statuses.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
@@ -508,6 +513,12 @@ class SkyhookPass:
                 "State",
                 f"Skyhook transitioned [{old_status or ''}] -> [{overall}]",
             )
+        conditions += statuses.kstatus_conditions(
+            overall,
+            self.index.now,
+            generation=scr.generation,
+            message=statuses.erroring_message(node_statuses),
+        )
         node_state = {
             n.name: {k: e.to_json() for k, e in sorted(self.ctx.state(n).packages.items())}
             for n in self.matched

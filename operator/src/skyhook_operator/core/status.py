@@ -26,6 +26,10 @@ CONDITION_SPEC_WARNING = f"{keys.GROUP}/SpecWarning"
 CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
 # Removed as soon as the Skyhook runs again.
 POLICY_BLOCKED_CONDITIONS = (CONDITION_POLICY_NOT_FOUND, CONDITION_POLICY_INVALID)
+# The kstatus convention (Flux, kpt, cli-utils): written beside upstream's conditions so GitOps
+# tools can tell a rollout in progress from a finished or a stuck one.
+CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED = "Ready", "Reconciling", "Stalled"
+KSTATUS_CONDITIONS = (CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED)
 
 
 def node_status(
@@ -104,6 +108,60 @@ def condition(
         "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "observedGeneration": generation,
     }
+
+
+def kstatus_conditions(
+    overall: str, now: datetime, *, generation: int, message: str = ""
+) -> list[dict[str, Any]]:
+    """Ready, Reconciling and Stalled for a Skyhook whose overall status is `overall`.
+
+    complete: Ready. Still rolling (in_progress, waiting, unknown): Reconciling. Erroring nodes
+    or a Skyhook that cannot run (blocked: invalid spec, missing policy, untolerated taints):
+    Stalled, so a health check fails instead of waiting forever. Paused or disabled: none of
+    them True, since the operator holds the rollout on purpose. `message` explains a Stalled.
+    """
+    reason = "".join(part.capitalize() for part in overall.split("_"))
+    stalled = overall in {ERRORING, BLOCKED}
+    reconciling = overall in {IN_PROGRESS, WAITING, UNKNOWN}
+    ready = overall == COMPLETE
+    explained = message or f"Skyhook is {overall}."
+    return [
+        condition(
+            CONDITION_READY,
+            ready,
+            reason,
+            "Every selected node is complete." if ready else explained,
+            now,
+            generation=generation,
+        ),
+        condition(
+            CONDITION_RECONCILING,
+            reconciling,
+            reason,
+            f"Rolling out: {overall}." if reconciling else f"Not rolling out: {overall}.",
+            now,
+            generation=generation,
+        ),
+        condition(
+            CONDITION_STALLED,
+            stalled,
+            reason,
+            explained if stalled else f"Not stalled: {overall}.",
+            now,
+            generation=generation,
+        ),
+    ]
+
+
+def erroring_message(node_statuses: Mapping[str, str]) -> str:
+    """Names the erroring nodes (at most five) for the Stalled condition."""
+    erroring = sorted(name for name, status in node_statuses.items() if status == ERRORING)
+    if not erroring:
+        return ""
+    shown = ", ".join(erroring[:5]) + (
+        f" and {len(erroring) - 5} more" if len(erroring) > 5 else ""
+    )
+    return f"{len(erroring)} node(s) erroring: {shown}."
 
 
 def merge_conditions(

@@ -247,7 +247,8 @@ def sync_secret(
     kube: Kube, namespace: str, name: str, service: str, names: Sequence[str]
 ) -> ServingCertificate:
     """The serving certificate in Secret `name`, created or renewed first when it is missing
-    or due. Conditional writes: when another replica got there first, its certificate wins."""
+    or due. Conditional writes (a create, a patch testing the resourceVersion read): when
+    another replica got there first, its certificate wins."""
     path = kube.namespaced_path("secrets", namespace, name)
     now = dt.datetime.now(dt.UTC)
     try:
@@ -277,12 +278,20 @@ def sync_secret(
         if secret is None:
             body["type"] = "kubernetes.io/tls"
             kube.request("POST", kube.namespaced_path("secrets", namespace), body)
-        else:
-            body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
-            body["type"] = secret.get("type", "Opaque")
-            kube.request("PUT", path, body)
+        else:  # only if nobody renewed it since we read it
+            version = secret["metadata"]["resourceVersion"]
+            ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+            ops += [
+                {"op": "add", "path": "/data", "value": body["data"]},
+                {
+                    "op": "add",
+                    "path": "/metadata/annotations",
+                    "value": body["metadata"]["annotations"],
+                },
+            ]
+            kube.request("PATCH", path, ops, JSON_PATCH)
     except ApiError as error:
-        if error.status not in (404, 409):
+        if error.status not in (404, 409, 422):  # 422: the test failed, another replica won
             raise
         log.info("webhook certificate Secret %s/%s was written by another replica", namespace, name)
         return sync_secret(kube, namespace, name, service, names)
