@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 from dataclasses import replace
 
 import pytest
@@ -601,3 +602,17 @@ def test_a_shorthand_version_runs_as_upstream_runs_it_with_one_warning_event() -
     assert len(d.sim.created_pods) == before
     cleared = next(c for c in d.status("scr")["conditions"] if c["type"].endswith("/SpecWarning"))
     assert cleared["status"] == "False"
+
+
+def test_a_copy_of_our_pod_in_another_namespace_is_not_a_stage_result() -> None:
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package()}})
+    d.step()
+    [(namespace, name)] = d.pending_pods()
+    forged = copy.deepcopy(d.sim.pods[(namespace, name)])
+    forged["metadata"].update(namespace="default", name=f"{name}-copy")
+    d.sim.add_pod(forged)
+    d.sim.finish_pod(("default", f"{name}-copy"), 0, at="2026-01-01T00:00:00Z")
+    d.step()
+    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("apply", "in_progress")}
+    assert ("default", f"{name}-copy") in d.sim.pods, "an ordinary pod: not ours to delete"

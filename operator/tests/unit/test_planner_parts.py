@@ -244,12 +244,14 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
         pod("ds", owner_kinds=("DaemonSet",)),
         pod("tolerant", tolerates_unschedulable=True),
         PodView("sys", "kube-system", "n", phase="Running"),
-        pod("ours", labels={"skyhook.nvidia.com/name": "scr"}),
+        PodView("ours", "skyhook", "n", labels={"skyhook.nvidia.com/name": "scr"}),
+        # Our labels copied onto a pod elsewhere do not make it ours: drained like any other.
+        pod("forged", labels={"skyhook.nvidia.com/name": "scr"}),
     ]
-    result = gates.check(NodeView("n", unschedulable=True), pods, selector)
+    result = gates.check(NodeView("n", unschedulable=True), pods, selector, "skyhook")
     assert [x.name for x in result.blocking] == ["blocker"]
-    assert [x.name for x in result.to_evict] == ["web"]
+    assert [x.name for x in result.to_evict] == ["web", "forged"]
     assert [x.name for x in result.terminating] == ["leaving"]
     assert not result.open
-    assert gates.check(NodeView("n", unschedulable=True), [], selector).open
-    assert not gates.check(NodeView("n"), [], selector).open, "not cordoned yet"
+    assert gates.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
+    assert not gates.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"

@@ -41,7 +41,7 @@ class PassIndex:
         for pod in snapshot.pods:
             if pod.node:
                 self.pods_on_node[pod.node].append(pod)
-            if keys.NAME_LABEL in pod.labels:
+            if self.is_ours(pod):
                 self.skyhook_pods[pod.labels[keys.NAME_LABEL]].append(pod)
         self.configmaps: dict[str, ConfigMapView] = {
             c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
@@ -50,6 +50,12 @@ class PassIndex:
         self.alerts = {r.url: r for r in snapshot.alerts}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
+
+    def is_ours(self, pod: PodView) -> bool:
+        """A stage or interrupt pod of ours: labelled by us and in our namespace. Anyone who
+        may create pods elsewhere could copy the labels; such a pod is an ordinary pod to us,
+        never a stage result."""
+        return keys.NAME_LABEL in pod.labels and pod.namespace == self.settings.namespace
 
     def pod_package(self, pod: PodView) -> podbuilder.PodPackage | None:
         """The package annotation of one of our pods, decoded once per pass."""
@@ -149,5 +155,7 @@ class SkyhookContext:
         return [
             p
             for p in self.index.pods_on_node.get(node, ())
-            if p.labels.get(keys.NAME_LABEL) == self.name and self.present(p)
+            if p.labels.get(keys.NAME_LABEL) == self.name
+            and self.index.is_ours(p)
+            and self.present(p)
         ]

@@ -324,7 +324,7 @@ def _why(
         untolerated = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in node.taints)
         return f"taints not tolerated: {untolerated}"
     on_node = [p for p in final.pods if p.node == name]
-    holding = gates.check(node, on_node, spec.pod_non_interrupt_labels).blocking
+    holding = gates.check(node, on_node, spec.pod_non_interrupt_labels, settings.namespace).blocking
     if holding:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in holding)
         return f"non-interrupt pods: {names}"

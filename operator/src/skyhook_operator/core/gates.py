@@ -28,27 +28,31 @@ class GateResult:
         return self.cordoned and not (self.blocking or self.to_evict or self.terminating)
 
 
-def is_skyhook_pod(pod: PodView) -> bool:
-    return keys.NAME_LABEL in pod.labels
+def is_skyhook_pod(pod: PodView, namespace: str) -> bool:
+    """One of our stage or interrupt pods: labelled by us in our namespace (a copy of the
+    labels elsewhere makes an ordinary pod)."""
+    return keys.NAME_LABEL in pod.labels and pod.namespace == namespace
 
 
 def _evictable(pod: PodView) -> bool:
-    """Pods a drain moves away: not ours, not DaemonSet pods (any owner), not kube-system, and
-    not tolerating the cordon taint (they would just come back)."""
+    """Pods a drain moves away: not DaemonSet pods (any owner), not kube-system, and not
+    tolerating the cordon taint (they would just come back)."""
     return not (
-        is_skyhook_pod(pod)
-        or pod.tolerates_unschedulable
+        pod.tolerates_unschedulable
         or pod.namespace == "kube-system"
         or "DaemonSet" in pod.owner_kinds
     )
 
 
-def check(node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector) -> GateResult:
+def check(
+    node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector, namespace: str
+) -> GateResult:
+    """The node's drain gate; `namespace` is ours, whose labelled pods are never drained."""
     blocking: list[PodView] = []
     to_evict: list[PodView] = []
     terminating: list[PodView] = []
     for pod in pods:
-        if pod.phase in FINISHED_PHASES or is_skyhook_pod(pod):
+        if pod.phase in FINISHED_PHASES or is_skyhook_pod(pod, namespace):
             continue
         if not non_interrupt.empty and non_interrupt.matches(pod.labels):
             blocking.append(pod)

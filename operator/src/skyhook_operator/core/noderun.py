@@ -95,7 +95,9 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        gate = gates.check(self.node, self.pods, ctx.spec.pod_non_interrupt_labels)
+        gate = gates.check(
+            self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
+        )
         if interrupting:
             self._cordon_and_drain(gate, packages[interrupting[0]])
         if at_interrupt:
@@ -194,7 +196,7 @@ class _NodeRun:
         runs on the node and the node is drained."""
         ctx = self.ctx
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
-        if any(keys.NAME_LABEL in p.labels and ctx.present(p) for p in on_node):
+        if any(ctx.index.is_ours(p) and ctx.present(p) for p in on_node):
             return
         if self.created or not gate.open:
             return

@@ -442,7 +442,9 @@ class SkyhookPass:
     def _release_unselected(self, node: NodeView) -> None:
         state = self.ctx.state(node)
         has_pods = any(
-            p.labels.get(keys.NAME_LABEL) == self.name and self.ctx.live(p)
+            p.labels.get(keys.NAME_LABEL) == self.name
+            and self.index.is_ours(p)
+            and self.ctx.live(p)
             for p in self.index.pods_on_node.get(node.name, ())
         )
         if state.cordoned and not has_pods:
