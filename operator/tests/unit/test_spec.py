@@ -343,7 +343,9 @@ def test_image_compatibility_sources(given: dict[str, Any], source: str) -> None
             id="none",
         ),
         pytest.param({"inline": COMPAT, "ref": "r/x:1"}, "exactly one of", id="two"),
-        pytest.param({"ref": "r/x:bad tag"}, "spec.packages.pk.imageCompatibility.ref: ", id="bad-ref"),
+        pytest.param(
+            {"ref": "r/x:bad tag"}, "spec.packages.pk.imageCompatibility.ref: ", id="bad-ref"
+        ),
         pytest.param(
             {"configMapRef": {"name": "x"}},
             "imageCompatibility.configMapRef: name and key are required",
