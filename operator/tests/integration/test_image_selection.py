@@ -16,9 +16,19 @@ import pytest
 
 from skyhook_dev.harness import node_state, node_status, wait_until
 from skyhook_dev.registry import LocalRegistry, digest_of
-from skyhook_operator.core.imagecompat import MEDIA_TYPE
+from skyhook_operator.core.imagecompat import (
+    ENABLED_LABEL,
+    IMAGE_REF_ANNOTATION,
+    MEDIA_TYPE,
+    TARGET_IMAGE_ANNOTATION,
+)
 from skyhook_operator.core.spec import ImageCompatibility
-from skyhook_operator.kube.artifacts import ArtifactFetcher, FetchError, fetch_for_pod
+from skyhook_operator.kube.artifacts import (
+    ArtifactFetcher,
+    FetchError,
+    fetch_for_pod,
+    pod_image_patch,
+)
 from skyhook_operator.kube.client import MERGE_PATCH, Kube
 from skyhook_schemas import keys
 
@@ -181,3 +191,59 @@ def test_artifact_sources_fetch_or_say_why(
     push(registry, f"{registry.host}/compat/bad:v1", {"version": "v1alpha1"}, tmp_path)
     with pytest.raises(FetchError, match="compatibilities: required non-empty list"):
         fetch_for_pod(fetcher, f"{registry.host}/compat/bad:v1")
+
+
+def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
+    kube: Kube, registry: LocalRegistry, tmp_path: Path, sandbox_nodes: Any
+) -> None:
+    flavour = {OS_ID: "rocky", OS_VERSION: "9", "skyhook.nvidia.com/test-flavour": "rocky9"}
+    (node,) = sandbox_nodes(1, labels=flavour)
+    body = {
+        "version": "v1alpha1",
+        "compatibilities": [
+            {**candidate(*f), "tag": f"docker.io/library/busybox:{f[0]}{f[1]}"} for f in FLAVOURS
+        ],
+    }
+    target = f"{registry.host}/compat/busybox:v1"
+    push(registry, target, body, tmp_path)
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"selected-{node}"[:60],
+            "namespace": "default",
+            "labels": {ENABLED_LABEL: "true"},
+            "annotations": {
+                TARGET_IMAGE_ANNOTATION: "placeholder:latest",
+                IMAGE_REF_ANNOTATION: target,
+            },
+        },
+        "spec": {
+            "nodeSelector": {"skyhook.nvidia.com/test-flavour": "rocky9"},
+            "containers": [{"name": "work", "image": "placeholder:latest", "command": ["true"]}],
+        },
+    }
+    nodes = [n["metadata"].get("labels", {}) for n in kube.request("GET", "/api/v1/nodes")["items"]]
+    fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=30, insecure=[registry.host])
+    decision = pod_image_patch(fetcher, pod, nodes)
+    assert decision.allowed, decision.refusal
+    for operation in decision.patch:  # as the apiserver applies a webhook's JSON patch
+        *parents, leaf = [p.replace("~1", "/") for p in operation["path"].split("/")[1:]]
+        target_object: Any = pod
+        for part in parents:
+            target_object = target_object[int(part) if part.isdigit() else part]
+        target_object[int(leaf) if leaf.isdigit() else leaf] = operation["value"]
+    created = kube.request("POST", kube.namespaced_path("pods", "default"), pod)
+    try:
+        assert created["spec"]["containers"][0]["image"] == "docker.io/library/busybox:rocky9"
+        assert created["metadata"]["annotations"][
+            "oci.image.compatibilities.selection/matched"
+        ] == ("compatibilities[2] (rocky 9)")
+    finally:
+        kube.request("DELETE", kube.namespaced_path("pods", "default", pod["metadata"]["name"]))
+    del pod["spec"]["nodeSelector"]
+    pod["spec"]["containers"][0]["image"] = "placeholder:latest"
+    mixed = [flavour, {OS_ID: "ubuntu", OS_VERSION: "22.04"}]
+    assert "cluster is not homogeneous" in pod_image_patch(fetcher, pod, mixed).refusal
+    pod["metadata"]["annotations"][IMAGE_REF_ANNOTATION] = f"{registry.host}/compat/absent:v1"
+    assert "compat/absent:v1" in pod_image_patch(fetcher, pod, mixed).refusal

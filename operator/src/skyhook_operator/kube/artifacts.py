@@ -23,7 +23,16 @@ import oras.provider
 import requests
 from oras.auth import AuthenticationException
 
-from skyhook_operator.core.imagecompat import MEDIA_TYPES, Artifact, ArtifactError, parse_text
+from skyhook_operator.core.imagecompat import (
+    IMAGE_REF_ANNOTATION,
+    MEDIA_TYPES,
+    Artifact,
+    ArtifactError,
+    PodDecision,
+    artifact_reference,
+    parse_text,
+    pod_patch,
+)
 from skyhook_operator.core.spec import ImageCompatibility
 from skyhook_operator.core.views import SkyhookView
 from skyhook_operator.kube.client import ApiError, Kube
@@ -186,3 +195,21 @@ def fetch_for_pod(fetcher: ArtifactFetcher, reference: str) -> Artifact:
     if isinstance(result, str):
         raise FetchError(result)
     return result
+
+
+def pod_image_patch(
+    fetcher: ArtifactFetcher, pod: Mapping[str, Any], node_labels: Iterable[Mapping[str, str]]
+) -> PodDecision:
+    """The pod image webhook's whole answer for one pod (blocking: call from a thread): fetch
+    the artifact its annotation names, then `pod_patch`. Every failure is a refusal that says
+    why."""
+    reference = artifact_reference(pod)
+    if not reference:
+        return PodDecision(
+            refusal=f"image compatibility: the pod has no {IMAGE_REF_ANNOTATION} annotation"
+        )
+    try:
+        artifact = fetch_for_pod(fetcher, reference)
+    except FetchError as err:
+        return PodDecision(refusal=f"image compatibility: {err}")
+    return pod_patch(pod, list(node_labels), artifact)
