@@ -8,10 +8,12 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from planner_driver import Driver, package, pod_stage
 
 from skyhook_operator.core import status as statuses
-from skyhook_operator.core.imagecompat import parse
+from skyhook_operator.core.imagecompat import Choice, choose, parse, pinned
 from skyhook_schemas import keys
 
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
@@ -184,3 +186,34 @@ def test_an_unavailable_artifact_blocks_the_skyhook(fetched: str | None, message
     assert all(
         c["type"] != statuses.CONDITION_IMAGE_COMPATIBILITY for c in d.status("scr")["conditions"]
     )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(OSES), min_size=1, max_size=4),
+    st.lists(st.sampled_from(range(3)), min_size=1, max_size=3, unique=True),
+)
+def test_every_node_ends_with_its_chosen_image_or_skipped(
+    node_oses: list[tuple[str, str]], offered: list[int]
+) -> None:
+    body = {
+        "version": "v1alpha1",
+        "compatibilities": [ARTIFACT["compatibilities"][i] for i in offered],
+    }
+    d = Driver(len(node_oses), {"role": "gpu"})
+    for node, (os_id, version) in zip(sorted(d.sim.nodes), node_oses, strict=True):
+        d.sim.nodes[node]["metadata"]["labels"].update({OS_ID: os_id, OS_VERSION: version})
+    d.sim.add_skyhook(
+        "scr",
+        {**SEL, "packages": {"tuning": package(image=REPO, imageCompatibility={"inline": body})}},
+    )
+    d.run()
+    artifact = parse(body)
+    for node in d.sim.nodes:
+        choice = choose(artifact, d.sim.nodes[node]["metadata"]["labels"])
+        if isinstance(choice, Choice):
+            assert set(pulled(d, node)) == {pinned(choice.image, "1.0.0")}
+            assert d.node_status("scr", node) == "complete"
+        else:
+            assert pulled(d, node) == []
+            assert selection(d, node)["tuning"]["unmatched"] == choice.reason
