@@ -114,3 +114,15 @@ def rollup(state: NodeState) -> Rollup:
         status = UNKNOWN
     restarts = sum(package.restarts for package in state.values())
     return Rollup(status, complete, len(states), restarts)
+
+
+def image_selection(annotations: Mapping[str, str], skyhook: str, package: str) -> dict[str, str]:
+    """Our operator's image selection record for one package on a node (the chosen `image`
+    and the candidate `matched`, or why none is `unmatched`); empty when there is none."""
+    try:
+        record = json.loads(annotations.get(keys.image_selection_key(skyhook), "{}")).get(package)
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(record, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in record.items()}

@@ -724,3 +724,35 @@ def test_package_logs(
     finally:
         for name in (f"{label}-foo", f"{label}-foobar"):
             core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_package_status_shows_the_image_selected_for_each_node(
+    *,
+    cli: Cli,
+    core: client.CoreV1Api,
+    nodes: Callable[[int], list[str]],
+    skyhooks: Callable[..., Any],
+    label: str,
+) -> None:
+    (node,) = nodes(1)
+    skyhooks(label, {"aa": {"version": "1.0.0", "image": "ghcr.io/x/aa"}})
+    chosen = {
+        "image": "ghcr.io/x/aa:1.0.0-ubuntu22",
+        "matched": "compatibilities[0] (Ubuntu 22.04)",
+    }
+    annotate(
+        core,
+        node,
+        {
+            keys.node_state_key(label): node_state(aa=("1.0.0", "config", "complete")),
+            keys.image_selection_key(label): json.dumps({"aa": chosen}),
+        },
+    )
+    wide = cli("package", "status", "aa", "--skyhook", label, "-o", "wide").out
+    assert wide.splitlines()[-1].split()[-1] == "ghcr.io/x/aa:1.0.0-ubuntu22"
+    (row,) = json.loads(cli("package", "status", "aa", "--skyhook", label, "-o", "json").out)
+    assert (row["image"], row["selectedImage"], row["matchedCandidate"]) == (
+        "ghcr.io/x/aa",
+        "ghcr.io/x/aa:1.0.0-ubuntu22",
+        "compatibilities[0] (Ubuntu 22.04)",
+    )

@@ -25,6 +25,7 @@ import kopf
 from skyhook_operator import admission
 from skyhook_operator.core.plan import plan
 from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
+from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
@@ -64,10 +65,20 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
     telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
+    fetcher = ArtifactFetcher(
+        kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
+    )
     reconciler = Reconciler(
-        store, writer, ours, memo.get("planner") or plan, telemetry=telemetry, leader=leader
+        store,
+        writer,
+        ours,
+        memo.get("planner") or plan,
+        telemetry=telemetry,
+        leader=leader,
+        artifacts=ArtifactResolver(fetcher),
     )
     memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
+    memo.artifact_fetcher = fetcher  # the pod image webhook fetches through the same cache
     certificates = await _webhooks(settings, memo, ours) if ours.enable_webhooks else None
     # The probes answer from here on: not ready until every index is full (and, with
     # webhooks, until the apiserver can call them).

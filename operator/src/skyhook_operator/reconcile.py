@@ -35,6 +35,7 @@ from skyhook_operator.core.actions import Plan
 from skyhook_operator.core.holds import alert_urls
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_operator.core.views import ClusterSnapshot
+from skyhook_operator.kube.artifacts import ArtifactResolver
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
@@ -63,8 +64,11 @@ class Reconciler:
         *,
         telemetry: Telemetry | None = None,
         leader: LeaderElector | None = None,
+        artifacts: ArtifactResolver | None = None,
     ) -> None:
         self._leader = leader
+        self._artifacts = artifacts
+        self._artifact_sources = False
         self._store = store
         self._telemetry = telemetry
         self._stopped = False
@@ -154,6 +158,12 @@ class Reconciler:
                 now=self._now(),
                 alerts=await self._alerts.readings(alert_urls(snapshot)),
             )
+            if self._artifacts is not None:
+                # Image compatibility artifacts are inputs like the indexes: fetched (from
+                # cache, mostly) before the pure pass.
+                found = await asyncio.to_thread(self._artifacts.resolve, snapshot.skyhooks)
+                snapshot = replace(snapshot, image_artifacts=found)
+                self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
             pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
@@ -192,6 +202,8 @@ class Reconciler:
             delays.append(self._settings.retry_interval)
         if plan.requeue_after is not None:
             delays.append(plan.requeue_after)
+        if self._artifact_sources:  # notice a changed artifact (or a registry back up)
+            delays.append(self._settings.image_artifact_refresh)
         return min(delays)
 
 

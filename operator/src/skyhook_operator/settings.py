@@ -121,6 +121,22 @@ class Settings:
             "and deletions are independent per node).",
         ),
     )
+    image_artifact_refresh: float = field(
+        default=30.0,
+        metadata=_meta(
+            None,
+            "Seconds between checks of an image compatibility artifact's source (an OCI "
+            "reference's digest, a ConfigMap); a changed digest is pulled again.",
+        ),
+    )
+    insecure_registries: str = field(
+        default="",
+        metadata=_meta(
+            None,
+            "Comma-separated registry hosts (host:port) that image compatibility artifacts "
+            "are pulled from over plain HTTP.",
+        ),
+    )
     drain_timeout: float = field(
         default=600.0,
         metadata=_meta(
@@ -376,9 +392,13 @@ def _check(name: str, value: Any) -> str | None:
         return f"{value} s is shorter than the minimum of 60 s"
     if name == "log_level" and value.lower() not in {"debug", "info", "warning", "error"}:
         return f"{value!r} must be debug, info, warning or error"
-    if name in {"pass_debounce", "retry_interval", "drain_timeout", "retry_backoff_base"} and (
-        value < 0
-    ):
+    if name in {
+        "pass_debounce",
+        "retry_interval",
+        "drain_timeout",
+        "retry_backoff_base",
+        "image_artifact_refresh",
+    } and (value < 0):
         return f"{value} must not be negative"
     if name in {"alert_poll_interval", "alert_query_timeout"} and value <= 0:
         return f"{value} must be more than 0"

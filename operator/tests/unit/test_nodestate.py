@@ -126,3 +126,17 @@ def test_conditions_replaced_whenever_they_differ() -> None:
     assert wanted[1].status == "False" and wanted[1].reason == "Not Erroring"
     node = NodeView("n", conditions=(wanted[0],))
     assert nodestate.stale_conditions(node, wanted) == (wanted[1],)
+
+
+def test_image_selection_annotation_round_trips_and_is_removed_with_the_rest() -> None:
+    key = keys.image_selection_key("scr")
+    images = {"tuning": {"matched": "compatibilities[0]", "image": "repo/p:1"}}
+    changes = nodestate.diff(NodeView(name="n"), "scr", NodeState(), NodeState(images=images))
+    assert changes.annotations[key] == (
+        '{"tuning":{"image":"repo/p:1","matched":"compatibilities[0]"}}'
+    )
+    node = NodeView(name="n", annotations={key: changes.annotations[key]})
+    assert nodestate.read(node, "scr").images == images
+    assert nodestate.removal(node, "scr").annotations == {key: None}
+    unreadable = NodeView(name="n", annotations={key: "not json"})
+    assert nodestate.read(unreadable, "scr").images is None

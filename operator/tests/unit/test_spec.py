@@ -301,3 +301,66 @@ def test_upstream_spellings_run_with_a_warning(
         assert spec.warnings == ()
     else:
         assert any(w.startswith(warning) for w in spec.warnings), spec.warnings
+
+
+COMPAT = {
+    "version": "v1alpha1",
+    "compatibilities": [
+        {
+            "tag": "repo/p:1",
+            "rules": [{"matchFeatures": [{"matchExpressions": {"os": {"op": "Exists"}}}]}],
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "source"),
+    [
+        pytest.param({"inline": COMPAT}, "inline", id="inline"),
+        pytest.param(
+            {"configMapRef": {"name": "compat", "key": "a.json"}},
+            "configmap:compat/a.json",
+            id="configmap",
+        ),
+        pytest.param(
+            {"ref": "registry.local:5000/compat:v1"}, "oci:registry.local:5000/compat:v1", id="oci"
+        ),
+    ],
+)
+def test_image_compatibility_sources(given: dict[str, Any], source: str) -> None:
+    package = decode_spec({"packages": {"pk": pkg(imageCompatibility=given)}}).packages["pk"]
+    assert package.image_compatibility is not None
+    assert package.image_compatibility.source == source
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        pytest.param(
+            {},
+            "spec.packages.pk.imageCompatibility: exactly one of inline, configMapRef, ref",
+            id="none",
+        ),
+        pytest.param({"inline": COMPAT, "ref": "r/x:1"}, "exactly one of", id="two"),
+        pytest.param(
+            {"ref": "r/x:bad tag"}, "spec.packages.pk.imageCompatibility.ref: ", id="bad-ref"
+        ),
+        pytest.param(
+            {"configMapRef": {"name": "x"}},
+            "imageCompatibility.configMapRef: name and key are required",
+            id="no-key",
+        ),
+        pytest.param(
+            {"inline": {"version": "v1alpha1", "compatibilities": [{"rules": []}]}},
+            "spec.packages.pk.imageCompatibility.inline.compatibilities[0].tag: required",
+            id="inline-malformed",
+        ),
+    ],
+)
+def test_image_compatibility_errors_name_the_field(given: dict[str, Any], message: str) -> None:
+    assert any(message in m for m in errors_of({"packages": {"pk": pkg(imageCompatibility=given)}}))
+
+
+def test_packages_without_image_compatibility_are_unchanged() -> None:
+    assert decode_spec({"packages": {"pk": pkg()}}).packages["pk"].image_compatibility is None

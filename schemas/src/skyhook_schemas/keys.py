@@ -57,6 +57,12 @@ def version_key(scr: str) -> str:
     return f"{GROUP}/version_{scr}"
 
 
+def image_selection_key(scr: str) -> str:
+    """Ours: annotation recording, per package, the image chosen for the node from its image
+    compatibility artifact and the candidate matched, or why none matched (JSON)."""
+    return f"{GROUP}/imageSelection_{scr}"
+
+
 def auto_taint_key(taint_key: str) -> str:
     """Annotation marking a node the operator tainted on sight (``autoTaintNewNodes``)."""
     return f"{GROUP}/autoTaint_{taint_key}"

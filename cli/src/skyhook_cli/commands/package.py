@@ -73,8 +73,15 @@ def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
     require(skyhook=skyhook)
     app = current_app()
     scr = app.kube.get_skyhook(skyhook)
-    found, _ = states(skyhook)
+    found, node_objects = states(skyhook)
     names = set(matching(list(nodes), list(found))) if nodes else set(found)
+    # Packages with an image compatibility artifact: the image each node was given.
+    selected = {
+        node.metadata.name: nodestate.image_selection(
+            node.metadata.annotations or {}, skyhook, package
+        )
+        for node in node_objects
+    }
     rows = sorted(
         (
             (node, entry)
@@ -88,7 +95,12 @@ def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
     if not rows:
         app.say(f"No package status found for skyhook {quote(skyhook)}")
         return
-    if app.emit([{**entry.encode(), "nodeName": node} for node, entry in rows]):
+    if app.emit(
+        [
+            {**entry.encode(), "nodeName": node, **_selection_fields(selected.get(node, {}))}
+            for node, entry in rows
+        ]
+    ):
         return
     specs = (scr.get("spec") or {}).get("packages") or {}
     listed = sorted(f"{name}:{spec.get('version', '')}" for name, spec in specs.items())
@@ -100,8 +112,16 @@ def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
     table = []
     for node, entry in rows:
         row = [node, entry.name, entry.version, entry.stage, entry.state]
-        table.append(row + ([str(entry.restarts), entry.image] if wide else []))
+        image = selected.get(node, {}).get("image") or entry.image
+        table.append(row + ([str(entry.restarts), image] if wide else []))
     app.say(output.table(headers, table), end="")
+
+
+def _selection_fields(record: dict[str, str]) -> dict[str, str]:
+    """JSON fields for a node given an image by our operator's image compatibility
+    selection; none otherwise, so upstream's shape is unchanged."""
+    names = {"image": "selectedImage", "matched": "matchedCandidate", "unmatched": "unmatched"}
+    return {names[k]: v for k, v in record.items() if k in names}
 
 
 @group.command("rerun", short_help="Force a package to re-run on specific node(s)")

@@ -8,15 +8,16 @@ Steps read a context and return a `Decision`; only the pass that owns a decision
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from skyhook_operator.core import nodestate, podbuilder
+from skyhook_operator.core import imagecompat, nodestate, podbuilder
 from skyhook_operator.core.decision import Decision
 from skyhook_operator.core.holds import NO_HOLDS, Holds
 from skyhook_operator.core.nodestate import NodeState, PackageEntry
 from skyhook_operator.core.settings import PlannerSettings
-from skyhook_operator.core.spec import SkyhookSpec
+from skyhook_operator.core.spec import Package, SkyhookSpec
 from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
@@ -24,8 +25,18 @@ from skyhook_operator.core.views import (
     PodView,
     SkyhookView,
 )
-from skyhook_operator.core.vocabulary import FINISHED_PHASES
+from skyhook_operator.core.vocabulary import COMPLETE, FINISHED_PHASES, UNINSTALL
 from skyhook_schemas import keys
+
+
+@dataclass(frozen=True)
+class NodePackages:
+    """A Skyhook's packages as one node runs them: images chosen from image compatibility
+    artifacts (`chosen`: {"image", "matched"} per such package), or why none matched."""
+
+    packages: Mapping[str, Package]
+    chosen: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    unmatched: Mapping[str, str] = field(default_factory=dict)
 
 
 class PassIndex:
@@ -91,6 +102,7 @@ class SkyhookContext:
         self._so_far = so_far
         self.holds = holds  # what a closed window or a firing alert holds back this pass
         self._before: dict[str, NodeState] = {}
+        self._node_packages: dict[str, NodePackages] = {}
 
     # --- this Skyhook's state on nodes ------------------------------------------------------
 
@@ -107,6 +119,51 @@ class SkyhookContext:
     def entries(self, node: NodeView) -> dict[str, PackageEntry]:
         """A copy of the node's package entries, for a step to change and return."""
         return dict(self.state(node).packages)
+
+    def node_packages(self, node: NodeView) -> NodePackages:
+        """The packages with the image each package's artifact chooses for `node` (decided
+        once per pass). A package whose artifact is unavailable keeps no image here: the
+        Skyhook is blocked before any node is looked at."""
+        found = self._node_packages.get(node.name)
+        if found is not None:
+            return found
+        packages = dict(self.spec.packages)
+        chosen: dict[str, dict[str, str]] = {}
+        unmatched: dict[str, str] = {}
+        for name, package in self.spec.packages.items():
+            source = package.image_compatibility
+            if source is None:
+                continue
+            artifact = source.inline or self.index.snap.image_artifacts.get(source.source)
+            if not isinstance(artifact, imagecompat.Artifact):
+                continue
+            choice = imagecompat.choose(artifact, node.labels)
+            if isinstance(choice, imagecompat.NoMatch):
+                unmatched[name] = choice.reason
+                continue
+            image = imagecompat.pinned(choice.image, package.version)
+            packages[name] = replace(package, chosen_image=image)
+            chosen[name] = {"image": image, "matched": choice.matched}
+        found = self._node_packages[node.name] = NodePackages(packages, chosen, unmatched)
+        return found
+
+    def reselected(self, node: NodeView) -> frozenset[str]:
+        """Packages complete on `node` whose chosen image differs from the image they ran
+        with: like a new version, they run again."""
+        state = self.state(node)
+        records = state.images or {}
+        names = set()
+        for name, wanted in self.node_packages(node).chosen.items():
+            package = self.spec.packages[name]
+            entry = state.packages.get(package.key)
+            if entry is None or entry.state != COMPLETE or entry.stage == UNINSTALL:
+                continue
+            ran = records.get(name, {}).get("image") or podbuilder.pull_reference(
+                replace(package, image=entry.image, container_sha=entry.container_sha)
+            )
+            if ran != wanted["image"]:
+                names.add(name)
+        return frozenset(names)
 
     @property
     def config_updates(self) -> dict[str, list[str]]:

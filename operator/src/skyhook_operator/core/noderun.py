@@ -47,6 +47,8 @@ class _NodeRun:
         self.decision = Decision()
         self.state = ctx.state(node)
         self.entries = dict(self.state.packages)
+        self.images = dict(self.state.images or {})
+        self.node_packages = ctx.node_packages(node)
         on_node = ctx.index.pods_on_node.get(node.name, ())
         self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
@@ -62,15 +64,21 @@ class _NodeRun:
         elif self.work.uninstalls:
             for entry in self.work.uninstalls:
                 stand_in = podbuilder.uninstall_stand_in(entry.name, entry.version, entry.image)
+                ran = self.images.get(entry.name, {}).get("image", "")
+                if ran:  # the variant the node was given, not the package's plain image
+                    stand_in = replace(stand_in, chosen_image=ran)
                 self._start(stand_in, UNINSTALL)
         else:
             self._spec_work()
-        self.decision.states[self.node.name] = replace(self.state, entries=self.entries, error="")
+        images = self.images if self.images or self.state.images is not None else None
+        self.decision.states[self.node.name] = replace(
+            self.state, entries=self.entries, error="", images=images
+        )
         return self.decision
 
     def _spec_work(self) -> None:
         ctx = self.ctx
-        packages = ctx.spec.packages
+        packages = self.node_packages.packages
         updates = ctx.config_updates
         due = {n: s for n, s in self.work.due.items() if n not in ctx.stale_config}
         ready = ordering.runnable(
@@ -145,6 +153,9 @@ class _NodeRun:
         manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, package, self.node.name, stage)
         if not self._create(manifest):
             return
+        chosen = self.node_packages.chosen.get(package.name)
+        if chosen is not None and stage != UNINSTALL:
+            self.images[package.name] = dict(chosen)
         self.entries[package.key] = PackageEntry(
             package.name,
             package.version,

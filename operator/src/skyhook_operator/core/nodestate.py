@@ -137,6 +137,9 @@ class NodeState:
     cordoned: bool = False
     version: str | None = None
     error: str = ""  # why the nodeState annotation could not be decoded
+    # Ours (image compatibility): per package, {"image", "matched"} of the image its pods were
+    # last started with, or {"unmatched": reason}. None means "no such annotation".
+    images: Mapping[str, Mapping[str, str]] | None = None
 
     @property
     def packages(self) -> Mapping[str, PackageEntry]:
@@ -171,7 +174,26 @@ def read(node: NodeView, scr: str) -> NodeState:
         cordoned=annotations.get(keys.cordon_key(scr)) == "true",
         version=annotations.get(keys.version_key(scr)),
         error=error,
+        images=_decode_images(annotations.get(keys.image_selection_key(scr))),
     )
+
+
+def _decode_images(text: str | None) -> Mapping[str, Mapping[str, str]] | None:
+    """Our image selection annotation; one we cannot read counts as absent (it is rewritten
+    when the next stage starts)."""
+    if text is None:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(body, Mapping):
+        return None
+    return {
+        str(name): {str(k): str(v) for k, v in value.items()}
+        for name, value in body.items()
+        if isinstance(value, Mapping)
+    }
 
 
 @dataclass
@@ -213,6 +235,14 @@ def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeC
     put(changes.labels, node.labels, status_key, after.status)
     put(changes.annotations, annotations, keys.cordon_key(scr), "true" if after.cordoned else None)
     put(changes.annotations, annotations, keys.version_key(scr), after.version)
+    if after.images is not None and after.images != before.images:
+        images = {name: sorted_map(after.images[name]) for name in sorted(after.images)}
+        put(
+            changes.annotations,
+            annotations,
+            keys.image_selection_key(scr),
+            go_json(images) if images else None,
+        )
     return changes
 
 
@@ -224,6 +254,7 @@ def removal(node: NodeView, scr: str) -> NodeChanges:
         keys.node_status_key(scr),
         keys.cordon_key(scr),
         keys.version_key(scr),
+        keys.image_selection_key(scr),
     ):
         if key in node.annotations:
             changes.annotations[key] = None

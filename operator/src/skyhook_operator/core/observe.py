@@ -148,7 +148,7 @@ def validate_pods(ctx: SkyhookContext) -> Decision:
         if entry is None or entry.stage != pkg.stage:
             decision.delete_pod(pod, "stale: the node records another stage")
             continue
-        wanted = ctx.spec.packages.get(pkg.name)
+        wanted = ctx.node_packages(node).packages.get(pkg.name)
         if pkg.stage in {UNINSTALL, INTERRUPT} or wanted is None or wanted.version != pkg.version:
             continue
         manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, wanted, node.name, pkg.stage)

@@ -165,7 +165,10 @@ def _pause_container(settings: PlannerSettings) -> dict[str, Any]:
     }
 
 
-def _package_image(package: Package) -> str:
+def pull_reference(package: Package) -> str:
+    """The image reference the package's init container pulls."""
+    if package.chosen_image:
+        return package.chosen_image
     if package.container_sha:
         return f"{package.image}@{package.container_sha}"
     return f"{package.image}:{package.version}"
@@ -241,7 +244,7 @@ def build_stage_pod(
     init = [
         {
             "name": f"{short}-init",
-            "image": _package_image(package),
+            "image": pull_reference(package),
             "imagePullPolicy": "Always",
             "command": ["/bin/sh"],
             "args": ["-c", PACKAGE_COPY_COMMAND],

@@ -78,6 +78,8 @@ class SimCluster:
         self.policies: dict[str, dict[str, Any]] = {}
         self.events: list[EmitEvent] = []
         self.created_pods: list[dict[str, Any]] = []  # every pod ever created, in order
+        # What the operator would have fetched for image compatibility sources, by source key.
+        self.image_artifacts: dict[str, Any] = {}
         self._views: dict[str, tuple[int, Any]] = {}
         self._version = 0
 
@@ -151,6 +153,7 @@ class SimCluster:
             pods=tuple(PodView.from_api(p) for p in self.pods.values()),
             configmaps=tuple(ConfigMapView.from_api(c) for c in self.configmaps.values()),
             policies=tuple(PolicyView.from_api(p) for p in self.policies.values()),
+            image_artifacts=dict(self.image_artifacts),
             now=now,
         )
 

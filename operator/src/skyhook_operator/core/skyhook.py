@@ -114,6 +114,12 @@ class SkyhookPass:
                 self._blocked(statuses.CONDITION_POLICY_INVALID, "DeploymentPolicyInvalid", message)
                 return self.decided
             self.policy = found.policy
+        unavailable = self._unavailable_artifacts(spec)
+        if unavailable:
+            self._blocked(
+                statuses.CONDITION_IMAGE_COMPATIBILITY, "ImageCompatibilityUnavailable", unavailable
+            )
+            return self.decided
         self.spec = spec
         self._spec_warnings(spec)
         self.holds = self._holds(spec)
@@ -178,6 +184,21 @@ class SkyhookPass:
         patch = statuses.merge_patch({k: self.scr.status.get(k) for k in wanted}, wanted)
         if patch:
             self.decided.last.append(PatchSkyhookStatus(self.name, patch))
+
+    def _unavailable_artifacts(self, spec: SkyhookSpec) -> str:
+        """Why some package's image compatibility artifact cannot be used ("" when all can):
+        no node gets a guessed image, so the Skyhook waits until every artifact is readable."""
+        problems = []
+        for name, package in sorted(spec.packages.items()):
+            source = package.image_compatibility
+            if source is None or source.inline is not None:
+                continue
+            found = self.index.snap.image_artifacts.get(source.source)
+            if found is None:
+                problems.append(f"package {name}: {source.source} not fetched yet")
+            elif isinstance(found, str):
+                problems.append(f"package {name}: {found}")
+        return "; ".join(problems)
 
     def _spec_warnings(self, spec: SkyhookSpec) -> None:
         """Spellings upstream runs that we read differently are reported in a condition, and in
@@ -261,10 +282,18 @@ class SkyhookPass:
         candidates: list[NodeView] = []
         ignored: list[str] = []
         untolerated: list[str] = []
+        unmatched: list[str] = []
         for node in self.matched:
             self._normalise(node)
+            if self._record_selection(node):
+                unmatched.append(node.name)
             state = ctx.state(node)
-            node_work = stages.node_work(spec.packages, state.packages, ctx.config_updates)
+            node_work = stages.node_work(
+                ctx.node_packages(node).packages,
+                state.packages,
+                ctx.config_updates,
+                ctx.reselected(node),
+            )
             work[node.name] = node_work
             done = node_work.complete and not state.error
             self.decided.complete[(self.name, node.name)] = done
@@ -273,7 +302,10 @@ class SkyhookPass:
             if not tolerated(node, spec, self.settings.runtime_required_taint):
                 untolerated.append(node.name)
             blocked[node.name] = (
-                bool(state.error) or node.name in ignored or node.name in untolerated
+                bool(state.error)
+                or node.name in ignored
+                or node.name in untolerated
+                or node.name in unmatched
             )
             if done:
                 continue
@@ -287,17 +319,7 @@ class SkyhookPass:
                 occupied.append(node)
             elif not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
-        # Nodes left half-way (a pause, an external status edit) finish before fresh ones
-        # start; the sort is stable, so node order decides otherwise.
-        candidates.sort(key=lambda n: not self._started(n))
-        candidates = self._not_held(candidates)
-        if self.policy is not None:
-            admitted = self._admit_by_compartment(self.policy, occupied, candidates, failed)
-        elif self.paused or self.disabled:
-            admitted = []
-        else:
-            limit = budget.ceiling(spec.budget, len(self.matched))
-            admitted, _ = budget.admit(occupied, candidates, limit)
+        admitted = self._admit(occupied, candidates, failed)
         running = {n.name for n in occupied} | {n.name for n in admitted}
         for node in admitted:
             state = ctx.state(node)
@@ -315,7 +337,24 @@ class SkyhookPass:
                 node, node.name in running, blocked[node.name]
             )
         self._selection_conditions(ignored, untolerated)
+        self._unmatched_condition(unmatched)
         return node_statuses
+
+    def _admit(
+        self, occupied: list[NodeView], candidates: list[NodeView], failed: set[str]
+    ) -> list[NodeView]:
+        """The candidates that start now: the policy's batches, or as many as the budget
+        leaves room for; none while paused, disabled or held."""
+        # Nodes left half-way (a pause, an external status edit) finish before fresh ones
+        # start; the sort is stable, so node order decides otherwise.
+        candidates = self._not_held(sorted(candidates, key=lambda n: not self._started(n)))
+        if self.policy is not None:
+            return self._admit_by_compartment(self.policy, occupied, candidates, failed)
+        if self.paused or self.disabled:
+            return []
+        limit = budget.ceiling(self.spec.budget, len(self.matched))
+        admitted, _ = budget.admit(occupied, candidates, limit)
+        return admitted
 
     def _not_held(self, candidates: list[NodeView]) -> list[NodeView]:
         """The candidates that may be admitted: none while a closed window holds every stage
@@ -415,6 +454,42 @@ class SkyhookPass:
                 changed = True
         if changed:
             self._set_state(node, replace(self.ctx.state(node), entries=entries, error=""))
+
+    def _record_selection(self, node: NodeView) -> bool:
+        """Note on the node why no candidate image matches (True: skip the node), and drop
+        such notes once one does. What ran is recorded when a stage starts (noderun)."""
+        state = self.ctx.state(node)
+        selection = self.ctx.node_packages(node)
+        images = {k: dict(v) for k, v in (state.images or {}).items()}
+        for name in self.spec.packages:
+            record = images.get(name, {})
+            if name in selection.unmatched:
+                images[name] = {**record, "unmatched": selection.unmatched[name]}
+            elif "unmatched" in record:
+                record.pop("unmatched")
+                if record:
+                    images[name] = record
+                else:
+                    del images[name]
+        if images != (state.images or {}):
+            self._set_state(node, replace(state, images=images))
+        return bool(selection.unmatched)
+
+    def _unmatched_condition(self, unmatched: list[str]) -> None:
+        if not unmatched and not any(p.image_compatibility for p in self.spec.packages.values()):
+            return
+        self.decided.conditions.append(
+            statuses.condition(
+                statuses.CONDITION_NO_COMPATIBLE_IMAGE,
+                bool(unmatched),
+                "NoCompatibleImage",
+                f"Node [{', '.join(unmatched)}] matches no candidate of an image compatibility "
+                "artifact (reason in its skyhook.nvidia.com/imageSelection_ annotation). Skipping."
+                if unmatched
+                else "Every node matches a candidate image.",
+                self.index.now,
+            )
+        )
 
     def _finish_node(self, node: NodeView, in_progress: bool, blocked: bool) -> str:
         state = self.ctx.state(node)

@@ -17,6 +17,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from skyhook_operator.core.alerts import AlertGate, decode_gate
+from skyhook_operator.core.imagecompat import Artifact, ArtifactError
+from skyhook_operator.core.imagecompat import parse as parse_artifact
 from skyhook_operator.core.vocabulary import (
     SELECTOR_OPERATORS,
     TAINT_EFFECTS,
@@ -64,6 +66,23 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ImageCompatibility:
+    """Where a package's image compatibility artifact comes from: exactly one of an inline
+    artifact, a ConfigMap key in the operator's namespace, or an OCI reference."""
+
+    inline: Artifact | None = None
+    config_map: tuple[str, str] | None = None  # (name, key)
+    ref: str = ""
+
+    @property
+    def source(self) -> str:
+        """The key the operator resolves this source under (ClusterSnapshot.image_artifacts)."""
+        if self.config_map:
+            return f"configmap:{self.config_map[0]}/{self.config_map[1]}"
+        return f"oci:{self.ref}" if self.ref else "inline"
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
@@ -77,6 +96,9 @@ class Package:
     env: tuple[Mapping[str, Any], ...] = ()
     resources: Resources | None = None
     graceful_shutdown_s: int | None = None
+    image_compatibility: ImageCompatibility | None = None
+    # The full image reference chosen for one node from image_compatibility (pods pull it).
+    chosen_image: str = ""
 
     @property
     def key(self) -> str:
@@ -361,6 +383,50 @@ def _decode_image(image: str, version: str, path: str, errors: _Errors) -> str:
     return reference.repository
 
 
+def _decode_image_compatibility(
+    raw: object, path: str, errors: _Errors
+) -> ImageCompatibility | None:
+    if not _is_map(raw):
+        errors.add(path, "must be an object with one of inline, configMapRef, ref")
+        return None
+    assert isinstance(raw, Mapping)
+    given = [k for k in ("inline", "configMapRef", "ref") if raw.get(k) is not None]
+    unknown = sorted(set(raw) - {"inline", "configMapRef", "ref"})
+    if unknown:
+        errors.add(path, f"unknown field(s) {', '.join(unknown)}")
+    if len(given) != 1:
+        errors.add(path, "exactly one of inline, configMapRef, ref is required")
+        return None
+    if given == ["inline"]:
+        try:
+            return ImageCompatibility(inline=parse_artifact(raw["inline"], f"{path}.inline"))
+        except ArtifactError as err:
+            for message in err.messages:
+                errors.messages.append(message)
+            return None
+    if given == ["ref"]:
+        ref = raw["ref"]
+        if not isinstance(ref, str) or not ref:
+            errors.add(f"{path}.ref", "must be an OCI reference such as registry/repo:tag")
+            return None
+        try:
+            split_image(ref)
+        except ImageError as err:
+            errors.add(f"{path}.ref", str(err))
+            return None
+        return ImageCompatibility(ref=ref)
+    ref_map = raw["configMapRef"]
+    if not _is_map(ref_map):
+        errors.add(f"{path}.configMapRef", "must be {name, key}")
+        return None
+    name = _string(ref_map, "name", f"{path}.configMapRef", errors)
+    item = _string(ref_map, "key", f"{path}.configMapRef", errors)
+    if not name or not item:
+        errors.add(f"{path}.configMapRef", "name and key are required")
+        return None
+    return ImageCompatibility(config_map=(name, item))
+
+
 def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
     path = f"spec.packages.{key}"
     if not _is_map(raw):
@@ -424,6 +490,13 @@ def _decode_package(key: str, raw: object, errors: _Errors) -> Package | None:
         env=tuple(dict(e) for e in env),
         resources=_decode_resources(raw.get("resources"), f"{path}.resources", errors),
         graceful_shutdown_s=grace,
+        image_compatibility=(
+            _decode_image_compatibility(
+                raw["imageCompatibility"], f"{path}.imageCompatibility", errors
+            )
+            if raw.get("imageCompatibility") is not None
+            else None
+        ),
     )
 
 

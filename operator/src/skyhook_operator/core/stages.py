@@ -95,11 +95,18 @@ class NodeWork:
 
 
 def next_stage(
-    package: Package, entries: Mapping[str, PackageEntry], config_updates: ConfigUpdates
+    package: Package,
+    entries: Mapping[str, PackageEntry],
+    config_updates: ConfigUpdates,
+    reselected: bool = False,
 ) -> str | None:
     """The stage `package` runs next on this node, or None when it has nothing to do (complete,
-    or waiting on something else: a skipped interrupt, an uninstall in flight)."""
+    or waiting on something else: a skipped interrupt, an uninstall in flight). `reselected`:
+    the node's image compatibility artifact now chooses another image, which upgrades the
+    complete package as a new version would."""
     entry = entries.get(package.key)
+    if reselected and entry is not None and entry.state == COMPLETE and entry.stage != UNINSTALL:
+        return UPGRADE
     if entry is None:
         others = [e for e in entries.values() if e.name == package.name]
         if any(_change(e.version, package.version) is VersionChange.DOWNGRADE for e in others):
@@ -124,6 +131,7 @@ def node_work(
     packages: Mapping[str, Package],
     entries: Mapping[str, PackageEntry],
     config_updates: ConfigUpdates,
+    reselected: frozenset[str] = frozenset(),
 ) -> NodeWork:
     uninstalls: list[PackageEntry] = []
     renames: dict[str, str] = {}
@@ -141,7 +149,7 @@ def node_work(
             uninstalls.append(entry)
     due: dict[str, str] = {}
     for name, package in packages.items():
-        stage = next_stage(package, entries, config_updates)
+        stage = next_stage(package, entries, config_updates, name in reselected)
         if stage is not None:
             due[name] = stage
     return NodeWork(tuple(uninstalls), due, renames)

@@ -24,8 +24,16 @@ CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
 CONDITION_SPEC_WARNING = f"{keys.GROUP}/SpecWarning"
 CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
+# Ours: a package's image compatibility artifact could not be fetched or is malformed.
+CONDITION_IMAGE_COMPATIBILITY = f"{keys.GROUP}/ImageCompatibilityUnavailable"
+# Ours: nodes skipped because no candidate image of an artifact matches them.
+CONDITION_NO_COMPATIBLE_IMAGE = f"{keys.GROUP}/NoCompatibleImage"
 # Removed as soon as the Skyhook runs again.
-POLICY_BLOCKED_CONDITIONS = (CONDITION_POLICY_NOT_FOUND, CONDITION_POLICY_INVALID)
+POLICY_BLOCKED_CONDITIONS = (
+    CONDITION_POLICY_NOT_FOUND,
+    CONDITION_POLICY_INVALID,
+    CONDITION_IMAGE_COMPATIBILITY,
+)
 # The kstatus convention (Flux, kpt, cli-utils): written beside upstream's conditions so GitOps
 # tools can tell a rollout in progress from a finished or a stuck one.
 CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED = "Ready", "Reconciling", "Stalled"

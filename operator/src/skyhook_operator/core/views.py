@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from skyhook_operator.core.alerts import AlertReading
+from skyhook_operator.core.imagecompat import Artifact
 from skyhook_operator.core.policy import Policy, PolicyError, decode_policy
 from skyhook_operator.core.spec import SkyhookSpec, SpecError, decode_spec
 from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
@@ -252,6 +253,9 @@ class ClusterSnapshot:
     pods: tuple[PodView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
     policies: tuple[PolicyView, ...] = ()
+    # Image compatibility artifacts fetched by the operator, by `ImageCompatibility.source`:
+    # the parsed artifact, or why it could not be had (a registry error, a malformed artifact).
+    image_artifacts: Mapping[str, Artifact | str] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     # What the operator last read from each Prometheus URL an alertGate names.
     alerts: tuple[AlertReading, ...] = ()

@@ -1,0 +1,215 @@
+"""Fetching image compatibility artifacts: from a ConfigMap through the API, from an OCI
+registry with ORAS (oras-py). Blocking I/O: call from a thread.
+
+An OCI artifact is a manifest whose layer of media type
+`application/vnd.oci.image.compatibilities.v1+json` (or NFD's YAML layer) holds the artifact.
+Artifacts are cached by that layer's digest: a reference is looked up again (its manifest
+only) at most every `refresh` seconds, and its layer is pulled only when the digest changed.
+`ArtifactResolver.resolve` gives the planner every source its Skyhooks name
+(`ClusterSnapshot.image_artifacts`); `fetch_for_pod` is the pod webhook's fetch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import oras.provider
+import requests
+from oras.auth import AuthenticationException
+
+from skyhook_operator.core.imagecompat import (
+    IMAGE_REF_ANNOTATION,
+    MEDIA_TYPES,
+    Artifact,
+    ArtifactError,
+    PodDecision,
+    artifact_reference,
+    parse_text,
+    pod_patch,
+)
+from skyhook_operator.core.spec import ImageCompatibility
+from skyhook_operator.core.views import SkyhookView
+from skyhook_operator.kube.client import ApiError, Kube
+
+log = logging.getLogger(__name__)
+
+MANIFEST_MEDIA_TYPES = ["application/vnd.oci.image.manifest.v1+json"]
+REQUEST_TIMEOUT_S = 10.0
+
+
+class FetchError(Exception):
+    """An artifact that could not be had; the message says which source and why."""
+
+
+class _Registry(oras.provider.Registry):  # type: ignore[misc]
+    """ORAS without its in-request retries: they sleep for minutes on an unreachable registry,
+    which would stall a reconcile pass. The next refresh is the retry."""
+
+    def __init__(self, insecure: bool) -> None:
+        super().__init__(insecure=insecure)
+        self.session.request = functools.partial(self.session.request, timeout=REQUEST_TIMEOUT_S)
+
+    def do_request(self, *args: Any, **kwargs: Any) -> requests.Response:
+        single_attempt: Callable[..., requests.Response] = (
+            oras.provider.Registry.do_request.__wrapped__
+        )
+        return single_attempt(self, *args, **kwargs)
+
+
+@dataclass
+class _Checked:
+    at: float
+    result: Artifact | str
+
+
+class ArtifactFetcher:
+    """Pulls artifacts; keeps each parsed artifact by layer digest and each source's last
+    answer for `refresh` seconds."""
+
+    def __init__(
+        self, kube: Kube | None, namespace: str, refresh: float, insecure: Iterable[str] = ()
+    ) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._refresh = refresh
+        self._insecure = {host.strip() for host in insecure if host.strip()}
+        self._by_digest: dict[str, Artifact] = {}
+        self._checked: dict[str, _Checked] = {}
+        self._lock = threading.Lock()
+        self.pulls = 0  # layers actually downloaded (the cache's misses)
+
+    def fetch(self, source: ImageCompatibility) -> Artifact | str:
+        """The artifact `source` names, or why it cannot be had (an error message naming the
+        source), answered from cache when checked within `refresh` seconds."""
+        if source.inline is not None:
+            return source.inline
+        key = source.source
+        now = time.monotonic()
+        with self._lock:
+            checked = self._checked.get(key)
+            if checked is not None and now - checked.at < self._refresh:
+                return checked.result
+        result: Artifact | str
+        try:
+            if source.config_map is not None:
+                result = self._from_config_map(*source.config_map)
+            else:
+                result = self.fetch_oci(source.ref)
+        except FetchError as err:
+            result = str(err)
+        with self._lock:
+            self._checked[key] = _Checked(now, result)
+        return result
+
+    def _from_config_map(self, name: str, item: str) -> Artifact:
+        where = f"ConfigMap {self._namespace}/{name} key {item}"
+        if self._kube is None:
+            raise FetchError(f"{where}: no API client")
+        try:
+            body = self._kube.request(
+                "GET", Kube.namespaced_path("configmaps", self._namespace, name)
+            )
+        except ApiError as err:
+            raise FetchError(f"{where}: {err.reason}") from None
+        data = (body.get("data") or {}) if isinstance(body, Mapping) else {}
+        if item not in data:
+            raise FetchError(f"{where}: no such key")
+        try:
+            return parse_text(data[item], where=where)
+        except ArtifactError as err:
+            raise FetchError(str(err)) from None
+
+    def fetch_oci(self, reference: str) -> Artifact:
+        """Resolve `reference`'s manifest, then its artifact layer (from cache when its
+        digest is known). FetchError names the reference and what failed."""
+        host = reference.split("/", 1)[0]
+        registry = _Registry(insecure=host in self._insecure)
+        try:
+            container = registry.get_container(reference)
+            manifest = registry.get_manifest(container, allowed_media_type=MANIFEST_MEDIA_TYPES)
+        except (requests.RequestException, ValueError, AuthenticationException) as err:
+            raise FetchError(f"OCI artifact {reference}: {_short(err)}") from None
+        layer = next(
+            (x for x in manifest.get("layers") or () if x.get("mediaType") in MEDIA_TYPES), None
+        )
+        if layer is None:
+            raise FetchError(
+                f"OCI artifact {reference}: no layer of media type {' or '.join(MEDIA_TYPES)}"
+            )
+        digest = str(layer.get("digest"))
+        with self._lock:
+            cached = self._by_digest.get(digest)
+        if cached is not None:
+            return cached
+        try:
+            response = registry.get_blob(container, digest)
+            response.raise_for_status()
+        except requests.RequestException as err:
+            raise FetchError(f"OCI artifact {reference}: layer {digest}: {_short(err)}") from None
+        self.pulls += 1
+        try:
+            artifact = parse_text(
+                response.content, layer["mediaType"], where=f"OCI artifact {reference}"
+            )
+        except ArtifactError as err:
+            raise FetchError(str(err)) from None
+        with self._lock:
+            self._by_digest[digest] = artifact
+        log.info("image compatibility artifact %s pulled (layer %s)", reference, digest)
+        return artifact
+
+
+def _short(err: BaseException) -> str:
+    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+
+
+class ArtifactResolver:
+    """The planner's input: every artifact source named by the Skyhooks, fetched."""
+
+    def __init__(self, fetcher: ArtifactFetcher) -> None:
+        self.fetcher = fetcher
+
+    def resolve(self, skyhooks: Iterable[SkyhookView]) -> dict[str, Artifact | str]:
+        found: dict[str, Artifact | str] = {}
+        for scr in skyhooks:
+            if scr.spec is None or scr.deleting:
+                continue
+            for package in scr.spec.packages.values():
+                source = package.image_compatibility
+                if source is None or source.inline is not None or source.source in found:
+                    continue
+                found[source.source] = self.fetcher.fetch(source)
+        return found
+
+
+def fetch_for_pod(fetcher: ArtifactFetcher, reference: str) -> Artifact:
+    """The artifact a pod's `oci.image.compatibilities.selection/image-ref` annotation names
+    (an OCI reference). Raises FetchError (message ready for an admission refusal)."""
+    result = fetcher.fetch(ImageCompatibility(ref=reference))
+    if isinstance(result, str):
+        raise FetchError(result)
+    return result
+
+
+def pod_image_patch(
+    fetcher: ArtifactFetcher, pod: Mapping[str, Any], node_labels: Iterable[Mapping[str, str]]
+) -> PodDecision:
+    """The pod image webhook's whole answer for one pod (blocking: call from a thread): fetch
+    the artifact its annotation names, then `pod_patch`. Every failure is a refusal that says
+    why."""
+    reference = artifact_reference(pod)
+    if not reference:
+        return PodDecision(
+            refusal=f"image compatibility: the pod has no {IMAGE_REF_ANNOTATION} annotation"
+        )
+    try:
+        artifact = fetch_for_pod(fetcher, reference)
+    except FetchError as err:
+        return PodDecision(refusal=f"image compatibility: {err}")
+    return pod_patch(pod, list(node_labels), artifact)

@@ -1,0 +1,249 @@
+"""Image selection on the sandbox: one SCR whose image compatibility artifact, pushed with
+ORAS to a local OCI registry, gives nodes of three OS flavours three image variants; a fourth
+node no candidate matches is skipped with its reason until a new artifact version covers it.
+The sandbox maps every tag of a package repository to the package's directory, so the
+variants (tags of the shellscript image) all resolve."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import oras.provider
+import pytest
+
+from skyhook_dev.harness import node_state, node_status, wait_until
+from skyhook_dev.registry import LocalRegistry, digest_of
+from skyhook_operator.core.imagecompat import (
+    ENABLED_LABEL,
+    IMAGE_REF_ANNOTATION,
+    MEDIA_TYPE,
+    TARGET_IMAGE_ANNOTATION,
+)
+from skyhook_operator.core.spec import ImageCompatibility
+from skyhook_operator.kube.artifacts import (
+    ArtifactFetcher,
+    FetchError,
+    fetch_for_pod,
+    pod_image_patch,
+)
+from skyhook_operator.kube.client import MERGE_PATCH, Kube
+from skyhook_schemas import keys
+
+from .conftest import NAMESPACE
+from .helpers import SHELLSCRIPT, Cluster, agentless
+
+OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+FLAVOURS = [("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rocky", "9"), ("debian", "12")]
+
+
+def candidate(os_id: str, version: str) -> dict[str, Any]:
+    return {
+        "tag": f"{SHELLSCRIPT}:1.0.0-{os_id}{version}",
+        "description": f"{os_id} {version}",
+        "rules": [
+            {
+                "name": "os release",
+                "matchFeatures": [
+                    {
+                        "feature": "system.osrelease",
+                        "matchExpressions": {
+                            OS_ID: {"op": "In", "value": [os_id]},
+                            OS_VERSION: {"op": "In", "value": [version]},
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def artifact(flavours: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"version": "v1alpha1", "compatibilities": [candidate(*f) for f in flavours]}
+
+
+def push(registry: LocalRegistry, target: str, body: dict[str, Any], tmp_path: Path) -> str:
+    """Push `body` as the artifact layer with ORAS; returns the layer's digest."""
+    path = tmp_path / f"compat-{len(registry.blobs)}.json"
+    path.write_text(json.dumps(body))
+    oras.provider.Registry(insecure=True).push(
+        target=target, files=[f"{path}:{MEDIA_TYPE}"], disable_path_validation=True
+    )
+    return digest_of(path.read_bytes())
+
+
+@pytest.fixture
+def registry() -> Iterator[LocalRegistry]:
+    with LocalRegistry() as served:
+        yield served
+
+
+def init_images(pods: list[dict[str, Any]], node: str) -> set[str]:
+    return {
+        c["image"]
+        for p in pods
+        if p["spec"]["nodeName"] == node
+        for c in p["spec"]["initContainers"]
+        if c["name"].endswith("-init")
+    }
+
+
+def selection(kube: Kube, node: str, scr: str) -> dict[str, Any]:
+    annotations = kube.request("GET", kube.node_path(node))["metadata"].get("annotations", {})
+    return json.loads(annotations.get(keys.image_selection_key(scr), "{}"))
+
+
+def test_each_flavour_gets_its_variant_and_an_unmatched_node_is_skipped(
+    cluster: Cluster, registry: LocalRegistry, tmp_path: Path
+) -> None:
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(
+        log_name="operator-oci.log",
+        SKYHOOK_INSECURE_REGISTRIES=registry.host,
+        SKYHOOK_IMAGE_ARTIFACT_REFRESH="1",
+    )
+    nodes = cluster.add_nodes(4)
+    for node, (os_id, version) in zip(nodes, FLAVOURS, strict=True):
+        labels = {OS_ID: os_id, OS_VERSION: version}
+        cluster.kube.request(
+            "PATCH", cluster.kube.node_path(node), {"metadata": {"labels": labels}}, MERGE_PATCH
+        )
+    target = f"{registry.host}/compat/shellscript:v1"
+    first = push(registry, target, artifact(FLAVOURS[:3]), tmp_path)
+    recording = cluster.record("variants")
+    cluster.skyhook(
+        "variants",
+        {"tuning": agentless("1.0.0", imageCompatibility={"ref": target})},
+    )
+    matched, unmatched = nodes[:3], nodes[3]
+
+    def three_done_and_one_skipped() -> bool:
+        done = all(node_status(cluster.node(n), "variants") == "complete" for n in matched)
+        return done and "unmatched" in selection(cluster.kube, unmatched, "variants").get(
+            "tuning", {}
+        )
+
+    wait_until(three_done_and_one_skipped, 180, "three variants complete, one node skipped")
+    pods = [obj for _, kind, obj in recording.of("pod") if kind == "ADDED"]
+    for node, (os_id, version) in zip(matched, FLAVOURS, strict=False):
+        image = f"{SHELLSCRIPT}:1.0.0-{os_id}{version}"
+        assert init_images(pods, node) == {image}
+        chosen = selection(cluster.kube, node, "variants")["tuning"]
+        assert chosen == {"image": image, "matched": chosen["matched"]}
+        assert chosen["matched"].endswith(f"({os_id} {version})")
+        state = node_state(cluster.node(node), "variants")["tuning|1.0.0"]
+        assert (state["stage"], state["state"]) == ("config", "complete")
+    assert init_images(pods, unmatched) == set()
+    assert node_status(cluster.node(unmatched), "variants") == "blocked"
+    reason = selection(cluster.kube, unmatched, "variants")["tuning"]["unmatched"]
+    assert "no compatible image" in reason and "'debian'" in reason
+    conditions = cluster.get_skyhook("variants")["status"]["conditions"]
+    skipped = next(c for c in conditions if c["type"].endswith("/NoCompatibleImage"))
+    assert skipped["status"] == "True" and unmatched in skipped["message"]
+    # Checked every second, pulled once: the layer is cached by its digest.
+    assert registry.manifest_pulls("v1") >= 2
+    assert registry.blob_pulls(first) == 1
+
+    # A new artifact under the same tag (a new digest) covers the fourth flavour.
+    second = push(registry, target, artifact(FLAVOURS), tmp_path)
+    cluster.wait_complete("variants", timeout=120)
+    assert registry.blob_pulls(second) == 1
+    debian = f"{SHELLSCRIPT}:1.0.0-debian12"
+    assert selection(cluster.kube, unmatched, "variants")["tuning"]["image"] == debian
+    pods = [obj for _, kind, obj in recording.of("pod") if kind == "ADDED"]
+    assert init_images(pods, unmatched) == {debian}
+
+
+def test_artifact_sources_fetch_or_say_why(
+    kube: Kube, registry: LocalRegistry, tmp_path: Path
+) -> None:
+    body = artifact(FLAVOURS[:1])
+    configmap = {
+        "metadata": {"name": "compat-test", "namespace": NAMESPACE},
+        "data": {"compat.json": json.dumps(body), "broken.json": "{"},
+    }
+    kube.request("POST", kube.namespaced_path("configmaps", NAMESPACE), configmap)
+    try:
+        fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=0, insecure=[registry.host])
+        found = fetcher.fetch(ImageCompatibility(config_map=("compat-test", "compat.json")))
+        assert not isinstance(found, str) and found.compatibilities[0].description == "ubuntu 22.04"
+        broken = fetcher.fetch(ImageCompatibility(config_map=("compat-test", "broken.json")))
+        assert broken == f"ConfigMap {NAMESPACE}/compat-test key broken.json: not valid JSON: " + (
+            "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+        )
+        missing = fetcher.fetch(ImageCompatibility(config_map=("compat-absent", "compat.json")))
+        assert isinstance(missing, str) and missing.startswith(
+            f"ConfigMap {NAMESPACE}/compat-absent key compat.json: "
+        )
+    finally:
+        kube.request("DELETE", kube.namespaced_path("configmaps", NAMESPACE, "compat-test"))
+
+    target = f"{registry.host}/compat/pod:v1"
+    push(registry, target, body, tmp_path)
+    assert fetch_for_pod(fetcher, target).compatibilities[0].image.endswith("ubuntu22.04")
+    with pytest.raises(
+        FetchError, match=f"OCI artifact {registry.host}/compat/pod:v9: .*Not Found"
+    ):
+        fetch_for_pod(fetcher, f"{registry.host}/compat/pod:v9")
+    push(registry, f"{registry.host}/compat/bad:v1", {"version": "v1alpha1"}, tmp_path)
+    with pytest.raises(FetchError, match="compatibilities: required non-empty list"):
+        fetch_for_pod(fetcher, f"{registry.host}/compat/bad:v1")
+
+
+def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
+    kube: Kube, registry: LocalRegistry, tmp_path: Path, sandbox_nodes: Any
+) -> None:
+    flavour = {OS_ID: "rocky", OS_VERSION: "9", "skyhook.nvidia.com/test-flavour": "rocky9"}
+    (node,) = sandbox_nodes(1, labels=flavour)
+    body = {
+        "version": "v1alpha1",
+        "compatibilities": [
+            {**candidate(*f), "tag": f"docker.io/library/busybox:{f[0]}{f[1]}"} for f in FLAVOURS
+        ],
+    }
+    target = f"{registry.host}/compat/busybox:v1"
+    push(registry, target, body, tmp_path)
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"selected-{node}"[:60],
+            "namespace": "default",
+            "labels": {ENABLED_LABEL: "true"},
+            "annotations": {
+                TARGET_IMAGE_ANNOTATION: "placeholder:latest",
+                IMAGE_REF_ANNOTATION: target,
+            },
+        },
+        "spec": {
+            "nodeSelector": {"skyhook.nvidia.com/test-flavour": "rocky9"},
+            "containers": [{"name": "work", "image": "placeholder:latest", "command": ["true"]}],
+        },
+    }
+    nodes = [n["metadata"].get("labels", {}) for n in kube.request("GET", "/api/v1/nodes")["items"]]
+    fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=30, insecure=[registry.host])
+    decision = pod_image_patch(fetcher, pod, nodes)
+    assert decision.allowed, decision.refusal
+    for operation in decision.patch:  # as the apiserver applies a webhook's JSON patch
+        *parents, leaf = [p.replace("~1", "/") for p in operation["path"].split("/")[1:]]
+        target_object: Any = pod
+        for part in parents:
+            target_object = target_object[int(part) if part.isdigit() else part]
+        target_object[int(leaf) if leaf.isdigit() else leaf] = operation["value"]
+    created = kube.request("POST", kube.namespaced_path("pods", "default"), pod)
+    try:
+        assert created["spec"]["containers"][0]["image"] == "docker.io/library/busybox:rocky9"
+        assert created["metadata"]["annotations"][
+            "oci.image.compatibilities.selection/matched"
+        ] == ("compatibilities[2] (rocky 9)")
+    finally:
+        kube.request("DELETE", kube.namespaced_path("pods", "default", pod["metadata"]["name"]))
+    del pod["spec"]["nodeSelector"]
+    pod["spec"]["containers"][0]["image"] = "placeholder:latest"
+    mixed = [flavour, {OS_ID: "ubuntu", OS_VERSION: "22.04"}]
+    assert "cluster is not homogeneous" in pod_image_patch(fetcher, pod, mixed).refusal
+    pod["metadata"]["annotations"][IMAGE_REF_ANNOTATION] = f"{registry.host}/compat/absent:v1"
+    assert "compat/absent:v1" in pod_image_patch(fetcher, pod, mixed).refusal
