@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import kopf
 import urllib3
 
 from skyhook_operator.core import admission
 from skyhook_operator.kube import webhooks
+from skyhook_operator.kube.artifacts import pod_image_patch
 from skyhook_operator.kube.client import ApiError, Kube
 from skyhook_operator.settings import Settings, parse_bind_address
 
@@ -33,6 +35,7 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
         "validate-deploymentpolicy.nvidia.com": validate_policy,
         "mutate-skyhook.nvidia.com": leave_skyhook,
         "mutate-deploymentpolicy.nvidia.com": default_policy,
+        "mutate-pod-image.skyhook.nvidia.com": choose_pod_image,
     }
     for hook in webhooks.WEBHOOKS:
         decorator = kopf.on.mutate if hook.mutating else kopf.on.validate
@@ -42,6 +45,7 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
             hook.plural,
             id=hook.handler_id,
             operations=list(hook.operations),  # type: ignore[arg-type]
+            labels=dict(hook.object_labels) or None,
             registry=registry,
         )(handlers[hook.name])
 
@@ -132,6 +136,25 @@ async def default_policy(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> 
     defaulted = admission.default_policy(_dict(new))
     if defaulted is not None:
         patch["spec"] = defaulted
+
+
+async def choose_pod_image(
+    new: kopf.Body | None,
+    patch: kopf.Patch,
+    node_index: kopf.Index[Any, Any],
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """Replace a labelled pod's placeholder image with the candidate its node flavour matches
+    (docs/image-selection.md); refuse, saying why, when none can be chosen."""
+    node_labels = [item.view.labels for store in node_index.values() for item in store if item.view]
+    decision = await asyncio.to_thread(
+        pod_image_patch, memo.artifact_fetcher, _dict(new) or {}, node_labels
+    )
+    if not decision.allowed:
+        raise kopf.AdmissionError(decision.refusal, code=403)
+    operations = [dict(op) for op in decision.patch]
+    patch.fns.append(lambda body: jsonpatch.apply_patch(body, operations, in_place=True))
 
 
 def server(ours: Settings) -> kopf.WebhookServer:

@@ -42,7 +42,10 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
     started: list[OperatorProcess] = []
 
     def start(
-        kubeconfig_flag: bool = False, log_name: str = "operator.log", **env: str
+        kubeconfig_flag: bool = False,
+        log_name: str = "operator.log",
+        wait_ready: bool = True,
+        **env: str,
     ) -> OperatorProcess:
         settings = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1", **env}
         process = OperatorProcess(
@@ -50,7 +53,7 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
         ).start()
         started.append(process)
         # Ready: the apiserver now calls this operator's webhooks (not a previous test's).
-        return process.wait_ready()
+        return process.wait_ready() if wait_ready else process
 
     yield start
     for process in started:

@@ -6,6 +6,7 @@ variants (tags of the shellscript image) all resolve."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from skyhook_operator.kube.artifacts import (
     fetch_for_pod,
     pod_image_patch,
 )
-from skyhook_operator.kube.client import MERGE_PATCH, Kube
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE
@@ -194,10 +195,17 @@ def test_artifact_sources_fetch_or_say_why(
 
 
 def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
-    kube: Kube, registry: LocalRegistry, tmp_path: Path, sandbox_nodes: Any
+    cluster: Cluster, registry: LocalRegistry, tmp_path: Path
 ) -> None:
+    # Through the operator's pod image webhook, as any user's pod would be.
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(
+        log_name="operator-pods.log", SKYHOOK_INSECURE_REGISTRIES=registry.host
+    )
+    kube = cluster.kube
     flavour = {OS_ID: "rocky", OS_VERSION: "9", "skyhook.nvidia.com/test-flavour": "rocky9"}
-    (node,) = sandbox_nodes(1, labels=flavour)
+    (node,) = cluster.add_nodes(1)
+    kube.request("PATCH", kube.node_path(node), {"metadata": {"labels": flavour}}, MERGE_PATCH)
     body = {
         "version": "v1alpha1",
         "compatibilities": [
@@ -223,16 +231,6 @@ def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
             "containers": [{"name": "work", "image": "placeholder:latest", "command": ["true"]}],
         },
     }
-    nodes = [n["metadata"].get("labels", {}) for n in kube.request("GET", "/api/v1/nodes")["items"]]
-    fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=30, insecure=[registry.host])
-    decision = pod_image_patch(fetcher, pod, nodes)
-    assert decision.allowed, decision.refusal
-    for operation in decision.patch:  # as the apiserver applies a webhook's JSON patch
-        *parents, leaf = [p.replace("~1", "/") for p in operation["path"].split("/")[1:]]
-        target_object: Any = pod
-        for part in parents:
-            target_object = target_object[int(part) if part.isdigit() else part]
-        target_object[int(leaf) if leaf.isdigit() else leaf] = operation["value"]
     created = kube.request("POST", kube.namespaced_path("pods", "default"), pod)
     try:
         assert created["spec"]["containers"][0]["image"] == "docker.io/library/busybox:rocky9"
@@ -241,6 +239,15 @@ def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
         ] == ("compatibilities[2] (rocky 9)")
     finally:
         kube.request("DELETE", kube.namespaced_path("pods", "default", pod["metadata"]["name"]))
+    # An artifact that cannot be fetched: the pod is refused, saying which, not created as is.
+    missing = copy.deepcopy(pod)
+    missing["metadata"]["annotations"][IMAGE_REF_ANNOTATION] = f"{registry.host}/compat/absent:v1"
+    with pytest.raises(ApiError) as refused:
+        kube.request("POST", kube.namespaced_path("pods", "default"), missing)
+    assert 'admission webhook "mutate-pod-image.skyhook.nvidia.com" denied' in refused.value.reason
+    assert "compat/absent:v1" in refused.value.reason
+    # The same decisions, for cluster shapes the sandbox does not have.
+    fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=30, insecure=[registry.host])
     del pod["spec"]["nodeSelector"]
     pod["spec"]["containers"][0]["image"] = "placeholder:latest"
     mixed = [flavour, {OS_ID: "ubuntu", OS_VERSION: "22.04"}]

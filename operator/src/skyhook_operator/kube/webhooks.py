@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from skyhook_operator.core.imagecompat import ENABLED_LABEL
 from skyhook_operator.kube.client import APPLY_PATCH, FIELD_MANAGER, JSON_PATCH, ApiError, Kube
 from skyhook_schemas import keys
 
@@ -62,6 +63,9 @@ class Webhook:
     plural: str
     operations: tuple[str, ...]
     mutating: bool
+    # Only objects with these labels are sent (the apiserver filters): an optional feature
+    # must not put every pod create behind our webhook.
+    object_labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def handler_id(self) -> str:
@@ -104,6 +108,16 @@ WEBHOOKS = (
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=True,
+    ),
+    Webhook(
+        "mutate-pod-image.skyhook.nvidia.com",
+        "/mutate-v1-pod-image",
+        "",
+        "v1",
+        "pods",
+        ("CREATE",),
+        mutating=True,
+        object_labels=((ENABLED_LABEL, "true"),),
     ),
 )
 
@@ -366,6 +380,8 @@ def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
         }
         if mutating:
             entry["reinvocationPolicy"] = "Never"
+        if hook.object_labels:
+            entry["objectSelector"] = {"matchLabels": dict(hook.object_labels)}
         entries.append(entry)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
