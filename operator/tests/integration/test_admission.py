@@ -172,3 +172,26 @@ def test_the_webhook_fails_closed_and_the_certificate_lives_in_a_secret(cluster:
     )
     cluster.skyhooks.append("while-down")
     kube.request("POST", kube.skyhook_path(), good)
+
+
+def test_crd_rules_hold_with_the_webhooks_off(cluster: Cluster) -> None:
+    assert cluster.operator is not None
+    cluster.operator.stop()  # a clean stop: the harness removes the webhook configurations
+    kube = cluster.kube
+    base = {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.KIND,
+        "spec": {"packages": {"foo": {"version": "1.0.0", "image": "example.com/foo"}}},
+    }
+    both = {**base, "metadata": {"name": "crd-both"}}
+    both["spec"] = {**base["spec"], "interruptionBudget": {"percent": 10, "count": 1}}
+    assert "spec.interruptionBudget: Invalid value" in refusal(kube, kube.skyhook_path(), both)
+    exclusive = {**base, "metadata": {"name": "crd-exclusive"}}
+    exclusive["spec"] = {
+        **base["spec"],
+        "deploymentPolicy": "p",
+        "interruptionBudget": {"count": 1},
+    }
+    message = refusal(kube, kube.skyhook_path(), exclusive)
+    assert "spec.deploymentPolicy: Invalid value" in message
+    assert "deploymentPolicy and interruptionBudget are mutually exclusive" in message
