@@ -404,6 +404,7 @@ class Watch:
         query = urllib.parse.urlencode(
             {"watch": "1", "resourceVersion": version, "labelSelector": selector}
         )
+        self.what = f"{path} watch ({selector})"
         self.events: list[tuple[str, Obj]] = []
         self._lock = threading.Lock()
         self._process = subprocess.Popen(
@@ -424,7 +425,13 @@ class Watch:
                     self.events.append((event["type"], event["object"]))
 
     def objects(self, kinds: tuple[str, ...] = ("ADDED", "MODIFIED")) -> list[Obj]:
+        """What arrived so far; fails if the watch ended, since events may be missing."""
+        if self._process.poll() is not None:
+            raise StepFailed(f"the {self.what} ended early")
         with self._lock:
+            errors = [obj for kind, obj in self.events if kind == "ERROR"]
+            if errors:
+                raise StepFailed(f"the {self.what} reported an error: {errors[0]}")
             return [obj for kind, obj in self.events if kind in kinds]
 
     def stop(self) -> None:
@@ -497,7 +504,9 @@ class Runner:
             case AtMostAtOnce(scr, count):
                 peak = peak_in_progress(scr, self.nodes[scr].objects())
                 if peak > count:
-                    raise StepFailed(f"{peak} nodes were in progress with {scr} at once")
+                    raise StepFailed(
+                        f"{peak} nodes were in progress with {scr} at once (at most {count})"
+                    )
             case Delete(scr):
                 self.kubectl.ok(
                     "delete", f"skyhooks.{GROUP}", scr, "--wait", f"--timeout={self.timeout}s"
