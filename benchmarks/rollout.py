@@ -38,10 +38,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import urllib3
 
 from skyhook_dev.harness import (
     OperatorProcess,
@@ -51,7 +53,7 @@ from skyhook_dev.harness import (
     node_status,
     watch,
 )
-from skyhook_operator.kube.client import Json, Kube, connect
+from skyhook_operator.kube.client import ApiError, Json, Kube, connect
 from skyhook_sandbox.sandbox import Sandbox
 from skyhook_schemas import keys
 
@@ -265,7 +267,13 @@ class _PodRecorder:
     def _pump(
         self, kube: Kube, query: dict[str, str], timeout: float, synced: threading.Event
     ) -> None:
-        for kind, pod in watch(kube, "/api/v1/pods", query, timeout):
+        try:
+            self._record(watch(kube, "/api/v1/pods", query, timeout), synced)
+        except (ApiError, OSError, urllib3.exceptions.HTTPError):
+            return  # the sandbox stopped under the watch: the run is over
+
+    def _record(self, events: Iterator[tuple[str, Json]], synced: threading.Event) -> None:
+        for kind, pod in events:
             if kind == "SYNCED":
                 synced.set()
                 continue
