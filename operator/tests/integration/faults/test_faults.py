@@ -18,7 +18,7 @@ from pathlib import Path
 from skyhook_dev.harness import node_state, wait_until
 from skyhook_schemas import keys
 
-from ..integration.helpers import TEST_LABEL, Cluster, Recording
+from ..helpers import TEST_LABEL, Cluster, Recording
 from .helpers import (
     PACKAGE,
     assert_nodes_released,

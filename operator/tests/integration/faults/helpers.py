@@ -19,7 +19,7 @@ from skyhook_dev.harness import WaitTimeout, node_state, node_status, wait_until
 from skyhook_operator.kube.client import ApiError, Json
 from skyhook_schemas import keys
 
-from ..integration.helpers import SHELLSCRIPT, TEST_LABEL, Cluster, Recording
+from ..helpers import SHELLSCRIPT, TEST_LABEL, Cluster, Recording
 
 MARKERS = "/skyhook-fault-markers"
 PACKAGE = "markers"
