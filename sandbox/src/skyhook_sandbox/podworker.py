@@ -443,3 +443,4 @@ class PodWorker:
             except ApiError as error:
                 if error.status != 404:
                     log.warning("status of %s/%s: %s", self.namespace, self.name, error)
+                    self._defer_status()  # try again: the apiserver may be restarting
