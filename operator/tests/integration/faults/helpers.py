@@ -29,7 +29,7 @@ def marker_package(version: str = "1.0.0", tag: str = "a", sleep: float = 1) -> 
     scripts = {}
     for step in ("apply", "config"):
         line = f"{step} {version} {tag}"
-        scripts[f"{step}.sh"] = f"#!/bin/bash\nsleep {sleep:g}\necho '{line}' >> {MARKERS}\n"
+        scripts[f"{step}.sh"] = f"#!/bin/bash\nsleep {sleep}\necho '{line}' >> {MARKERS}\n"
         scripts[f"{step}_check.sh"] = f"#!/bin/bash\ngrep -qx '{line}' {MARKERS}\n"
     return {"version": version, "image": SHELLSCRIPT, "configMap": scripts}
 

@@ -8,12 +8,12 @@ never exceeded in the recorded watch, no node left cordoned or tainted, the SCR 
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from skyhook_dev.harness import node_state, wait_until
 from skyhook_schemas import keys
@@ -33,7 +33,7 @@ BUDGET = {"count": 2}
 ETCD_OUTAGE_S = 10.0
 
 
-def start(cluster: Cluster, scr: str, nodes: int = 4, **package: str) -> Recording:
+def start(cluster: Cluster, scr: str, nodes: int = 4, **package: Any) -> Recording:
     cluster.add_nodes(nodes)
     recording = record(cluster, scr)
     cluster.skyhook(scr, {PACKAGE: marker_package(**package)}, interruptionBudget=BUDGET)
@@ -68,24 +68,25 @@ def _pod_event(recording: Recording, kind: str) -> Callable[[int], bool]:
 
 
 def test_operator_sigkilled_at_twenty_points_finishes_the_rollout_once(cluster: Cluster) -> None:
-    recording = start(cluster, "kills", nodes=6)
-    # Kill points cycle through: right after a node's state annotation changed (the node patch
-    # is written, its pod may not be), right after a stage pod was created, right after a pod
-    # was deleted (a stage learnt and cleaned up).
-    triggers = itertools.cycle(
-        [
-            ("node", _annotation_changed(recording, "kills")),
-            ("pod", _pod_event(recording, "ADDED")),
-            ("pod", _pod_event(recording, "DELETED")),
-        ]
-    )
+    recording = start(cluster, "kills", nodes=8, sleep=2)
+    # A kill point is whatever the operator or a node does next after the last restart: a
+    # node's state annotation changed (the node patch is written, its pod may not be yet), a
+    # stage pod created, or one deleted (its stage learnt and cleaned up).
+    triggers = [
+        ("node", _annotation_changed(recording, "kills")),
+        ("pod", _pod_event(recording, "ADDED")),
+        ("pod", _pod_event(recording, "DELETED")),
+    ]
     kills = 0
     assert cluster.operator is not None
     while kills < 24:
-        what, trigger = next(triggers)
-        seen = len(recording.of(what))
+        seen = {what: len(recording.of(what)) for what in ("node", "pod")}
+
+        def next_point(seen: dict[str, int] = seen) -> bool:
+            return any(trigger(seen[what]) for what, trigger in triggers)
+
         try:
-            wait_until(lambda t=trigger, s=seen: t(s), 60, "the next kill point", interval=0.05)
+            wait_until(next_point, 60, "the next kill point", interval=0.05)
         except AssertionError:
             break  # the rollout is over: no more kill points
         cluster.operator.kill()
@@ -140,7 +141,7 @@ def test_node_deleted_mid_stage_and_added_again(cluster: Cluster) -> None:
 
 
 def test_node_reboots_unexpectedly_mid_stage(cluster: Cluster) -> None:
-    recording = start(cluster, "reboot", sleep="3")
+    recording = start(cluster, "reboot", sleep=3)
     pod = wait_until(live_stage_pod(cluster, "reboot", "apply"), 60, "an apply pod")
     cluster.sandbox.reboot(pod["spec"]["nodeName"])
     assert_rolled_out(cluster, "reboot", recording, version="1.0.0", budget=2)
@@ -164,7 +165,7 @@ def _agent_processes(scr: str, mode: str) -> list[int]:
 
 
 def test_agent_killed_mid_step(cluster: Cluster) -> None:
-    recording = start(cluster, "agentkill", sleep="3")
+    recording = start(cluster, "agentkill", sleep=3)
     groups = wait_until(lambda: _agent_processes("agentkill", "apply"), 60, "an agent at apply")
     for group in groups:
         os.killpg(group, signal.SIGKILL)
