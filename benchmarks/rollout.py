@@ -173,7 +173,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 cpu, rss = _usage(operator)
                 figures.events = _events(kube)
             finally:
-                operator.stop()
+                operator.stop(grace=120)  # it logs its request counters as it exits
             log = (Path(workdir) / "operator.log").read_text(errors="replace")
         finally:
             sandbox.stop()
