@@ -1,29 +1,49 @@
 """Rollout time of the operator on a sandbox cluster, against the lower bound the budget allows.
 
-N simulated nodes, one agentless package whose stage and check containers each sleep a fixed
-SLEEP_LEN, an interruption budget of B nodes. Every node runs the stage chain apply -> config,
-each stage pod running `<stage>` then `<stage>-check`, so one node needs at least
-chain = 2 stages x 2 containers x SLEEP_LEN seconds, and no schedule can beat
-lower bound = ceil(N / B) x chain. We print the measured time (SCR applied -> SCR complete),
-that bound, and their ratio (target: <= 1.15 at N = 1000), plus the operator's CPU time and
-memory, where the machine's CPU went during the rollout (apiserver, etcd, controller-manager,
-node host with its containers, operator), and the API requests per node and stage: all of
-them by verb and resource (the apiserver's own counters) and the operator's share (its log).
-`--nodes` makes it smaller for a quick run.
+N simulated nodes, P packages of the stage chain apply -> config (package k dependsOn package
+k-1, so a node runs P x 2 stage pods one after another), an interruption budget B (a percent
+of N or a count). Nothing else can make a node faster, so no schedule beats
+lower bound = ceil(N / B) x P x 2 x T, where T is one stage pod's run time:
 
-    python benchmarks/rollout.py --nodes 1000 --budget 100 --sleep 5
+- default: real agentless containers, each of the stage's two agent containers sleeping
+  SLEEP_LEN (T = 2 x SLEEP_LEN, plus what a container costs to start);
+- `--fake T`: the node host is a fake kubelet, a stage pod's containers finish T seconds after
+  the pod starts without any process, so 1,000 and 5,000 nodes fit on 2 cores and the time is
+  the operator's, not the node host's.
+
+For each combination of `--nodes`, `--packages` and `--budgets` (each a comma list) a fresh
+sandbox runs one rollout and we print: time (SCR applied -> every node complete), lower bound,
+ratio (target <= 1.15 at N = 1000), median and p99 hand-off delay (a stage pod seen done ->
+the node's next stage pod seen created, target p99 < 500 ms), the operator's peak RSS and CPU
+seconds, its API requests per node-stage by verb and resource (its own counters, logged when
+it stops; target <= 5), the apiserver's total for comparison, and where the machine's CPU went.
+The same figures go to a JSON file (`--json`, default benchmarks/results/<commit>.json) so
+runs can be compared across commits. SKYHOOK_PROFILE=<file> makes the operator write a
+cProfile of the run there.
+
+    python benchmarks/rollout.py --fake 2 --nodes 100,1000 --packages 1,3 --budgets 10%,50
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
 import os
 import re
+import statistics
+import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+import urllib3
 
 from skyhook_dev.harness import (
     OperatorProcess,
@@ -33,82 +53,258 @@ from skyhook_dev.harness import (
     node_status,
     watch,
 )
-from skyhook_operator.kube.client import Kube, connect
+from skyhook_operator.kube.client import ApiError, Json, Kube, connect
 from skyhook_sandbox.sandbox import Sandbox
 from skyhook_schemas import keys
 
+HERE = Path(__file__).resolve().parent
 LABEL = "skyhook.nvidia.com/bench"
 STAGES = ("apply", "config")
-CONTAINERS_PER_STAGE = 2  # <stage> and <stage>-check; the copy container takes no SLEEP_LEN
+AGENT_CONTAINERS_PER_STAGE = 2  # <stage> and <stage>-check; the copy container takes no SLEEP_LEN
+
+
+@dataclass
+class Figures:
+    nodes: int
+    packages: int
+    budget: str
+    budget_nodes: int
+    stage_seconds: float
+    fake_kubelet: bool
+    seconds: float = 0.0
+    lower_bound: float = 0.0
+    ratio: float = 0.0
+    handoff_median_ms: float = 0.0
+    handoff_p99_ms: float = 0.0
+    handoffs: int = 0
+    operator_peak_rss_mib: float = 0.0
+    operator_cpu_seconds: float = 0.0
+    operator_requests_per_node_stage: float = 0.0
+    operator_requests: dict[str, float] = field(default_factory=dict)
+    apiserver_requests_per_node_stage: float = 0.0
+    apiserver_requests: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    events: str = ""
+    passes: str = ""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes (default 1000)")
+    parser.add_argument("--nodes", default="1000", help="comma list of node counts (1000)")
+    parser.add_argument("--packages", default="1", help="comma list of package counts (1)")
     parser.add_argument(
-        "--budget", type=int, default=0, help="interruptionBudget.count (default N/10)"
+        "--budgets", default="10%", help="comma list: N%% of the nodes or a count (10%%)"
     )
-    parser.add_argument("--sleep", type=float, default=5.0, help="SLEEP_LEN of each container, s")
+    parser.add_argument("--budget", type=int, default=0, help="one count (older spelling)")
+    parser.add_argument(
+        "--fake", type=float, default=None, metavar="T", help="fake kubelet: stage pods take T s"
+    )
+    parser.add_argument("--sleep", type=float, default=5.0, help="SLEEP_LEN without --fake, s")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many s")
+    parser.add_argument("--json", type=Path, default=None, help="where to write the figures")
     args = parser.parse_args()
-    budget = args.budget or max(1, args.nodes // 10)
-    chain = len(STAGES) * CONTAINERS_PER_STAGE * args.sleep
-    bound = math.ceil(args.nodes / budget) * chain
+    budgets = [str(args.budget)] if args.budget else args.budgets.split(",")
+    results = []
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        for packages in (int(p) for p in args.packages.split(",")):
+            for budget in budgets:
+                figures = _run(nodes, packages, budget.strip(), args)
+                _print(figures)
+                results.append(figures)
+    target = args.json or HERE / "results" / f"{_commit()}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps([asdict(f) for f in results], indent=1) + "\n")
+    print(f"\nfigures written to {target}")
+    return 0
 
+
+def _commit() -> str:
+    result = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE, capture_output=True, text=True
+    )
+    return result.stdout.strip() or "unknown"
+
+
+def _budget_nodes(nodes: int, budget: str) -> tuple[dict[str, int], int]:
+    if budget.endswith("%"):
+        percent = int(budget[:-1])
+        return {"percent": percent}, max(1, int(nodes * (percent / 100.0)))
+    count = int(budget)
+    return {"count": count}, max(1, min(nodes, count))
+
+
+def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Figures:
+    spec_budget, per_wave = _budget_nodes(nodes, budget)
+    fake = args.fake is not None
+    stage_seconds = args.fake if fake else AGENT_CONTAINERS_PER_STAGE * args.sleep
+    figures = Figures(nodes, packages, budget, per_wave, stage_seconds, fake)
+    figures.lower_bound = math.ceil(nodes / per_wave) * packages * len(STAGES) * stage_seconds
+    print(f"\n--- {nodes} nodes, {packages} package(s), budget {budget} ---", flush=True)
     with tempfile.TemporaryDirectory(prefix="skyhook-bench-", dir="/var/tmp") as workdir:
-        sandbox = Sandbox(Path(workdir) / "sandbox").start()
+        sandbox = Sandbox(Path(workdir) / "sandbox", fake_pod_seconds=args.fake).start()
         try:
             started = time.monotonic()
             names = sandbox.add_nodes(
-                args.nodes, labels={LABEL: "yes"}, prefix="bench", timeout=max(120.0, args.nodes)
+                nodes, labels={LABEL: "yes"}, prefix="bench", timeout=max(120.0, nodes / 2)
             )
             print(f"{len(names)} nodes Ready in {time.monotonic() - started:.1f} s", flush=True)
             kube = connect(str(sandbox.kubeconfig))
             install_crd(kube)
             ensure_namespace(kube, "skyhook")
+            env = {"SKYHOOK_LOG_LEVEL": "info"}
+            if os.environ.get("SKYHOOK_PROFILE"):
+                env["SKYHOOK_PROFILE"] = os.environ["SKYHOOK_PROFILE"]
             operator = OperatorProcess(
-                sandbox.kubeconfig,
-                Path(workdir) / "operator.log",
-                env={"SKYHOOK_LOG_LEVEL": "info"},
+                sandbox.kubeconfig, Path(workdir) / "operator.log", env=env
             ).start()
             operator.wait_ready()
             try:
                 pids = _pids(sandbox, operator)
                 cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)
-                measured = _rollout(
+                pods = _PodRecorder(kube, args.timeout)
+                figures.seconds = _rollout(
                     kube,
                     names,
-                    budget=budget,
-                    sleep=args.sleep,
+                    manifest=_manifest(packages, spec_budget, args),
                     timeout=args.timeout,
                     operator=operator,
                 )
-                cpu_used = _cpu(pids) - cpu_before
+                figures.cpu_seconds = dict(_cpu(pids) - cpu_before)
                 requests = _apiserver_requests(kube) - requests_before
                 cpu, rss = _usage(operator)
-                events = _events(kube)
+                figures.events = _events(kube)
             finally:
-                operator.stop()
+                operator.stop(grace=120)  # it logs its request counters as it exits
             log = (Path(workdir) / "operator.log").read_text(errors="replace")
-            passes = _pass_stats(log)
         finally:
             sandbox.stop()
-
-    print(f"nodes {args.nodes}, budget {budget}, SLEEP_LEN {args.sleep:g} s, chain {chain:g} s")
-    print(f"rollout time       {measured:8.1f} s")
-    print(f"lower bound        {bound:8.1f} s  (ceil({args.nodes}/{budget}) x {chain:g} s)")
-    print(f"ratio              {measured / bound:8.3f}  (target <= 1.15)")
-    print(f"operator CPU time  {cpu:8.1f} s   peak RSS {rss / 2**20:.0f} MiB")
-    print(passes)
-    print("CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu_used.items()))
-    stages = args.nodes * len(STAGES)
-    print(f"apiserver requests per node and stage: {requests.total() / stages:.1f}")
-    print("  " + _per_stage(requests, stages))
-    print(events)
+    node_stages = nodes * packages * len(STAGES)
+    delays = sorted(pods.handoffs())
+    figures.handoffs = len(delays)
+    if delays:
+        figures.handoff_median_ms = statistics.median(delays) * 1000
+        figures.handoff_p99_ms = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+    figures.ratio = figures.seconds / figures.lower_bound
+    figures.operator_cpu_seconds, figures.operator_peak_rss_mib = cpu, rss / 2**20
     ours = _operator_requests(log)
-    print(f"operator requests per node and stage: {ours.total() / stages:.1f}")
-    print("  " + _per_stage(ours, stages))
-    return 0
+    figures.operator_requests_per_node_stage = ours.total() / node_stages
+    figures.operator_requests = _per_stage(ours, node_stages)
+    figures.apiserver_requests_per_node_stage = requests.total() / node_stages
+    figures.apiserver_requests = _per_stage(requests, node_stages)
+    figures.passes = _pass_stats(log)
+    return figures
+
+
+def _print(f: Figures) -> None:
+    print(f"nodes {f.nodes}, packages {f.packages}, budget {f.budget} ({f.budget_nodes} nodes), "
+          f"stage pod {f.stage_seconds:g} s{' (fake kubelet)' if f.fake_kubelet else ''}")  # fmt: skip
+    print(f"rollout time       {f.seconds:8.1f} s")
+    print(f"lower bound        {f.lower_bound:8.1f} s")
+    print(f"ratio              {f.ratio:8.3f}  (target <= 1.15 at 1,000 nodes)")
+    print(f"hand-off delay     median {f.handoff_median_ms:.0f} ms, p99 {f.handoff_p99_ms:.0f} ms "
+          f"over {f.handoffs} (target p99 < 500 ms)")  # fmt: skip
+    print(f"operator           {f.operator_cpu_seconds:.1f} CPU-s, "
+          f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB)")  # fmt: skip
+    print(f.passes)
+    print(
+        "CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in f.cpu_seconds.items())
+    )
+    print(
+        f"operator requests per node-stage: {f.operator_requests_per_node_stage:.2f} (target <= 5)"
+    )
+    print("  " + ", ".join(f"{k} {v:.2f}" for k, v in f.operator_requests.items()))
+    print(
+        f"apiserver requests per node-stage (all clients): {f.apiserver_requests_per_node_stage:.1f}"
+    )
+    print("  " + ", ".join(f"{k} {v:.2f}" for k, v in list(f.apiserver_requests.items())[:12]))
+    print(f.events)
+
+
+def _manifest(packages: int, budget: Mapping[str, int], args: argparse.Namespace) -> Json:
+    chain: dict[str, Any] = {}
+    for index in range(packages):
+        package: dict[str, Any] = {
+            "version": "1.0.0",
+            "image": "ghcr.io/nvidia/skyhook-packages/shellscript",
+            "agentImageOverride": "ghcr.io/nvidia/skyhook/agentless:bench",
+            "env": [{"name": "SLEEP_LEN", "value": f"{args.sleep:g}"}],
+        }
+        if index:
+            package["dependsOn"] = {_package_name(index - 1): "1.0.0"}
+        chain[_package_name(index)] = package
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.KIND,
+        "metadata": {"name": "bench"},
+        "spec": {
+            "nodeSelectors": {"matchLabels": {LABEL: "yes"}},
+            "interruptionBudget": dict(budget),
+            "packages": chain,
+        },
+    }
+
+
+def _package_name(index: int) -> str:
+    return "bench-" + chr(ord("a") + index)
+
+
+class _PodRecorder:
+    """Watches the rollout's stage pods; per node, when each pod was first seen done (every
+    init container exited 0) and when each was first seen at all."""
+
+    def __init__(self, kube: Kube, timeout: float) -> None:
+        self.created: dict[str, list[tuple[float, str]]] = {}
+        self.done: dict[str, float] = {}
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        synced = threading.Event()
+        query = {"labelSelector": f"{keys.NAME_LABEL}=bench"}
+        threading.Thread(
+            target=self._pump, args=(kube, query, timeout, synced), daemon=True
+        ).start()
+        if not synced.wait(60):
+            raise SystemExit("the pod watch did not start")
+
+    def _pump(
+        self, kube: Kube, query: dict[str, str], timeout: float, synced: threading.Event
+    ) -> None:
+        try:
+            self._record(watch(kube, "/api/v1/pods", query, timeout), synced)
+        except (ApiError, OSError, urllib3.exceptions.HTTPError):
+            return  # the sandbox stopped under the watch: the run is over
+
+    def _record(self, events: Iterator[tuple[str, Json]], synced: threading.Event) -> None:
+        for kind, pod in events:
+            if kind == "SYNCED":
+                synced.set()
+                continue
+            at = time.monotonic()
+            uid, node = pod["metadata"]["uid"], pod["spec"].get("nodeName", "")
+            with self._lock:
+                if uid not in self._seen:
+                    self._seen.add(uid)
+                    self.created.setdefault(node, []).append((at, uid))
+                if uid not in self.done and _inits_done(pod):
+                    self.done[uid] = at
+
+    def handoffs(self) -> list[float]:
+        """Seconds from each stage pod seen done to the same node's next pod seen created."""
+        delays = []
+        with self._lock:
+            for pods in self.created.values():
+                for (_, uid), (next_at, _) in itertools.pairwise(pods):
+                    if uid in self.done:
+                        delays.append(max(0.0, next_at - self.done[uid]))
+        return delays
+
+
+def _inits_done(pod: Json) -> bool:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    wanted = len(pod["spec"].get("initContainers") or [])
+    finished = [
+        s for s in statuses if ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+    ]
+    return wanted > 0 and len(finished) == wanted
 
 
 def _events(kube: Kube) -> str:
@@ -119,35 +315,13 @@ def _events(kube: Kube) -> str:
     return f"Events: {len(ours)} objects for {occurrences} occurrences"
 
 
-def _per_stage(counts: Counter[str], stages: int, top: int = 14) -> str:
-    return ", ".join(f"{what} {n / stages:.2f}" for what, n in counts.most_common(top))
+def _per_stage(counts: Counter[str], stages: int) -> dict[str, float]:
+    return {what: round(n / stages, 3) for what, n in counts.most_common()}
 
 
 def _rollout(
-    kube: Kube,
-    names: list[str],
-    *,
-    budget: int,
-    sleep: float,
-    timeout: float,
-    operator: OperatorProcess,
+    kube: Kube, names: list[str], *, manifest: Json, timeout: float, operator: OperatorProcess
 ) -> float:
-    package = {
-        "version": "1.0.0",
-        "image": "ghcr.io/nvidia/skyhook-packages/shellscript",
-        "agentImageOverride": "ghcr.io/nvidia/skyhook/agentless:bench",
-        "env": [{"name": "SLEEP_LEN", "value": f"{sleep:g}"}],
-    }
-    manifest = {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.KIND,
-        "metadata": {"name": "bench"},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {LABEL: "yes"}},
-            "interruptionBudget": {"count": budget},
-            "packages": {"bench": package},
-        },
-    }
     time.sleep(2)  # let the operator list and index before the clock starts
     complete: set[str] = set()
     started = time.monotonic()
@@ -162,11 +336,22 @@ def _rollout(
                 f"  {now - started:6.0f} s: {len(complete)}/{len(names)} nodes complete", flush=True
             )
             last_report = now
+            _check_spec(kube)
         if len(complete) == len(names):
             return now - started
         if not operator.running:
             raise SystemExit("operator exited:\n" + operator.log_tail())
     raise SystemExit(f"rollout not complete after {timeout:.0f} s ({len(complete)}/{len(names)})")
+
+
+def _check_spec(kube: Kube) -> None:
+    """A benchmark SCR the operator refuses would only time out: stop at once instead."""
+    conditions = (kube.request("GET", kube.skyhook_path("bench")).get("status") or {}).get(
+        "conditions"
+    ) or []
+    for condition in conditions:
+        if condition.get("type", "").endswith("SpecInvalid") and condition["status"] == "True":
+            raise SystemExit(f"the operator refused the SCR: {condition.get('message')}")
 
 
 _PASS = re.compile(r"applied (\d+) in ([\d.]+) s \(planned in ([\d.]+) s\)")

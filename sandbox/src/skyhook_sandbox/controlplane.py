@@ -207,6 +207,11 @@ def _check_alive(procs: list[ManagedProcess]) -> None:
             )
 
 
+def wait_ready(server: str, pki_dir: Path, procs: list[ManagedProcess], timeout: float) -> None:
+    """Until the apiserver answers /readyz with 200 (raises if a process of `procs` exits)."""
+    _wait_ready(server, ensure_pki(pki_dir), procs, timeout)
+
+
 def _wait_ready(server: str, pki: Pki, procs: list[ManagedProcess], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"

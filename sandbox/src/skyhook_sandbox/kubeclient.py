@@ -17,6 +17,9 @@ JsonDict = dict[str, Any]
 
 
 class ApiError(Exception):
+    """The apiserver refused a request, or could not be reached (`status` 0: retry later, as a
+    kubelet does through an apiserver restart or an etcd outage)."""
+
     def __init__(self, status: int, body: str, method: str, path: str) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
         self.status = status
@@ -57,6 +60,21 @@ class KubeClient:
     ) -> JsonDict:
         """The decoded answer; `answer=False` skips decoding it (returns {}) for writes whose
         result nobody reads (lease renewals, pod status): most of a busy node host's JSON."""
+        try:
+            return await self._request(method, path, body, params, content_type, answer=answer)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise ApiError(0, f"{type(error).__name__}: {error}", method, path) from error
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: object | None,
+        params: dict[str, str] | None,
+        content_type: str,
+        *,
+        answer: bool,
+    ) -> JsonDict:
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else {}
         async with self.session.request(

@@ -46,6 +46,8 @@ class NodeSettings:
     machine_shim_targets: list[str]
     reboot_grace: float = 2.0
     reboot_downtime: float = 1.0
+    # A fake kubelet: pods run no process; their init containers together take this long.
+    fake_pod_seconds: float | None = None
     capacity: dict[str, str] = field(
         default_factory=lambda: {
             "cpu": "8",

@@ -49,6 +49,7 @@ class NodeHostConfig:
     backoff_max: float = 10.0
     reboot_grace: float = 2.0
     reboot_downtime: float = 1.0
+    fake_pod_seconds: float | None = None
 
 
 @dataclass
@@ -74,6 +75,7 @@ class NodeHost:
             machine_shim_targets=shim_targets,
             reboot_grace=config.reboot_grace,
             reboot_downtime=config.reboot_downtime,
+            fake_pod_seconds=config.fake_pod_seconds,
         )
         self.nodes: dict[str, SimulatedNode] = {}
         self.records: dict[str, NodeRecord] = {}

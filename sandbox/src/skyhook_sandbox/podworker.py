@@ -140,6 +140,9 @@ class PodWorker:
 
     async def _run(self) -> None:
         try:
+            if self.node.settings.fake_pod_seconds is not None:
+                await self._fake_run(self.node.settings.fake_pod_seconds)
+                return
             await self._prepare_volumes()
             for record in self.inits:
                 if not self._completed(record):
@@ -153,6 +156,26 @@ class PodWorker:
             raise
         except Exception:
             log.exception("pod %s/%s: unexpected error", self.namespace, self.name)
+
+    async def _fake_run(self, seconds: float) -> None:
+        """A fake kubelet's pod: statuses as a real run reports them, no process behind them.
+
+        The init containers share `seconds` evenly, each exiting 0; the app containers then
+        run until the pod is deleted or its node reboots.
+        """
+        self.volumes_ready = True
+        pending = [r for r in self.inits if not self._completed(r)]
+        for record in pending:
+            record.run(f"fake://{self.uid}/{record.name}")
+            await self._write_status()
+            await self._sleep(seconds / len(pending))
+            record.finish(0)
+            self._defer_status()  # the next container starts now and reports both
+        for record in self.mains:
+            record.run(f"fake://{self.uid}/{record.name}")
+        self.phase = "Running"
+        await self._write_status()
+        await asyncio.Event().wait()  # until cancelled by a deletion or a reboot
 
     def _completed(self, record: ContainerRecord) -> bool:
         """Succeeded for good: the API forbids a container that exited 0 to run again unless
@@ -420,3 +443,4 @@ class PodWorker:
             except ApiError as error:
                 if error.status != 404:
                     log.warning("status of %s/%s: %s", self.namespace, self.name, error)
+                    self._defer_status()  # try again: the apiserver may be restarting

@@ -6,6 +6,10 @@
         sandbox.reboot(names[0])                    # returns the new boot ID
         sandbox.host_root_upper(names[0])           # what was written on that node
 
+`Sandbox(fake_pod_seconds=2)` makes the nodes fake kubelets for scale runs: a pod's init
+containers finish (exit 0) 2 s after it starts, together, and its app containers run until
+it is deleted, without a process, volume or image behind them.
+
 Everything runs in processes of its own (etcd, kube-apiserver, kube-controller-manager and
 the node host), so tests may block freely while nodes keep running pods.
 """
@@ -30,6 +34,7 @@ from skyhook_sandbox.controlplane import (
     ControlPlaneState,
     start_control_plane,
     stop_control_plane,
+    wait_ready,
 )
 from skyhook_sandbox.kubeapi import ready_nodes
 from skyhook_sandbox.nodehost import CONFIG_NAME, SOCKET_NAME, NodeHostConfig
@@ -73,12 +78,14 @@ class Sandbox:
         backoff_max: float = 10.0,
         reboot_grace: float = 2.0,
         reboot_downtime: float = 1.0,
+        fake_pod_seconds: float | None = None,
         progress: BuildProgress | None = None,
     ) -> None:
         self.state_dir = _check_state_dir(Path(state_dir) if state_dir else default_state_dir())
         self.image_map = str(Path(image_map).resolve()) if image_map else None
         self.backoff = (backoff_initial, backoff_max)
         self.reboot_timing = (reboot_grace, reboot_downtime)
+        self.fake_pod_seconds = fake_pod_seconds
         self.progress = progress or BuildProgress()
         self.control_plane: ControlPlaneState | None = None
         self.nodehost: ManagedProcess | None = None
@@ -135,6 +142,7 @@ class Sandbox:
             backoff_max=self.backoff[1],
             reboot_grace=self.reboot_timing[0],
             reboot_downtime=self.reboot_timing[1],
+            fake_pod_seconds=self.fake_pod_seconds,
         )
         (self.state_dir / CONFIG_NAME).write_text(json.dumps(asdict(config), indent=1))
         self.nodehost = processes.spawn(
@@ -218,6 +226,40 @@ class Sandbox:
         """Resident memory of each sandbox process tree (containers count to the node host)."""
         procs = [*(self.control_plane.processes if self.control_plane else []), self.nodehost]
         return {p.name: processes.tree_rss_bytes(p.pid) for p in procs if p is not None}
+
+    # -- control-plane faults ---------------------------------------------------------------------
+
+    def stop_component(self, name: str) -> list[str]:
+        """Stop one control-plane process ("etcd", "kube-apiserver", "kube-controller-manager")
+        as an outage would; returns its command line for `start_component`."""
+        process = self._component(name)
+        argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        processes.stop(process, grace=5)
+        return argv
+
+    def start_component(self, name: str, argv: list[str], timeout: float = 120.0) -> None:
+        """Start a stopped component again with the same command line (etcd keeps its data
+        dir), then wait until the apiserver answers ready."""
+        assert self.control_plane is not None
+        old = self._component(name)
+        new = processes.spawn(name, argv, Path(old.log))
+        self.control_plane.processes = [
+            new if p.name == name else p for p in self.control_plane.processes
+        ]
+        self._save()
+        wait_ready(self.server, self.state_dir / "pki", self.control_plane.processes, timeout)
+
+    def restart_component(self, name: str, timeout: float = 120.0) -> None:
+        self.start_component(name, self.stop_component(name), timeout)
+
+    def _component(self, name: str) -> ManagedProcess:
+        if self.control_plane is None:
+            raise SandboxError("the sandbox is not started")
+        for process in self.control_plane.processes:
+            if process.name == name:
+                return process
+        known = ", ".join(p.name for p in self.control_plane.processes)
+        raise SandboxError(f"no control-plane process named {name!r} (known: {known})")
 
     # -- node host control ---------------------------------------------------------------------------
 
