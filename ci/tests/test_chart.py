@@ -19,6 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from skyhook_operator.settings import load_settings
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,12 +237,14 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         if f"SKYHOOK_{name.upper()}" in env or _upstream_env(settings_source, name) in env
     }
     assert set(fields) - by_field == LEFT_TO_THE_OPERATOR
+    # And the operator accepts every value as the chart spells it.
+    load_settings(env)
 
 
 # The webhook settings (the admission server's interface; upstream's names where it has them).
 WEBHOOK_ENV = {
     "ENABLE_WEBHOOKS": "true",
-    "SKYHOOK_WEBHOOK_PORT": "9443",
+    "SKYHOOK_WEBHOOK_PORT": ":9443",
     "WEBHOOK_SECRET_NAME": "webhook-cert",
     "WEBHOOK_SERVICE_NAME": WEBHOOK_SERVICE,
     "SKYHOOK_WEBHOOK_CERT_DIR": "/tmp/k8s-webhook-server/serving-certs",
@@ -452,7 +455,8 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
     assert (env["METRICS_PORT"], env["PROBE_PORT"]) == (":9090", ":9081")
     assert env["SKYHOOK_LEASE_DURATION"] == "30"
     assert (env["SKYHOOK_DRAIN_TIMEOUT"], env["SKYHOOK_WRITE_CONCURRENCY"]) == ("900", "32")
-    assert (env["WEBHOOK_SERVICE_NAME"], env["SKYHOOK_WEBHOOK_PORT"]) == ("sky-webhook", "10443")
+    assert (env["WEBHOOK_SERVICE_NAME"], env["SKYHOOK_WEBHOOK_PORT"]) == ("sky-webhook", ":10443")
+    load_settings(env)  # every value as the operator reads it
     pod = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["affinity"] == {"nodeAffinity": NON_DEFAULT["operator"]["nodeAffinity"]}
     container = operator_container(objects)
@@ -1097,3 +1101,21 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
             "--ignore-not-found",
             "--wait=false",
         )
+
+
+@pytest.mark.sandbox
+def test_the_operator_runs_as_the_chart_configures_it(helm: Path) -> None:
+    """The Deployment's command and env under the chart's ServiceAccount token, webhooks on:
+    the demo rolls out, an invalid SCR is refused at admission, deletion leaves nodes clean,
+    and the operator is never Forbidden (ci/chart-on-sandbox, its own sandbox)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "ci" / "chart-on-sandbox")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    for scenario in ("demo-rollout", "invalid-scr-refused", "delete-leaves-nodes-clean"):
+        assert f"ok: {scenario}" in output
+    assert " 0 Forbidden answers" in output
