@@ -222,6 +222,11 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_DRAIN_TIMEOUT": "600",
         "SKYHOOK_RETRY_BACKOFF_BASE": "10",
         "SKYHOOK_RETRY_BACKOFF_MAX": "300",
+        "SKYHOOK_ALERT_POLL_INTERVAL": "30",
+        "SKYHOOK_ALERT_QUERY_TIMEOUT": "5",
+        "SKYHOOK_IMAGE_ARTIFACT_REFRESH": "30",
+        "SKYHOOK_INSECURE_REGISTRIES": "",
+        "SKYHOOK_WEBHOOK_CHECK_INTERVAL": "60",
         **WEBHOOK_ENV,
     }
     # Every name must be one the operator's settings read (a typo would be ignored), and every
@@ -250,9 +255,17 @@ WEBHOOK_ENV = {
     "SKYHOOK_WEBHOOK_CERT_DIR": "/tmp/k8s-webhook-server/serving-certs",
     "SKYHOOK_WEBHOOK_CERTS": "operator",
 }
-# Fixed for compatibility with upstream (kopf prefix, Lease name) or derived in the pod
-# (operator version from the image, leader identity from the pod name).
-LEFT_TO_THE_OPERATOR = {"kopf_prefix", "lease_name", "operator_version", "leader_identity"}
+# Fixed for compatibility with upstream (kopf prefix, Lease name), derived in the pod (operator
+# version from the image, leader identity from the pod name), or never for a cluster (the
+# out-of-cluster webhook URL, the tests' clock hook).
+LEFT_TO_THE_OPERATOR = {
+    "kopf_prefix",
+    "lease_name",
+    "operator_version",
+    "leader_identity",
+    "webhook_url",
+    "clock_offset_file",
+}
 
 
 def _upstream_env(source: str, field_name: str) -> str | None:
@@ -591,6 +604,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         | expand("", "pods", "get list watch")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
+        | expand("", "namespaces", "get list watch")
         | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch")
         | expand("skyhook.nvidia.com", "skyhooks/status", "get patch")
         | expand("skyhook.nvidia.com", "skyhooks/finalizers", "update")
