@@ -68,7 +68,8 @@ def _pod_event(recording: Recording, kind: str) -> Callable[[int], bool]:
 
 
 def test_operator_sigkilled_at_twenty_points_finishes_the_rollout_once(cluster: Cluster) -> None:
-    recording = start(cluster, "kills", nodes=8, sleep=2)
+    # Long enough that even on a quiet machine 20 kill points come before the end.
+    recording = start(cluster, "kills", nodes=12, sleep=3)
     # A kill point is whatever the operator or a node does next after the last restart: a
     # node's state annotation changed (the node patch is written, its pod may not be yet), a
     # stage pod created, or one deleted (its stage learnt and cleaned up).
