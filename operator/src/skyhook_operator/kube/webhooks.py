@@ -122,8 +122,7 @@ WEBHOOKS = (
 )
 
 
-def webhook(path: str) -> Webhook:
-    return next(w for w in WEBHOOKS if w.path == path)
+WEBHOOK_NAMES = frozenset(w.name for w in WEBHOOKS)
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -421,14 +420,14 @@ def configuration_problem(kube: Kube, ca: bytes, url: str = "") -> str | None:
                 )
             raise
         for entry in found.get("webhooks") or ():
-            if entry.get("name") not in {w.name for w in WEBHOOKS}:
+            if entry.get("name") not in WEBHOOK_NAMES:
                 continue
             client = entry.get("clientConfig") or {}
             if client.get("caBundle") != wanted:
                 return (
                     f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} lacks our CA"
                 )
-            if url and client.get("url") != url.rstrip("/") + webhook(_path(entry)).path:
+            if url and client.get("url") != url.rstrip("/") + _path(entry):
                 return f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} calls another URL"
     return None
 
@@ -453,7 +452,7 @@ def set_ca_bundle(kube: Kube, ca: bytes) -> None:
         ops = [
             {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": wanted}
             for index, entry in enumerate(found.get("webhooks") or ())
-            if entry.get("name") in {w.name for w in WEBHOOKS}
+            if entry.get("name") in WEBHOOK_NAMES
             and (entry.get("clientConfig") or {}).get("caBundle") != wanted
         ]
         if ops:
