@@ -141,12 +141,12 @@ async def default_policy(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> 
 async def choose_pod_image(
     new: kopf.Body | None,
     patch: kopf.Patch,
-    node_index: kopf.Index[Any, Any],
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
     """Replace a labelled pod's placeholder image with the candidate its node flavour matches
     (docs/image-selection.md); refuse, saying why, when none can be chosen."""
+    node_index = memo.watches["node_index"].index  # the operator's own node watch
     node_labels = [item.view.labels for store in node_index.values() for item in store if item.view]
     decision = await asyncio.to_thread(
         pod_image_patch, memo.artifact_fetcher, _dict(new) or {}, node_labels

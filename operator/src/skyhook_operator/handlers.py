@@ -1,16 +1,17 @@
 """kopf wiring: indexes that mirror the cluster, events that poke the reconciler.
 
-Nothing here decides anything. Skyhooks, DeploymentPolicies, Nodes and Pods (bound to a node)
-each get a kopf index, which turns every object into the planner's view as it changes, and an event handler,
-which asks the one global reconcile loop (reconcile.py explains why one) for a pass. kopf
-calls no event handler before every index is filled, so the first pass sees the whole
-cluster. Handlers are coroutines: they run on kopf's loop with no thread hop, and they only
-decode and poke. No handler stores anything on the objects: finalizers and status are the
-planner's, written by the writer.
+Nothing here decides anything. Skyhooks and DeploymentPolicies each get a kopf index, which
+turns every object into the planner's view as it changes, and an event handler, which asks the
+one global reconcile loop (reconcile.py explains why one) for a pass. kopf calls no event
+handler before every index is filled, so the first pass sees every Skyhook and policy.
+Handlers are coroutines: they run on kopf's loop with no thread hop, and they only decode and
+poke. No handler stores anything on the objects: finalizers and status are the planner's,
+written by the writer.
 
-Our ConfigMaps live only in the operator's namespace, and kopf can only watch a namespaced
-kind in the namespaces it watches pods in (all of them), so they get a namespaced watch of
-their own (kube/nswatch.py), listed in full at startup, before kopf starts watching.
+Nodes, pods bound to a node, and our ConfigMaps (in the operator's namespace only) are the bulk
+of what the operator watches; they get plain list+watch indexes of their own (kube/watch.py
+says why not kopf's), listed in full at startup, before kopf starts watching, so they are
+complete before kopf's first poke.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
-from skyhook_operator.kube.nswatch import NamespacedIndex
+from skyhook_operator.kube.watch import WatchedIndex
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.observability import Telemetry, serve
 from skyhook_operator.reconcile import Reconciler
@@ -39,7 +40,7 @@ from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
-INDEXES = ("skyhook_index", "node_index", "pod_index", "policy_index")
+KOPF_INDEXES = ("skyhook_index", "policy_index")
 
 
 @kopf.on.startup()
@@ -49,18 +50,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     memo.settings = ours
     _configure_kopf(settings, ours)
     store = ClusterStore()
-    for name in INDEXES:
+    for name in KOPF_INDEXES:
         store.attach(name, kwargs[name])
     kube = connect(memo.get("kubeconfig"))
-    configmaps = NamespacedIndex(
-        kube,
-        "configmaps",
-        ours.namespace,
-        decode=ConfigMapView.from_api,
-        keep=_ours,
-        on_change=lambda: _nudge(memo),
-    )
-    store.attach("configmap_index", configmaps.index)
+    watches = _watches(kube, ours, memo)
+    for name, watched in watches.items():
+        store.attach(name, watched.index)
     leader = _elect(memo, ours, kube)
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency)
@@ -95,8 +90,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             f"cannot serve metrics on {ours.metrics_port!r} or probes on "
             f"{ours.probe_port!r}: {error}"
         ) from error
-    await configmaps.start()
-    memo.configmaps = configmaps
+    for watched in watches.values():
+        await watched.start()
+    memo.watches = watches
     memo.loop_task = asyncio.create_task(reconciler.run_forever(), name="skyhook-reconcile")
     log.info("operator started; settings:\n  %s", "\n  ".join(ours.describe()))
 
@@ -115,9 +111,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     endpoints = memo.get("endpoints")
     if endpoints is not None:
         await endpoints.stop()
-    configmaps = memo.get("configmaps")
-    if configmaps is not None:
-        configmaps.stop()
+    for watched in (memo.get("watches") or {}).values():
+        watched.stop()
     writer = memo.get("writer")
     if writer is not None:
         await asyncio.to_thread(writer.close)
@@ -142,6 +137,30 @@ async def _webhooks(
     settings.admission.server = admission.server(ours)
     settings.admission.managed = None  # the chart (or, out of the cluster, Certificates) does
     return certificates
+
+
+def _watches(kube: Kube, ours: Settings, memo: kopf.Memo) -> dict[str, WatchedIndex[Any]]:
+    """The list+watch indexes, by the name the snapshot reads them under. Their changes wake
+    the loop only once kopf's first poke said its own indexes are full."""
+    return {
+        "node_index": WatchedIndex(
+            kube, "/api/v1/nodes", decode=NodeView.from_api, on_change=lambda: _nudge(memo)
+        ),
+        "pod_index": WatchedIndex(
+            kube,
+            "/api/v1/pods",
+            decode=PodView.from_api,
+            selector="spec.nodeName!=",  # bound to a node: what the planner reasons about
+            on_change=lambda: _nudge(memo),
+        ),
+        "configmap_index": WatchedIndex(
+            kube,
+            kube.namespaced_path("configmaps", ours.namespace),
+            decode=ConfigMapView.from_api,
+            keep=_ours,
+            on_change=lambda: _nudge(memo),
+        ),
+    }
 
 
 def _elect(memo: kopf.Memo, ours: Settings, kube: Kube) -> LeaderElector | None:
@@ -242,23 +261,9 @@ async def skyhook_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Vers
     return {_key(body): versioned(body, SkyhookView.from_api)}
 
 
-@kopf.index("", "v1", "nodes")
-async def node_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Versioned[NodeView]]:
-    return {_key(body): versioned(body, NodeView.from_api)}
-
-
 @kopf.index(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL)
 async def policy_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Versioned[PolicyView]]:
     return {_key(body): versioned(body, PolicyView.from_api)}
-
-
-def _bound_to_node(spec: kopf.Spec, **_: Any) -> bool:
-    return bool(spec.get("nodeName"))
-
-
-@kopf.index("", "v1", "pods", when=_bound_to_node)
-async def pod_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Versioned[PodView]]:
-    return {_key(body): versioned(body, PodView.from_api)}
 
 
 def _ours(configmap: Mapping[str, Any]) -> bool:
@@ -281,11 +286,6 @@ async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
     _poke(memo)
 
 
-@kopf.on.event("", "v1", "nodes")
-async def node_changed(memo: kopf.Memo, **_: Any) -> None:
-    _poke(memo)
-
-
 def _operator_namespace(name: str, memo: kopf.Memo, **_: Any) -> bool:
     settings = memo.get("settings")
     return settings is not None and name == settings.namespace
@@ -295,9 +295,4 @@ def _operator_namespace(name: str, memo: kopf.Memo, **_: Any) -> bool:
 async def namespace_seen(memo: kopf.Memo, **_: Any) -> None:
     """The operator's own namespace always exists, so its first event tells that every index
     is full (readiness, the first pass) even in a cluster with no node or Skyhook yet."""
-    _poke(memo)
-
-
-@kopf.on.event("", "v1", "pods", when=_bound_to_node)
-async def pod_changed(memo: kopf.Memo, **_: Any) -> None:
     _poke(memo)

@@ -1,8 +1,8 @@
-"""The ClusterSnapshot a pass decides from: kopf's in-memory indexes plus our own recent writes.
+"""The ClusterSnapshot a pass decides from: in-memory indexes plus our own recent writes.
 
-No LIST call on the hot path: kopf keeps one watch per kind and the index functions in
-handlers.py turn every object into the planner's view (`NodeView.from_api` etc.) as it
-changes, tagged with its resourceVersion.
+No LIST call on the hot path: one watch per kind (kopf's for Skyhooks and policies, our own
+kube/watch.py for nodes, pods and ConfigMaps) turns every object into the planner's view
+(`NodeView.from_api` etc.) as it changes, tagged with its resourceVersion.
 
 Read-your-writes: the watch delivers our own writes a little later, and a pass that ran on
 the stale copy would redo work (start a second stage, exceed the budget). So the writer
@@ -128,14 +128,14 @@ def _watch_caught_up(indexed: Versioned[Any], ours: Versioned[Any]) -> bool:
 
 
 def index_values(index: Mapping[Any, Iterable[Versioned[View]]]) -> list[Versioned[View]]:
-    """Every value of a kopf index (each key holds a store of one or more values)."""
+    """Every value of an index (each key holds a store of one or more values)."""
     return [value for store in index.values() for value in store]
 
 
 class ClusterStore:
-    """Holds kopf's index objects and the overlays; builds a snapshot on demand.
+    """Holds the index objects and the overlays; builds a snapshot on demand.
 
-    kopf fills the indexes on its event loop; `snapshot()` must be called on that loop (it
+    The indexes are filled on the event loop; `snapshot()` must be called on that loop (it
     only copies references), the overlays are thread-safe for the writer's threads.
     """
 

@@ -202,13 +202,27 @@ def test_matches_accepts_normalised_quantities() -> None:
 
 def test_metadata_configmap() -> None:
     view = scr(interrupt={"type": "reboot"})
+    progress = {
+        keys.node_state_key("other"): "{}",
+        keys.node_status_key("simple-skyhook"): "in_progress",
+        keys.cordon_key("simple-skyhook"): "true",
+    }
     cm = podbuilder.build_metadata_configmap(
-        SETTINGS, view, NodeView("kind-worker"), labels={"b": "2", "a": "1"}, annotations={}
+        SETTINGS,
+        view,
+        NodeView("kind-worker"),
+        labels={"b": "2", "a": "1", keys.node_status_key("simple-skyhook"): "in_progress"},
+        annotations={**progress, keys.version_key("simple-skyhook"): "v0.1.0", "x": "y"},
     )
     assert cm["metadata"]["name"] == keys.node_metadata_configmap_name(
         "simple-skyhook", "kind-worker"
     )
+    # Rollout progress keys are left out: the ConfigMap changes when the node does, not at
+    # every stage.
     assert cm["data"]["labels.json"] == '{"a":"1","b":"2"}'
+    assert cm["data"]["annotations.json"] == (
+        '{"skyhook.nvidia.com/version_simple-skyhook":"v0.1.0","x":"y"}'
+    )
     assert json.loads(cm["data"]["packages.json"]) == {
         "agentVersion": "latest",
         "packages": {

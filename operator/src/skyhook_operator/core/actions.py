@@ -14,11 +14,12 @@ from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
 
 @dataclass(frozen=True)
 class PatchNode:
-    """Merge-patch a node's metadata and spec. `None` values in the maps mean "remove".
+    """Patch a node's metadata, spec and conditions. `None` values in the maps mean "remove".
 
     Taints are matched by key + effect: `remove_taints` drops every taint that is the same as
     one listed; `add_taints` adds (or updates the value of) the listed ones. `unschedulable`
-    None leaves the field alone.
+    None leaves the field alone. `conditions` are upserted by type in status.conditions and
+    the types in `remove_conditions` dropped.
     """
 
     name: str
@@ -27,16 +28,8 @@ class PatchNode:
     add_taints: tuple[Taint, ...] = ()
     remove_taints: tuple[Taint, ...] = ()
     unschedulable: bool | None = None
-
-
-@dataclass(frozen=True)
-class SetNodeConditions:
-    """Upsert these conditions (by type) in the node's status.conditions (nodes/status) and drop
-    the condition types listed in `remove_types`."""
-
-    name: str
-    conditions: tuple[NodeCondition, ...]
-    remove_types: tuple[str, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
+    remove_conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,7 +123,6 @@ class EmitEvent:
 
 Action = (
     PatchNode
-    | SetNodeConditions
     | CreatePod
     | DeletePod
     | EvictPod

@@ -16,7 +16,6 @@ from skyhook_operator.core.actions import (
     Action,
     PatchNode,
     Plan,
-    SetNodeConditions,
     UpsertConfigMap,
 )
 from skyhook_operator.core.cleanup import cleanup
@@ -103,8 +102,8 @@ def runtime_required(
 
 
 def assemble(index: PassIndex, decision: Decision) -> Plan:
-    """The decision as ordered actions: per node its patch, metadata ConfigMaps, pods, then
-    conditions; SCR-wide actions first and last; events at the very end."""
+    """The decision as ordered actions: per node its patch (conditions included), metadata
+    ConfigMaps, then pods; SCR-wide actions first and last; events at the very end."""
     actions: list[Action] = list(decision.first)
     for name in sorted(decision.nodes):
         out = decision.nodes[name]
@@ -112,27 +111,24 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
         if node is None:
             actions += out.actions
             continue
-        if out.changes or out.add_taints or out.remove_taints or out.unschedulable is not None:
-            unschedulable = out.unschedulable if out.unschedulable != node.unschedulable else None
-            actions.append(
-                PatchNode(
-                    name,
-                    annotations=dict(out.changes.annotations),
-                    labels=dict(out.changes.labels),
-                    add_taints=tuple(out.add_taints),
-                    remove_taints=tuple(out.remove_taints),
-                    unschedulable=unschedulable,
-                )
-            )
+        unschedulable = out.unschedulable if out.unschedulable != node.unschedulable else None
+        patch = PatchNode(
+            name,
+            annotations=dict(out.changes.annotations),
+            labels=dict(out.changes.labels),
+            add_taints=tuple(out.add_taints),
+            remove_taints=tuple(out.remove_taints),
+            unschedulable=unschedulable,
+            conditions=tuple(out.conditions),
+            remove_conditions=tuple(out.drop_conditions),
+        )
+        if patch != PatchNode(name):
+            actions.append(patch)
         for scr in out.metadata_for:
             cm = _metadata_configmap(index, scr, node, out.changes)
             if cm is not None:
                 actions.append(cm)
         actions += out.actions
-        if out.conditions or out.drop_conditions:
-            actions.append(
-                SetNodeConditions(name, tuple(out.conditions), tuple(out.drop_conditions))
-            )
     return Plan(
         (*actions, *decision.last, *decision.events),
         decision.requeue_after,

@@ -27,7 +27,6 @@ from skyhook_operator.core.actions import (
     PatchNode,
     PatchSkyhookStatus,
     RemoveFinalizer,
-    SetNodeConditions,
     UpsertConfigMap,
 )
 from skyhook_operator.core.views import (
@@ -166,24 +165,6 @@ class SimCluster:
     def _apply(self, action: Action) -> None:
         if isinstance(action, PatchNode):
             self._patch_node(action)
-        elif isinstance(action, SetNodeConditions):
-            node = self.nodes.get(action.name)
-            if node is None:
-                return
-            conditions = [
-                c
-                for c in node["status"].get("conditions", [])
-                if c["type"] not in action.remove_types
-            ]
-            for cond in action.conditions:
-                body = {
-                    "type": cond.type,
-                    "status": cond.status,
-                    "reason": cond.reason,
-                    "message": cond.message,
-                }
-                conditions = [c for c in conditions if c["type"] != cond.type] + [body]
-            node["status"]["conditions"] = conditions
         elif isinstance(action, CreatePod):
             key = (action.namespace, action.name)
             if key not in self.pods:
@@ -247,6 +228,20 @@ class SimCluster:
         node["spec"]["taints"] = taints
         if action.unschedulable is not None:
             node["spec"]["unschedulable"] = action.unschedulable
+        conditions = [
+            c
+            for c in node["status"].get("conditions", [])
+            if c["type"] not in action.remove_conditions
+        ]
+        for cond in action.conditions:
+            body = {
+                "type": cond.type,
+                "status": cond.status,
+                "reason": cond.reason,
+                "message": cond.message,
+            }
+            conditions = [c for c in conditions if c["type"] != cond.type] + [body]
+        node["status"]["conditions"] = conditions
 
     # --- the kubelet ----------------------------------------------------------------------------
 

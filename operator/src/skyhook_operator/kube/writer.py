@@ -46,7 +46,6 @@ from skyhook_operator.core.actions import (
     PatchSkyhookStatus,
     Plan,
     RemoveFinalizer,
-    SetNodeConditions,
     UpsertConfigMap,
 )
 from skyhook_operator.core.vocabulary import Taint
@@ -174,7 +173,7 @@ class Writer:
     @staticmethod
     def _lane(action: Action, pod_nodes: Mapping[tuple[str, str], str]) -> str | None:
         """The node an action belongs to, or None for an SCR-wide barrier."""
-        if isinstance(action, PatchNode | SetNodeConditions):
+        if isinstance(action, PatchNode):
             return action.name
         if isinstance(action, CreatePod):
             return str(action.manifest.get("spec", {}).get("nodeName") or "") or None
@@ -209,7 +208,6 @@ class Writer:
     def _dispatch(self, action: Action) -> None:
         handlers: dict[type, Callable[[Any], None]] = {
             PatchNode: self.patch_node,
-            SetNodeConditions: self.set_node_conditions,
             CreatePod: self.create_pod,
             DeletePod: self.delete_pod,
             EvictPod: self.evict_pod,
@@ -226,21 +224,34 @@ class Writer:
     # --- nodes ------------------------------------------------------------------------------
 
     def patch_node(self, action: PatchNode) -> None:
-        path = self._kube.node_path(action.name)
+        """One request in the common case: metadata and conditions go together through
+        nodes/status (whose patches may change metadata, never spec). A spec change
+        (cordon, uncordon) needs the node itself, and the conditions then follow on /status."""
         metadata: Json = {}
         if action.annotations:
             metadata["annotations"] = dict(action.annotations)
         if action.labels:
             metadata["labels"] = dict(action.labels)
-        body: Json = {"metadata": metadata} if metadata else {}
+        conditions = _conditions_patch(action)
         if action.unschedulable is not None:
-            body["spec"] = {"unschedulable": action.unschedulable}
-        if body:
+            body: Json = {"spec": {"unschedulable": action.unschedulable}}
+            if metadata:
+                body["metadata"] = metadata
+            path = self._kube.node_path(action.name)
             self._store.nodes.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+            metadata = {}
+        if metadata or conditions:
+            body = {"metadata": metadata} if metadata else {}
+            if conditions:
+                body["status"] = {"conditions": conditions}
+            path = self._kube.node_path(action.name, "status")
+            # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
+            answer = self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH)
+            self._store.nodes.wrote(answer)
         # Taints after the state: a taint removed because the node completed must never be
         # seen gone while the node still reads incomplete.
         if action.add_taints or action.remove_taints:
-            self._store.nodes.wrote(self._patch_taints(path, action))
+            self._store.nodes.wrote(self._patch_taints(self._kube.node_path(action.name), action))
 
     def _patch_taints(self, path: str, action: PatchNode) -> Json:
         """Replace spec.taints with the wanted list, retried on a concurrent change."""
@@ -265,25 +276,6 @@ class Writer:
                     raise
                 log.debug("taints of %s changed meanwhile, recomputing", path)
         raise AssertionError("unreachable")
-
-    def set_node_conditions(self, action: SetNodeConditions) -> None:
-        now = _now()
-        conditions = [
-            {
-                "type": c.type,
-                "status": c.status,
-                "reason": c.reason,
-                "message": c.message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
-            }
-            for c in action.conditions
-        ]
-        # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
-        removals = [{"type": t, "$patch": "delete"} for t in action.remove_types]
-        body = {"status": {"conditions": conditions + removals}}
-        path = self._kube.node_path(action.name, "status")
-        self._store.nodes.wrote(self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH))
 
     # --- pods -------------------------------------------------------------------------------
 
@@ -395,6 +387,23 @@ class Writer:
         subject = events.Subject(kind=action.kind, name=action.name)
         event = events.Event(subject, action.reason, action.message, action.type)
         self._events.submit(self._recorder.record, event)
+
+
+def _conditions_patch(action: PatchNode) -> list[Json]:
+    """The strategic-merge list for status.conditions: upserts, then `$patch: delete` entries."""
+    now = _now()
+    upserts: list[Json] = [
+        {
+            "type": c.type,
+            "status": c.status,
+            "reason": c.reason,
+            "message": c.message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        for c in action.conditions
+    ]
+    return upserts + [{"type": t, "$patch": "delete"} for t in action.remove_conditions]
 
 
 def _wanted_taints(

@@ -1,9 +1,12 @@
-"""A list+watch of one namespaced kind in one namespace, kept as an index like kopf's.
+"""A list+watch of one kind, kept as an index of views: nodes, pods and our ConfigMaps.
 
-kopf watches every namespaced kind in the same namespaces (one operator-wide setting), and the
-operator must see pods in every namespace, so a kopf index of ConfigMaps would need a
-cluster-wide list/watch of ConfigMaps. Ours only live in the operator's namespace: this watch
-covers just that namespace, so a namespaced Role is enough.
+Why not kopf's indexes for these: kopf keeps per-object state for every object it watches and
+holds each object's handlers back until every index is filled, which at thousands of nodes and
+their pods made start-up take minutes and the operator's memory grow with every pod it ever
+saw. These kinds need no handler, only a current view, so a plain list+watch per kind does:
+one paginated LIST (the index is complete when `start` returns), then one watch, each event
+decoded into the planner's view (`NodeView.from_api` etc.) and tagged with its resourceVersion.
+ConfigMaps get one in the operator's namespace only, so a namespaced Role is enough for them.
 
 The index maps (namespace, name) to a one-item list of `Versioned` views, the shape
 `snapshot.index_values` reads from kopf's indexes. It is only changed on the event loop (the
@@ -28,23 +31,26 @@ log = logging.getLogger(__name__)
 
 _WATCH_SECONDS = 300
 _RETRY_SECONDS = 1.0
+_PAGE = 500  # objects per LIST page: bounded memory and apiserver work per request
 
 
-class NamespacedIndex(Generic[View]):
-    """Objects of `plural` in `namespace` that `keep` accepts, decoded by `decode`."""
+class WatchedIndex(Generic[View]):
+    """Objects at `path` (a collection: all nodes, all pods, one namespace's ConfigMaps)
+    matching `selector` (a fieldSelector) that `keep` accepts, decoded by `decode`."""
 
     def __init__(
         self,
         kube: Kube,
-        plural: str,
-        namespace: str,
+        path: str,
         *,
         decode: Callable[[Mapping[str, Any]], View],
-        keep: Callable[[Mapping[str, Any]], bool],
         on_change: Callable[[], None],
+        keep: Callable[[Mapping[str, Any]], bool] = lambda _: True,
+        selector: str = "",
     ) -> None:
         self._kube = kube
-        self._path = kube.namespaced_path(plural, namespace)
+        self._path = path
+        self._selector = {"fieldSelector": selector} if selector else {}
         self._decode = decode
         self._keep = keep
         self._on_change = on_change
@@ -90,7 +96,17 @@ class NamespacedIndex(Generic[View]):
     # --- in the watch thread --------------------------------------------------------------------
 
     def _list(self) -> Json:
-        return self._kube.request("GET", self._path)
+        """Every matching object, page by page; the pages of one listing are one consistent
+        snapshot, at the resourceVersion each page carries."""
+        items: list[Json] = []
+        query: dict[str, str] = {**self._selector, "limit": str(_PAGE)}
+        while True:
+            page = self._kube.request("GET", self._path, query=query)
+            items += page.get("items") or []
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return {"items": items, "metadata": {"resourceVersion": meta["resourceVersion"]}}
+            query = {**query, "continue": meta["continue"]}
 
     def _hand_over(self, callback: Callable[..., None], *args: Any) -> None:
         if self._loop is not None and not self._loop.is_closed():
@@ -118,6 +134,7 @@ class NamespacedIndex(Generic[View]):
     def _watch_once(self, version: str) -> str:
         """Follow one watch request; returns the resourceVersion to resume from."""
         query = {
+            **self._selector,
             "watch": "1",
             "resourceVersion": version,
             "timeoutSeconds": str(_WATCH_SECONDS),
