@@ -8,11 +8,15 @@ half-applied writes; one serialized pass over one consistent snapshot keeps ever
 (budget, one stage per node and package, ordering) true by construction, as upstream's
 single worker does.
 
-What makes it cheap where upstream's pass is slow: the snapshot comes from kopf's in-memory
-indexes (no LIST per pass), planning is pure in-memory work, and only the planner's actions
-are written, concurrently per node. Watch events only "poke" the loop; a burst of them within
-`pass_debounce` becomes one pass, and a pass that is running when events arrive is followed
-by exactly one more.
+What makes it cheap where upstream's pass is slow: the snapshot comes from in-memory indexes
+(no LIST per pass), planning is pure in-memory work, and only the planner's actions are
+written, concurrently per node. A pass does not wait for its writes: it queues them and the
+next pass plans while they go out, leaving the nodes still being written alone (the writer's
+`busy_nodes`), so a node's next stage waits for that node's own writes, not for a whole
+pass of a thousand nodes. Only a plan that changes a Skyhook as a whole (finalizers, package
+ConfigMaps) is planned and written with nothing in flight. Watch events and finished writes
+only "poke" the loop; a burst of them within `pass_debounce` becomes one pass, and a pass
+that is running when events arrive is followed by exactly one more.
 
 With leader election on, only the leader runs passes: a replica that does not lead waits
 before planning (its indexes stay current, so a take-over plans at once), and a leader that
@@ -82,6 +86,7 @@ class Reconciler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
         self.passes = 0
+        writer.on_written = self._written
 
     def poke(self) -> None:
         """Ask for a pass soon; safe to call from any thread. The first poke must come once
@@ -120,6 +125,15 @@ class Reconciler:
             return f"a pass has been running for more than {STUCK_PASS_SECONDS:.0f} s"
         return None
 
+    def _written(self, failed: bool) -> None:
+        """A queued write finished (in a writer thread): plan again, after `retry_interval`
+        when it failed, so a cluster refusing writes is not asked again at once."""
+        loop = self._loop
+        if not failed:
+            self.poke()
+        elif loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.call_later, self._settings.retry_interval, self.poke)
+
     def bind(self) -> None:
         """Remember the running loop so other threads can poke; call from that loop."""
         self._loop = asyncio.get_running_loop()
@@ -152,11 +166,12 @@ class Reconciler:
         """One pass; returns the seconds until the next one unless something pokes first."""
         started = self._pass_started = time.monotonic()
         try:
-            snapshot = self._store.snapshot()  # on the loop: kopf mutates the indexes here
+            snapshot = self._store.snapshot()  # on the loop: the watches change the indexes here
             snapshot = replace(
                 snapshot,
                 now=self._now(),
                 alerts=await self._alerts.readings(alert_urls(snapshot)),
+                busy_nodes=self._writer.busy_nodes(),
             )
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from
@@ -166,8 +181,15 @@ class Reconciler:
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
-            pod_nodes = {(p.namespace, p.name): p.node for p in snapshot.pods}
-            result = await asyncio.to_thread(self._writer.apply, plan, pod_nodes)
+            if plan.needs_quiet and snapshot.busy_nodes:
+                # Planned around writes in flight: wait for them and plan again at once.
+                await asyncio.to_thread(self._writer.drain)
+                return 0.0
+            if plan.needs_quiet:
+                result = await asyncio.to_thread(self._writer.apply, plan)
+            else:
+                self._writer.submit(plan)
+                result = ApplyResult(queued=len(plan.actions))
         finally:
             self._pass_started = None
         self.passes += 1
@@ -213,6 +235,9 @@ def _log_pass(plan: Plan, result: ApplyResult, plan_s: float, write_s: float) ->
         return
     kinds = Counter(type(a).__name__ for a in plan.actions)
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    if result.queued:
+        log.info("pass: %s; queued (planned in %.3f s)", summary, plan_s)
+        return
     log.info(
         "pass: %s; applied %d in %.3f s (planned in %.3f s)%s",
         summary,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skyhook_dev.simulate import SimCluster, make_node
 from skyhook_operator.core import nodestate
-from skyhook_operator.core.actions import Plan
+from skyhook_operator.core.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
 from skyhook_operator.core.plan import plan
 from skyhook_operator.core.settings import PlannerSettings
 from skyhook_schemas import keys
@@ -42,12 +43,35 @@ class Driver:
             created = (START - timedelta(days=1, seconds=nodes - i)).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.sim.add_node(make_node(f"node-{i:04d}", labels or {}, created))
         self.plans: list[Plan] = []
+        # Picks, after each pass, the nodes whose writes are still going out when the next
+        # pass plans (as the operator's writer lets them); None: every write lands at once.
+        self.lag: Callable[[Plan], set[str]] | None = None
+        self._in_flight: list[Action] = []
+        self._busy: frozenset[str] = frozenset()
 
     def step(self) -> Plan:
-        result = plan(self.sim.snapshot(self.now), self.settings)
+        snapshot = replace(self.sim.snapshot(self.now), busy_nodes=self._busy)
+        result = plan(snapshot, self.settings)
+        if result.needs_quiet and self._busy:
+            self._land()  # as the reconciler does: wait for the writes in flight, plan again
+            return self.step()
         self.plans.append(result)
-        self.sim.apply(result.actions)
+        late = self.lag(result) if self.lag and not result.needs_quiet else set()
+        if late & result.releasing:  # the writer starts nodes only after it released others
+            late |= result.starting
+        landed, self._in_flight = self._in_flight, []
+        for action in result.actions:
+            if lane_of(action) in late and not isinstance(action, PatchSkyhookStatus | EmitEvent):
+                self._in_flight.append(action)
+            else:
+                self.sim.apply([action])
+        self.sim.apply(landed)  # the previous pass's late writes land while this one is written
+        self._busy = frozenset(lane_of(a) or "" for a in self._in_flight)
         return result
+
+    def _land(self) -> None:
+        self.sim.apply(self._in_flight)
+        self._in_flight, self._busy = [], frozenset()
 
     def pending_pods(self) -> list[tuple[str, str]]:
         return [
@@ -72,7 +96,7 @@ class Driver:
                 self.step()
                 on_step(self)
             pending = self.pending_pods()
-            if not result.actions and not pending:
+            if not result.actions and not pending and not self._in_flight:
                 if result.requeue_after is None:
                     return count
                 self.now += timedelta(seconds=result.requeue_after)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from skyhook_operator.core.vocabulary import JsonDict, NodeCondition, Taint
+from skyhook_schemas import keys
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,12 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class DeletePod:
-    """Delete the pod; NotFound counts as success."""
+    """Delete the pod (on `node`); NotFound counts as success."""
 
     namespace: str
     name: str
     reason: str = ""
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class EvictPod:
 
     namespace: str
     name: str
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,8 +166,40 @@ class Plan:
     # Nodes this plan moves into progress for some Skyhook (their status becomes in_progress
     # from anything else): the writer writes them after every node the plan releases.
     starting: frozenset[str] = frozenset()
+    # Nodes this plan takes out of progress (they stop holding a budget slot): written before
+    # any node the plan starts.
+    releasing: frozenset[str] = frozenset()
     # Nodes waiting on a maintenance window or an alert, for status output and metrics.
     held: tuple[Held, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.actions)
+
+    @property
+    def needs_quiet(self) -> bool:
+        """Whether the plan changes a Skyhook as a whole (finalizers, its annotations, package
+        ConfigMaps): such a plan must be made and written while no node's writes are in
+        flight, because it may rely on every node's state (a configMap edit waits until no
+        stage runs; a finalizer goes once every pod is gone)."""
+        return any(
+            lane_of(a) is None and not isinstance(a, PatchSkyhookStatus) for a in self.actions
+        )
+
+
+def lane_of(action: Action) -> str | None:
+    """The node an action is about, or None for an action about a Skyhook as a whole. A
+    node's actions are written in plan order; different nodes' concurrently."""
+    if isinstance(action, PatchNode):
+        return action.name
+    if isinstance(action, CreatePod):
+        return str(action.manifest.get("spec", {}).get("nodeName") or "") or None
+    if isinstance(action, DeletePod | EvictPod):
+        return action.node or None
+    if isinstance(action, UpsertConfigMap):
+        meta = action.manifest.get("metadata", {})
+        if keys.NODE_META_LABEL in (meta.get("labels") or {}):
+            return (meta.get("annotations") or {}).get(keys.NODE_NAME_ANNOTATION)
+        return None
+    if isinstance(action, EmitEvent):
+        return action.name  # events are posted in the background, never waited for
+    return None

@@ -56,6 +56,7 @@ class Decision:
     deleted: set[PodKey] = field(default_factory=set)
     requeue_after: float | None = None
     starting: set[str] = field(default_factory=set)
+    releasing: set[str] = field(default_factory=set)
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
     held: list[Held] = field(default_factory=list)
     # One Skyhook's working state, as this step leaves it.
@@ -75,7 +76,7 @@ class Decision:
         key = (pod.namespace, pod.name)
         if key not in self.deleted and not pod.deleting:
             self.deleted.add(key)
-            self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, reason))
+            self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, reason, pod.node))
 
     def event(self, kind: str, name: str, reason: str, message: str) -> None:
         self.events.append(EmitEvent(kind, name, reason, message))
@@ -102,6 +103,7 @@ class Decision:
         if other.requeue_after is not None:
             self.wake_in(other.requeue_after)
         self.starting |= other.starting
+        self.releasing |= other.releasing
         self.complete.update(other.complete)
         self.held += other.held
         self.states.update(other.states)

@@ -134,7 +134,7 @@ class _NodeRun:
                 "Interrupt",
                 f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{self.ctx.name}]",
             )
-            out.actions += [EvictPod(pod.namespace, pod.name) for pod in gate.to_evict]
+            out.actions += [EvictPod(pod.namespace, pod.name, pod.node) for pod in gate.to_evict]
         if not gate.open:
             self.decision.wake_in(GATE_POLL_S)
 

@@ -27,8 +27,8 @@ def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
     node = ctx.index.nodes.get(pod.node)
-    if pkg is None or pod.deleting:
-        return decision
+    if pkg is None or pod.deleting or pod.node in ctx.index.busy:
+        return decision  # a busy node's result is learnt once its writes are done
     if node is None or pkg.invalid:
         if ctx.present(pod):
             decision.delete_pod(pod, "node gone" if node is None else "marked invalid")
@@ -91,6 +91,10 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     boot_ids: dict[str, str] = {}
     for node in ctx.matched:
         before = recorded.get(node.name)
+        if node.name in ctx.index.busy:  # decided once its writes are done: keep the record
+            if before:
+                boot_ids[node.name] = before
+            continue
         if node.boot_id:
             boot_ids[node.name] = node.boot_id
         if not before or not node.boot_id or before == node.boot_id:

@@ -105,7 +105,8 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
     """The decision as ordered actions: per node its patch (conditions included), metadata
     ConfigMaps, then pods; SCR-wide actions first and last; events at the very end."""
     actions: list[Action] = list(decision.first)
-    for name in sorted(decision.nodes):
+    busy = index.busy  # their earlier writes are still going out: nothing more for them yet
+    for name in sorted(decision.nodes.keys() - busy):
         out = decision.nodes[name]
         node = index.nodes.get(name)
         if node is None:
@@ -129,11 +130,13 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
             if cm is not None:
                 actions.append(cm)
         actions += out.actions
+    events = [e for e in decision.events if not (e.kind == "Node" and e.name in busy)]
     return Plan(
-        (*actions, *decision.last, *decision.events),
+        (*actions, *decision.last, *events),
         decision.requeue_after,
-        frozenset(decision.starting),
-        tuple(decision.held),
+        starting=frozenset(decision.starting - busy),
+        releasing=frozenset(decision.releasing - busy),
+        held=tuple(decision.held),
     )
 
 

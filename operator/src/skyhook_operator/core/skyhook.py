@@ -57,6 +57,10 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     return SkyhookPass(index, scr, earlier).run().released()
 
 
+def _holds_slot(state: NodeState) -> bool:
+    return state.status in {IN_PROGRESS, ERRORING} or state.cordoned
+
+
 def tolerated(node: NodeView, spec: SkyhookSpec, runtime_taint: Taint) -> bool:
     tolerations = [UNSCHEDULABLE_TOLERATION, *spec.additional_tolerations]
     if spec.runtime_required:
@@ -307,7 +311,7 @@ class SkyhookPass:
                 or node.name in untolerated
                 or node.name in unmatched
             )
-            if done:
+            if done and node.name not in self.index.busy:
                 continue
             if any(
                 e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
@@ -315,7 +319,8 @@ class SkyhookPass:
             ):
                 failed.add(node.name)
             has_pods = bool(ctx.ours_on(node.name))
-            if state.status in {IN_PROGRESS, ERRORING} or has_pods or state.cordoned:
+            busy = node.name in self.index.busy  # its last writes may be an admission
+            if state.status in {IN_PROGRESS, ERRORING} or has_pods or state.cordoned or busy:
                 occupied.append(node)
             elif not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
@@ -328,7 +333,7 @@ class SkyhookPass:
         node_statuses: dict[str, str] = {}
         for node in self.matched:
             can_work = node.name in running and not (
-                self.paused or self.disabled or blocked[node.name]
+                self.paused or self.disabled or blocked[node.name] or node.name in self.index.busy
             )
             if can_work and node.ready and not self._complete(node):
                 # Advancing only ever starts stages, so the node stays incomplete.
@@ -555,13 +560,16 @@ class SkyhookPass:
 
     def _save_nodes(self) -> None:
         """Node states become annotation and label changes; a node whose status turns
-        in_progress from anything else is one this pass starts."""
+        in_progress from anything else is one this pass starts, one that stops holding a
+        budget slot one it releases."""
         for name, after in self.decided.states.items():
             node = self.index.nodes[name]
             before = self.ctx.before(node)
             self.decided.node(name).changes.merge(nodestate.diff(node, self.name, before, after))
             if after.status == IN_PROGRESS and before.status != IN_PROGRESS:
                 self.decided.starting.add(name)
+            if _holds_slot(before) and not _holds_slot(after):
+                self.decided.releasing.add(name)
 
     def _status(self, node_statuses: dict[str, str]) -> None:
         scr = self.scr

@@ -259,3 +259,7 @@ class ClusterSnapshot:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     # What the operator last read from each Prometheus URL an alertGate names.
     alerts: tuple[AlertReading, ...] = ()
+    # Nodes whose writes from an earlier pass are still going out: what the snapshot shows of
+    # them may be about to change, so the pass decides nothing for them and counts them as
+    # holding a budget slot until their writes are done.
+    busy_nodes: frozenset[str] = frozenset()

@@ -10,13 +10,15 @@ Annotation and label writes are per-key merge patches and need no precondition: 
 owns those keys.
 
 Order and speed: the plan's order is kept where it matters. Actions about one node (its
-patches, conditions, metadata ConfigMap, pods, events) form that node's lane and run in
-order; lanes of different nodes run concurrently, except that lanes of nodes the plan moves
-into progress wait for all the others (releases before admissions, so the budget a watcher
-counts always holds). Actions about an
-SCR as a whole (package ConfigMaps, status, finalizers) are barriers: every lane queued
-before one finishes first. When an action fails, the rest of its lane is skipped and the
-writer stops at the next barrier; the next pass re-plans from a fresh snapshot.
+patch, metadata ConfigMap, pods, events) form that node's lane (`core.actions.lane_of`) and
+run in order; lanes of different nodes run concurrently, except that lanes of nodes the plan
+moves into progress wait for the plan's other lanes (releases before admissions, so the
+budget a watcher counts always holds). A plan of node lanes is only queued (`submit`): the
+next pass plans while it is written, deciding nothing for the nodes still being written
+(`busy_nodes`). Skyhook status patches go out one Skyhook at a time, the newest replacing
+any not yet sent. A plan with actions about a Skyhook as a whole (package ConfigMaps,
+finalizers) is written in order, those actions being barriers (`apply`). When an action
+fails, the rest of its lane is skipped; the next pass re-plans from a fresh snapshot.
 
 Every object the API returns is handed to the snapshot overlays (read-your-writes).
 """
@@ -24,8 +26,11 @@ Every object the API returns is handed to the snapshot overlays (read-your-write
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
+import queue
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +52,7 @@ from skyhook_operator.core.actions import (
     Plan,
     RemoveFinalizer,
     UpsertConfigMap,
+    lane_of,
 )
 from skyhook_operator.core.vocabulary import Taint
 from skyhook_operator.kube import events
@@ -62,7 +68,6 @@ from skyhook_operator.kube.client import (
 )
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.snapshot import ClusterStore
-from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,7 @@ class ApplyResult:
 
     applied: int = 0
     failures: list[str] = field(default_factory=list)
+    queued: int = 0  # actions handed over to go out in the background (`Writer.submit`)
 
     @property
     def ok(self) -> bool:
@@ -89,7 +95,111 @@ class _Run:
 
     result: ApplyResult = field(default_factory=ApplyResult)
     failed_lanes: set[str] = field(default_factory=set)
+    attempted: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Countdown:
+    """Calls `then` once, when `tick` has been called `count` times (or at `open`)."""
+
+    def __init__(self, count: int, then: Callable[[], None]) -> None:
+        self._left = count
+        self._then = then
+        self._lock = threading.Lock()
+
+    def tick(self) -> None:
+        with self._lock:
+            self._left -= 1
+            due = self._left == 0
+        if due:
+            self._then()
+
+    def open_if_empty(self) -> None:
+        """Call `then` now when there was nothing to count."""
+        if self._left == 0:
+            self._then()
+
+
+# Lane priorities: hand-offs and releases first, admissions after them, bookkeeping last.
+_URGENT, _STARTING, _LATER = 0, 1, 2
+
+
+class _Workers:
+    """Writer threads that take the most urgent queued lane first (then the oldest)."""
+
+    def __init__(self, count: int) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None] | None]] = (
+            queue.PriorityQueue()
+        )
+        self._order = itertools.count()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"writer-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, priority: int, job: Callable[[], None]) -> None:
+        self._queue.put((priority, next(self._order), job))
+
+    def close(self) -> None:
+        """Let running lanes finish; queued ones are dropped (the next leader re-plans)."""
+        for _ in self._threads:
+            self._queue.put((-1, next(self._order), None))
+        for thread in self._threads:
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            _, _, job = self._queue.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # a lane reports its own failures; this is a bug, keep working
+                log.exception("writer lane crashed")
+
+
+class _StatusQueue:
+    """Skyhook status patches, one Skyhook at a time, at most one per `interval` seconds per
+    Skyhook: a patch waiting to go out is replaced by a newer one for the same Skyhook. That
+    is safe because each patch states the status the planner wants relative to what the
+    cluster shows, so the newest one covers what an unsent older one would have written."""
+
+    interval = 1.0
+
+    def __init__(
+        self, send: Callable[[PatchSkyhookStatus], None], done: Callable[[bool], None]
+    ) -> None:
+        self._send = send
+        self._done = done
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+        self._lock = threading.Lock()
+        self._waiting: dict[str, PatchSkyhookStatus] = {}
+        self._sent: dict[str, float] = {}
+
+    def put(self, action: PatchSkyhookStatus) -> None:
+        with self._lock:
+            queued = action.name in self._waiting
+            self._waiting[action.name] = action
+        if not queued:
+            self._pool.submit(self._send_latest, action.name)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _send_latest(self, name: str) -> None:
+        pause = self._sent.get(name, 0.0) + self.interval - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        with self._lock:
+            action = self._waiting.pop(name)
+        self._sent[name] = time.monotonic()
+        try:
+            self._send(action)
+        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+            log.warning("PatchSkyhookStatus failed, the next pass re-plans: %s", error)
+            self._done(True)
 
 
 def _now() -> str:
@@ -97,7 +207,15 @@ def _now() -> str:
 
 
 class Writer:
-    """Applies plans; one instance per process, shared by every pass."""
+    """Applies plans; one instance per process, shared by every pass.
+
+    Two ways in. `submit` (a plan with only node lanes, statuses and events) queues the lanes
+    and returns at once: each node's lane goes out as soon as a worker is free, and the node
+    stays in `busy_nodes` until it is done, so the next pass can plan every other node
+    meanwhile (a stage that ends waits for its own node's writes, not for a whole pass).
+    `apply` (a plan that changes a Skyhook as a whole) writes everything in order and
+    returns when done; the reconciler calls it only when nothing is in flight.
+    """
 
     def __init__(
         self, kube: Kube, store: ClusterStore, evictor: Evictor, concurrency: int = 16
@@ -105,54 +223,134 @@ class Writer:
         self._kube = kube
         self._store = store
         self._evictor = evictor
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="writer")
+        self._workers = _Workers(concurrency)
         self._recorder = events.Recorder(kube)
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
-        self._queued = 0  # actions of the plan being applied that have not run yet
-        self._queue_lock = threading.Lock()
+        self._statuses = _StatusQueue(self.patch_skyhook_status, self._lane_done)
+        self._queued = 0  # actions handed to the writer that have not been attempted yet
+        self._lock = threading.Lock()  # _queued and _busy
+        self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
+        self._idle = threading.Condition(self._lock)
+        # Called from a writer thread after each submitted lane, with whether it failed.
+        self.on_written: Callable[[bool], None] = lambda failed: None
 
     @property
     def queue_depth(self) -> int:
-        """Actions of the plan being applied that have not been attempted yet."""
+        """Actions handed to the writer that have not been attempted yet."""
         return self._queued
 
+    def busy_nodes(self) -> frozenset[str]:
+        """Nodes with writes queued or going out."""
+        with self._lock:
+            return frozenset(self._busy)
+
+    def drain(self) -> None:
+        """Wait until no node's writes are queued or going out."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._busy)
+
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._workers.close()
+        self._statuses.close()
         self._events.shutdown(wait=True)
         self._recorder.close()
 
-    def apply(self, plan: Plan, pod_nodes: Mapping[tuple[str, str], str]) -> ApplyResult:
-        """Apply every action of `plan`.
+    def submit(self, plan: Plan) -> None:
+        """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
 
-        `pod_nodes` maps (namespace, pod) to its node. The lanes of the nodes the plan starts
-        (`plan.starting`) run only after every other lane of the same segment has finished, so
-        a node the plan releases is written before one it starts, and no watcher ever sees
-        more nodes in progress than the budget.
+        Lanes go out most urgent first: nodes the plan releases and nodes with pods to create
+        or delete (a stage hand-off), then the nodes it starts, which wait until every node it
+        releases is written (so no watcher ever sees more nodes in progress than the budget;
+        the planner counts a node of an earlier plan still in flight as holding its slot),
+        then the rest (state labels of nodes still waiting).
         """
-        with self._queue_lock:
-            self._queued = len(plan.actions)
-        try:
-            return self._apply(plan, pod_nodes)
-        finally:
-            with self._queue_lock:
-                self._queued = 0
+        assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
+        lanes: dict[str, list[Action]] = {}
+        for action in plan.actions:
+            if isinstance(action, PatchSkyhookStatus):
+                self._statuses.put(action)
+            elif isinstance(action, EmitEvent):
+                self.emit_event(action)
+            else:
+                lanes.setdefault(lane_of(action) or "", []).append(action)
+        if not lanes:
+            return
+        with self._lock:
+            self._queued += sum(len(actions) for actions in lanes.values())
+            for lane in lanes:
+                self._busy[lane] = self._busy.get(lane, 0) + 1
+        run = _Run()
+        starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
+        releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
+        gate = _Countdown(len(releasing), lambda: self._queue(starting, run, _STARTING))
+        self._queue(releasing, run, _URGENT, then=gate.tick)
+        gate.open_if_empty()
+        for lane, actions in lanes.items():
+            if lane not in plan.starting and lane not in plan.releasing:
+                urgent = any(isinstance(a, CreatePod | DeletePod | EvictPod) for a in actions)
+                self._queue([(lane, actions)], run, _URGENT if urgent else _LATER)
 
-    def _apply(self, plan: Plan, pod_nodes: Mapping[tuple[str, str], str]) -> ApplyResult:
-        starting = plan.starting
+    def _queue(
+        self,
+        lanes: Sequence[tuple[str, Sequence[Action]]],
+        run: _Run,
+        priority: int,
+        then: Callable[[], None] = lambda: None,
+    ) -> None:
+        for lane, actions in lanes:
+
+            def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
+                try:
+                    self._run_lane(lane, actions, run=run)
+                finally:
+                    self._submitted_lane_done(lane, run, then)
+
+            self._workers.submit(priority, job)
+
+    def _submitted_lane_done(self, lane: str, run: _Run, then: Callable[[], None]) -> None:
+        with self._lock:
+            left = self._busy.get(lane, 0) - 1
+            if left > 0:
+                self._busy[lane] = left
+            else:
+                self._busy.pop(lane, None)
+            if not self._busy:
+                self._idle.notify_all()
+        then()
+        self._lane_done(lane in run.failed_lanes)
+
+    def _lane_done(self, failed: bool) -> None:
+        try:
+            self.on_written(failed)
+        except Exception:  # a callback must never take a writer thread down
+            log.exception("after-write callback failed")
+
+    def apply(self, plan: Plan) -> ApplyResult:
+        """Apply every action of `plan` in order and return what happened: for a plan that
+        changes a Skyhook as a whole, with nothing else in flight.
+
+        Actions about a Skyhook as a whole are barriers: every lane before one finishes first.
+        Within a stretch of lanes, the nodes the plan starts go after the others.
+        """
+        with self._lock:
+            self._queued += len(plan.actions)
         run = _Run()
         lanes: dict[str, list[Action]] = {}
         for action in plan.actions:
-            lane = self._lane(action, pod_nodes)
+            lane = lane_of(action)
             if lane is not None:
                 lanes.setdefault(lane, []).append(action)
                 continue
-            self._run_segment(lanes, starting, run)
+            self._run_segment(lanes, plan.starting, run)
             lanes = {}
             if run.result.ok:
                 self._run_one(action, run, lane=None)
             if not run.result.ok:
-                return run.result
-        self._run_segment(lanes, starting, run)
+                break
+        else:
+            self._run_segment(lanes, plan.starting, run)
+        with self._lock:  # what a failure skipped is no longer queued
+            self._queued = max(0, self._queued - (len(plan.actions) - run.attempted))
         return run.result
 
     def _run_segment(
@@ -161,36 +359,32 @@ class Writer:
         releasing = [(lane, actions) for lane, actions in lanes.items() if lane not in starting]
         admitting = [(lane, actions) for lane, actions in lanes.items() if lane in starting]
         for group in (releasing, admitting):
-            for _ in self._pool.map(lambda item: self._run_lane(*item, run=run), group):
-                pass
+            self._run_and_wait(group, run)
+
+    def _run_and_wait(self, lanes: Sequence[tuple[str, Sequence[Action]]], run: _Run) -> None:
+        finished = threading.Event()
+        done = _Countdown(len(lanes), finished.set)
+        for lane, actions in lanes:
+
+            def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
+                try:
+                    self._run_lane(lane, actions, run=run)
+                finally:
+                    done.tick()
+
+            self._workers.submit(_URGENT, job)
+        done.open_if_empty()
+        finished.wait()
 
     def _run_lane(self, lane: str, actions: Sequence[Action], *, run: _Run) -> None:
         for action in actions:
             self._run_one(action, run, lane)
 
-    # --- scheduling -------------------------------------------------------------------------
-
-    @staticmethod
-    def _lane(action: Action, pod_nodes: Mapping[tuple[str, str], str]) -> str | None:
-        """The node an action belongs to, or None for an SCR-wide barrier."""
-        if isinstance(action, PatchNode):
-            return action.name
-        if isinstance(action, CreatePod):
-            return str(action.manifest.get("spec", {}).get("nodeName") or "") or None
-        if isinstance(action, DeletePod | EvictPod):
-            return pod_nodes.get((action.namespace, action.name))
-        if isinstance(action, UpsertConfigMap):
-            meta = action.manifest.get("metadata", {})
-            if keys.NODE_META_LABEL in (meta.get("labels") or {}):
-                return (meta.get("annotations") or {}).get(keys.NODE_NAME_ANNOTATION)
-            return None
-        if isinstance(action, EmitEvent):
-            return action.name  # never a barrier: events are posted in the background
-        return None
-
     def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
-        with self._queue_lock:
+        with self._lock:
             self._queued = max(0, self._queued - 1)
+        with run.lock:
+            run.attempted += 1
         if lane is not None and lane in run.failed_lanes:
             return  # an earlier action for this node failed: the next pass re-plans it
         try:
