@@ -1,13 +1,26 @@
-"""Event aggregation: repeats bump one Event, similar messages combine, each object is rate
-limited, and nothing is lost, only delayed and merged."""
+"""Event aggregation: a node gets one Event per reason, a Skyhook's similar messages combine,
+every Event object is written at most once per interval, and nothing is lost, only delayed and
+merged."""
 
 from __future__ import annotations
+
+import threading
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_operator.kube.events import COMBINED_PREFIX, Correlator, Event, Subject, Write
+from skyhook_dev.harness import wait_until
+from skyhook_operator.kube.client import Kube
+from skyhook_operator.kube.events import (
+    COMBINED_PREFIX,
+    Correlator,
+    Event,
+    Recorder,
+    Subject,
+    Write,
+)
 
 NODE = Subject("Node", "n1")
 SCR = Subject("Skyhook", "s1")
@@ -24,98 +37,158 @@ def sent(correlator: Correlator, *events: Event, now: float = 0.0) -> list[Write
     return writes
 
 
+def run(
+    correlator: Correlator, occurrences: list[tuple[float, Event]]
+) -> list[tuple[float | None, Write]]:
+    """What the Recorder does: take after every occurrence and whenever the timer says, then
+    close (force) after the last one; the writes of the close have time None."""
+    writes: list[tuple[float | None, Write]] = []
+    now, wait = 0.0, None
+    for at, event in occurrences:
+        while wait is not None and now + wait <= at:
+            now += wait
+            taken, wait = correlator.take(now)
+            writes += [(now, w) for w in taken]
+        now = at
+        correlator.add(event, now)
+        taken, wait = correlator.take(now)
+        writes += [(now, w) for w in taken]
+    taken, _ = correlator.take(now, force=True)
+    return writes + [(None, w) for w in taken]
+
+
 @pytest.mark.parametrize(
-    ("first", "second", "creates", "counts"),
+    ("first", "second", "same"),
     [
+        pytest.param(Event(NODE, "Apply", "m"), Event(NODE, "Apply", "m"), True, id="node-same"),
         pytest.param(
-            Event(NODE, "Apply", "m"), Event(NODE, "Apply", "m"), [True, False], [1, 2], id="same"
+            Event(NODE, "Apply", "m"), Event(NODE, "Apply", "other"), True, id="node-message"
+        ),
+        pytest.param(Event(NODE, "Apply", "m"), Event(NODE, "State", "m"), False, id="reason"),
+        pytest.param(
+            Event(NODE, "Apply", "m"), Event(Subject("Node", "n2"), "Apply", "m"), False, id="node"
         ),
         pytest.param(
-            Event(NODE, "Apply", "m"), Event(NODE, "Apply", "other"), [True, True], [1, 1], id="msg"
+            Event(NODE, "Apply", "m"), Event(NODE, "Apply", "m", "Warning"), False, id="type"
         ),
+        pytest.param(Event(SCR, "Apply", "m"), Event(SCR, "Apply", "m"), True, id="skyhook-same"),
         pytest.param(
-            Event(NODE, "Apply", "m"), Event(NODE, "State", "m"), [True, True], [1, 1], id="reason"
-        ),
-        pytest.param(
-            Event(NODE, "Apply", "m"),
-            Event(Subject("Node", "n2"), "Apply", "m"),
-            [True, True],
-            [1, 1],
-            id="object",
-        ),
-        pytest.param(
-            Event(NODE, "Apply", "m"),
-            Event(NODE, "Apply", "m", "Warning"),
-            [True, True],
-            [1, 1],
-            id="type",
+            Event(SCR, "Apply", "m"), Event(SCR, "Apply", "other"), False, id="skyhook-message"
         ),
     ],
 )
-def test_only_an_identical_event_bumps_the_count_of_the_first(
-    first: Event, second: Event, creates: list[bool], counts: list[int]
-) -> None:
-    correlator = Correlator()
-    one = sent(correlator, first, now=0.0)
-    two = sent(correlator, second, now=1.0)
-    assert [w.create for w in one + two] == creates
-    assert [w.count for w in one + two] == counts
-    if counts == [1, 2]:
-        assert one[0].name == two[0].name
-        assert (two[0].first_seen, two[0].last_seen) == (0.0, 1.0)
+def test_which_occurrences_count_towards_one_event(first: Event, second: Event, same: bool) -> None:
+    """A node has one Event per type and reason showing the latest message; a Skyhook one per
+    message (below the similar limit)."""
+    correlator = Correlator(min_interval=10.0)
+    writes = run(correlator, [(0.0, first), (1.0, second)])
+    if same:
+        one, two = (w for _, w in writes)
+        assert (one.create, one.count, two.create, two.count) == (True, 1, False, 2)
+        assert one.name == two.name
+        assert two.event.message == second.message
+        assert (two.first_seen, two.last_seen) == (0.0, 1.0)
+    else:
+        assert [(w.create, w.count) for _, w in writes] == [(True, 1), (True, 1)]
+        assert writes[0][1].name != writes[1][1].name
 
 
-def test_a_repeat_after_the_window_starts_a_new_event() -> None:
+def test_repeats_within_the_interval_are_one_patch_when_it_ends() -> None:
+    correlator = Correlator(min_interval=10.0, gather=1.0)
+    first = sent(correlator, Event(NODE, "Apply", "a"), now=0.0)
+    assert [(w.create, w.count) for w in first] == [(True, 1)]
+    for at, message in ((2.0, "b"), (3.0, "c"), (4.0, "d")):
+        assert sent(correlator, Event(NODE, "Apply", message), now=at) == []
+    assert correlator.take(9.9) == ([], pytest.approx(0.1))
+    (patch,) = correlator.take(10.0)[0]
+    assert (patch.create, patch.count, patch.event.message, patch.last_seen) == (
+        False,
+        4,
+        "d",
+        4.0,
+    )
+    assert patch.name == first[0].name
+    assert correlator.take(100.0) == ([], None)
+
+
+def test_an_occurrence_after_the_interval_waits_only_to_gather_its_pass() -> None:
+    correlator = Correlator(min_interval=10.0, gather=1.0)
+    sent(correlator, Event(NODE, "Apply", "start apply"), now=0.0)
+    # One pass, 60 s later: the apply stage completes and the config stage starts.
+    done = sent(
+        correlator,
+        Event(NODE, "Apply", "apply complete"),
+        Event(NODE, "Apply", "start config"),
+        now=60.0,
+    )
+    assert done == []
+    writes, wait = correlator.take(61.0)
+    assert [(w.count, w.event.message) for w in writes] == [(3, "start config")]
+    assert wait is None
+
+
+def test_a_typical_node_rollout_costs_three_requests() -> None:
+    """Apply starts; at 2 s it completes and config starts; at 4 s config completes and the
+    node is complete: one POST per reason, one PATCH with the rest."""
+    state = Event(NODE, "State", "Skyhook [s] complete.")
+    writes = run(
+        Correlator(),
+        [
+            (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]")),
+            (2.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
+            (2.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [config]")),
+            (4.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
+            (4.0, state),
+        ],
+    )
+    assert [(w.create, w.event.reason, w.count) for _, w in writes] == [
+        (True, "Apply", 1),
+        (True, "State", 1),
+        (False, "Apply", 4),
+    ]
+    assert writes[-1][1].event.message == "Package [p:1] state complete on [skyhook:s]"
+
+
+def test_an_event_idle_for_the_window_is_forgotten_and_a_repeat_starts_a_new_one() -> None:
     correlator = Correlator(window=600)
     first = sent(correlator, Event(NODE, "Apply", "m"), now=0.0)
+    assert len(correlator) == 1
     later = sent(correlator, Event(NODE, "Apply", "m"), now=601.0)
     assert later[0].create and later[0].name != first[0].name and later[0].count == 1
+    assert len(correlator) == 1
 
 
-def test_similar_messages_beyond_the_limit_bump_one_combined_event() -> None:
-    correlator = Correlator(similar_limit=10, burst=100)
+def test_similar_skyhook_messages_beyond_the_limit_bump_one_combined_event() -> None:
+    correlator = Correlator(similar_limit=10, min_interval=10.0)
     writes = sent(correlator, *(applying(f"n{i}") for i in range(15)))
     distinct = [w for w in writes if not w.event.message.startswith(COMBINED_PREFIX)]
     combined = [w for w in writes if w.event.message.startswith(COMBINED_PREFIX)]
     assert len(distinct) == 10
-    # Added in one go, the five beyond the limit are one request with the full count.
+    # Added before the first take, the five beyond the limit are one POST with the full count.
     assert [(w.create, w.count) for w in combined] == [(True, 5)]
-    assert combined[0].event.message == COMBINED_PREFIX + applying("n14").message
-    more = sent(correlator, applying("n99"), now=1.0)
-    assert [(w.create, w.count, w.name) for w in more] == [(False, 6, combined[0].name)]
+    assert sent(correlator, applying("n99"), now=1.0) == []
+    (more,) = correlator.take(10.0)[0]
+    assert (more.create, more.count, more.name) == (False, 6, combined[0].name)
+    assert more.event.message == COMBINED_PREFIX + applying("n99").message
 
 
-def test_an_object_over_its_burst_waits_for_a_token_and_loses_nothing() -> None:
-    correlator = Correlator(burst=3, refill=10.0, similar_limit=100)
-    for i in range(5):
-        correlator.add(Event(NODE, "Apply", f"m{i}"), 0.0)
-    correlator.add(Event(NODE, "Apply", "m4"), 0.0)  # a repeat of a waiting event
-    writes, wait = correlator.take(0.0)
-    assert [w.event.message for w in writes] == ["m0", "m1", "m2"]
-    assert wait == pytest.approx(10.0)
-    assert correlator.take(5.0)[0] == []
-    writes, wait = correlator.take(10.0)
-    assert [(w.event.message, w.count) for w in writes] == [("m3", 1)]
-    writes, wait = correlator.take(20.0)
-    assert [(w.event.message, w.count) for w in writes] == [("m4", 2)]
-    assert wait is None
-
-
-def test_other_objects_are_not_held_back_by_a_busy_one() -> None:
-    correlator = Correlator(burst=1, refill=10.0)
-    correlator.add(Event(SCR, "Apply", "a"), 0.0)
-    correlator.add(Event(SCR, "Apply", "b"), 0.0)
-    correlator.add(Event(NODE, "Apply", "c"), 0.0)
-    writes, _ = correlator.take(0.0)
-    assert [w.event.message for w in writes] == ["a", "c"]
+def test_node_events_are_never_combined() -> None:
+    correlator = Correlator(similar_limit=2)
+    messages = [f"Applying package [p:{i}] from [skyhook:s] stage [apply]" for i in range(5)]
+    writes = run(correlator, [(float(i), Event(NODE, "Apply", m)) for i, m in enumerate(messages)])
+    assert [(w.count, w.event.message) for _, w in writes] == [(1, messages[0]), (5, messages[4])]
 
 
 def test_force_sends_everything_that_waits() -> None:
-    correlator = Correlator(burst=1, refill=300.0)
-    for message in ("a", "b", "c"):
-        correlator.add(Event(SCR, "State", message), 0.0)
+    correlator = Correlator(min_interval=300.0)
+    for at, message in enumerate(("a", "b", "c")):
+        correlator.add(Event(NODE, "State", message), at)
+        correlator.add(Event(SCR, "State", message), at)
+        correlator.take(at)
+    writes, wait = correlator.take(2.0)
+    assert writes == [] and wait == pytest.approx(298.0)
     writes, wait = correlator.take(0.0, force=True)
-    assert [w.event.message for w in writes] == ["a", "b", "c"] and wait is None
+    assert [(w.event.subject, w.count) for w in writes] == [(NODE, 3)] and wait is None
 
 
 def test_a_failed_create_is_created_again_by_the_next_occurrence() -> None:
@@ -126,32 +199,91 @@ def test_a_failed_create_is_created_again_by_the_next_occurrence() -> None:
     assert [(w.create, w.count, w.name) for w in again] == [(True, 2, first[0].name)]
 
 
+def test_memory_is_bounded_and_a_pending_event_pushed_out_is_sent_at_once() -> None:
+    correlator = Correlator(max_records=3, min_interval=10.0)
+    sent(correlator, Event(NODE, "Apply", "a"))
+    correlator.add(Event(NODE, "Apply", "b"), 1.0)  # pending until 10 s
+    others = sent(
+        correlator, *(Event(Subject("Node", f"m{i}"), "Apply", "x") for i in range(3)), now=2.0
+    )
+    assert len(correlator) == 3
+    assert [(w.event.subject, w.count, w.create) for w in others] == [
+        (NODE, 2, False),
+        *((Subject("Node", f"m{i}"), 1, True) for i in range(3)),
+    ]
+
+
+class Requests:
+    """The requests a Recorder sends, in place of the apiserver."""
+
+    namespaced_path = staticmethod(Kube.namespaced_path)
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def request(self, method: str, path: str, body: dict[str, Any], *_: Any) -> dict[str, Any]:
+        with self._lock:
+            self.sent.append((method, body))
+        return body
+
+
+def test_the_recorder_timer_sends_a_merged_patch_and_close_sends_the_rest() -> None:
+    requests = Requests()
+    recorder = Recorder(cast(Kube, requests), Correlator(min_interval=2.0, gather=0.05))
+    recorder.record(Event(NODE, "Apply", "start"))
+    recorder.record(Event(NODE, "Apply", "done"))
+    recorder.record(Event(NODE, "State", "complete"))
+    assert [(m, b["reason"]) for m, b in requests.sent] == [("POST", "Apply"), ("POST", "State")]
+    patched = wait_until(
+        lambda: [b for m, b in requests.sent if m == "PATCH"], 10, "the timer's PATCH", 0.05
+    )
+    assert patched == [
+        {"count": 2, "lastTimestamp": patched[0]["lastTimestamp"], "message": "done"}
+    ]
+    recorder.record(Event(NODE, "State", "complete"))  # within the interval: waits
+    recorder.close()
+    assert [b["count"] for _, b in requests.sent] == [1, 1, 2, 2]
+
+
+SUBJECTS = [Subject("Node", "n1"), Subject("Node", "n2"), Subject("Skyhook", "s1")]
+
+
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["n1", "n2", "s1"]), st.sampled_from(["a", "b", "c"])),
+        st.tuples(
+            st.sampled_from(SUBJECTS),
+            st.sampled_from(["Apply", "State"]),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0.0, 0.5, 1.0, 3.0, 12.0, 700.0]),
+        ),
         max_size=60,
     ),
-    st.integers(min_value=1, max_value=5),
+    st.sampled_from([1.0, 5.0, 10.0]),
+    st.integers(min_value=2, max_value=50),
 )
-def test_every_occurrence_is_counted_once_in_what_is_sent(
-    occurrences: list[tuple[str, str]], burst: int
+def test_every_occurrence_is_counted_once_and_writes_keep_their_interval(
+    occurrences: list[tuple[Subject, str, str, float]], min_interval: float, max_records: int
 ) -> None:
-    """However the rate limit splits them, the last count sent for each Event adds up to every
-    occurrence, and no object gets more requests than its tokens allow."""
-    correlator = Correlator(burst=burst, refill=1.0, similar_limit=2)
-    last_count: dict[str, int] = {}
-    requests: dict[str, int] = {}
-    now = 0.0
-    for name, message in occurrences:
-        correlator.add(Event(Subject("Node", name), "Apply", message), now)
-        for write in correlator.take(now)[0]:
-            last_count[write.name] = write.count
-            requests[write.event.subject.name] = requests.get(write.event.subject.name, 0) + 1
-        now += 0.25
-    wait: float | None = 0.0
-    while wait is not None:  # what the recorder's timer does
-        now += wait
-        writes, wait = correlator.take(now)
-        last_count.update((w.name, w.count) for w in writes)
+    """After close the last count written for each Event object adds up to every occurrence;
+    no Event object is written twice within the interval except by the final flush or when
+    pushed out of a full memory; the memory never holds more than max_records."""
+    correlator = Correlator(
+        min_interval=min_interval, gather=0.5, similar_limit=2, max_records=max_records
+    )
+    at, timeline = 0.0, []
+    for subject, reason, message, step in occurrences:
+        at += step
+        timeline.append((at, Event(subject, reason, message)))
+    writes = run(correlator, timeline)
+    assert len(correlator) <= max_records
+    last_count = {w.name: w.count for _, w in writes}
     assert sum(last_count.values()) == len(occurrences)
-    assert all(n <= burst + now for n in requests.values())
+    if len(occurrences) <= max_records:  # nothing was pushed out early
+        written: dict[str, float] = {}
+        for when, write in writes:
+            if when is None:
+                continue
+            if write.name in written:
+                assert when - written[write.name] >= min_interval
+            written[write.name] = when

@@ -1,32 +1,49 @@
 """Kubernetes Events about Skyhooks and Nodes: posted only for transitions, and aggregated so a
-1,000-node rollout does not flood the apiserver.
+node's rollout costs a few Event requests, not one per occurrence.
 
 The writer hands every event the planner reports to `Recorder.record`; nothing here is called
-on a pass that changed nothing. `Correlator` (pure, no I/O) decides which requests go out, in
-the spirit of client-go's EventCorrelator:
+on a pass that changed nothing. `Correlator` (pure, no I/O, time passed in) decides which
+requests go out and when; `Recorder` sends them and runs the timer.
 
-- **dedup**: the same object, type, reason and message within `window` seconds is one Event,
-  whose `count` and `lastTimestamp` a PATCH bumps instead of a new POST;
-- **similar**: once an object got `similar_limit` distinct messages of one type and reason
-  within the window (say "Applying package ... to node [n]" on a Skyhook, once per node),
-  further ones bump a single "(combined from similar events): <latest>" Event;
-- **rate limit per object**: a token bucket (`burst`, then one request every `refill`
-  seconds). Unlike client-go's spam filter nothing is dropped: an event over the limit waits,
-  merged with any repeats, and goes out (with the full count) when the object has a token.
+Which Event object an occurrence counts towards:
 
-Events are best-effort: a failed request is logged and never fails the write that caused it.
+- **on a Node**, one Event per node, type and reason: a new message bumps that Event's `count`
+  and `lastTimestamp` and becomes its message, so `kubectl describe node` shows, say,
+  `Apply  (x4 over 6s)  Package [p:1] state complete on [skyhook:s]` (the latest of the four);
+- **on a Skyhook** (many nodes' messages land on one object), an identical message bumps the
+  first; once the Skyhook got `similar_limit` distinct messages of one type and reason within
+  `window`, further ones bump one "(combined from similar events): <latest>" Event.
+
+An Event object not seen for `window` seconds is forgotten (memory stays bounded, and a later
+occurrence starts a new Event), and at most `max_records` are remembered.
+
+When requests go out, per Event object: its first occurrence at once (a POST); later ones no
+sooner than `min_interval` after the object's last write and `gather` after the occurrence,
+merged into one PATCH of the full count, latest message and `lastTimestamp`. `gather` lets the
+occurrences of one pass (a stage completing and the next starting) share a PATCH. Nothing is
+dropped, only delayed: `Recorder.close` sends everything pending, and a pending Event pushed out
+of memory is sent at once.
+
+`min_interval` is 30 s: `kubectl describe` is at most that much behind, each Event object costs
+at most two requests a minute, and a node whose stages take seconds (apply, then config) gets
+one POST when its first stage starts and one PATCH for the rest, plus one POST for "Skyhook [s]
+complete." Long stages cost one PATCH per stage boundary.
+
+Events are best-effort: a failed request is logged and never fails the write that caused it; a
+failed POST is posted again with the full count by the next occurrence.
 """
 
 from __future__ import annotations
 
 import datetime
+import heapq
 import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
 from skyhook_schemas import keys
@@ -37,6 +54,8 @@ COMPONENT = "skyhook-controller"
 # Events about cluster-scoped objects live in `default`, where kubectl describe finds them.
 EVENT_NAMESPACE = "default"
 COMBINED_PREFIX = "(combined from similar events): "
+# Kinds whose Events are about the object itself: one Event per type and reason, latest message.
+ONE_EVENT_PER_REASON = frozenset({"Node"})
 
 
 @dataclass(frozen=True)
@@ -74,9 +93,22 @@ class Write:
     last_seen: float
 
 
+_Key = tuple[Subject, str, str, str]  # subject, type, reason, message ("" for one per reason)
+
+
+def _key(event: Event) -> _Key:
+    if event.subject.kind in ONE_EVENT_PER_REASON:
+        message = ""
+    elif event.message.startswith(COMBINED_PREFIX):
+        message = COMBINED_PREFIX  # every combined message of one reason bumps the same Event
+    else:
+        message = event.message
+    return (event.subject, event.type, event.reason, message)
+
+
 @dataclass
 class _Record:
-    """One Event object as we last wrote it, and what has not been written yet."""
+    """One Event object: what it counts, when it was last written, when its next write is due."""
 
     name: str
     event: Event
@@ -84,14 +116,14 @@ class _Record:
     first_seen: float
     last_seen: float
     created: bool = False
-    pending: bool = True
+    written_at: float = 0.0
+    due: float | None = None  # None: nothing to write
+    ticket: int = 0  # which entry of the due heap is this record's current one
 
-
-@dataclass
-class _Bucket:
-    tokens: float
-    at: float
-    queue: list[tuple[Subject, str, str, str]] = field(default_factory=list)  # record keys
+    def write(self) -> Write:
+        return Write(
+            not self.created, self.name, self.event, self.count, self.first_seen, self.last_seen
+        )
 
 
 class Correlator:
@@ -102,92 +134,82 @@ class Correlator:
         *,
         window: float = 600.0,
         similar_limit: int = 10,
-        burst: int = 25,
-        refill: float = 10.0,
+        min_interval: float = 30.0,
+        gather: float = 1.0,
         max_records: int = 16384,
     ) -> None:
         self.window = window
         self.similar_limit = similar_limit
-        self.burst = burst
-        self.refill = refill
+        self.min_interval = min_interval
+        self.gather = gather
         self.max_records = max_records
-        self._records: OrderedDict[tuple[Subject, str, str, str], _Record] = OrderedDict()
+        # Ordered by last occurrence, so the records to forget are at the front.
+        self._records: OrderedDict[_Key, _Record] = OrderedDict()
         self._messages: dict[tuple[Subject, str, str], dict[str, float]] = {}
-        self._buckets: dict[Subject, _Bucket] = {}
-        self._waiting: dict[Subject, None] = {}  # objects with a queue, in order
+        self._due: list[tuple[float, int, _Key]] = []  # heap of (due, ticket, key)
+        self._tickets = 0
+        self._early: list[Write] = []  # pending writes of records forgotten before they were due
+
+    def __len__(self) -> int:
+        """Event objects remembered."""
+        return len(self._records)
 
     def add(self, event: Event, now: float) -> None:
-        """Count one occurrence of `event`; it goes out with the next `take` that has a token."""
+        """Count one occurrence of `event`; `take` says when it goes out."""
+        self._forget_idle(now)
         event = self._aggregated(event, now)
-        key = (event.subject, event.type, event.reason, self._dedup_message(event))
+        key = _key(event)
         record = self._records.get(key)
-        if record is not None and now - record.last_seen <= self.window:
-            record.count += 1
-            record.last_seen = now
-            record.event = event  # a combined Event shows the latest message
-            self._records.move_to_end(key)
-        else:
+        if record is None:
             name = f"{event.subject.name}.{secrets.token_hex(8)}"
             record = _Record(name, event, 1, now, now)
             self._records[key] = record
             self._forget_oldest()
-        record.pending = True
-        bucket = self._buckets.setdefault(event.subject, _Bucket(float(self.burst), now))
-        if key not in bucket.queue:
-            bucket.queue.append(key)
-        self._waiting[event.subject] = None
-        if len(self._buckets) > self.max_records:
-            self._forget_full_buckets(now)
+        else:
+            record.count += 1
+            record.last_seen = now
+            record.event = event  # the Event shows the latest message
+            self._records.move_to_end(key)
+        if record.due is None:
+            if record.created:
+                due = max(now + self.gather, record.written_at + self.min_interval)
+            else:
+                due = now
+            self._schedule(key, record, due)
 
     def take(self, now: float, *, force: bool = False) -> tuple[list[Write], float | None]:
-        """The requests allowed now (all of them with `force`), oldest first, and the seconds
-        until the next one is allowed (None when nothing waits)."""
-        writes: list[Write] = []
-        wait: float | None = None
-        for subject in list(self._waiting):
-            bucket = self._buckets[subject]
-            self._refill(bucket, now)
-            while bucket.queue and (force or bucket.tokens >= 1):
-                record = self._records.get(bucket.queue.pop(0))
-                if record is None or not record.pending:
-                    continue
-                bucket.tokens -= 1
-                writes.append(
-                    Write(
-                        not record.created,
-                        record.name,
-                        record.event,
-                        record.count,
-                        record.first_seen,
-                        record.last_seen,
-                    )
-                )
-                record.created, record.pending = True, False
-            if bucket.queue:
-                until = (1 - bucket.tokens) * self.refill
-                wait = until if wait is None else min(wait, until)
-            else:
-                del self._waiting[subject]
-        return writes, wait
-
-    def _refill(self, bucket: _Bucket, now: float) -> None:
-        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) / self.refill)
-        bucket.at = now
-
-    def _forget_full_buckets(self, now: float) -> None:
-        """A bucket that is full again says nothing a new one would not."""
-        for subject, bucket in list(self._buckets.items()):
-            self._refill(bucket, now)
-            if subject not in self._waiting and bucket.tokens >= self.burst:
-                del self._buckets[subject]
+        """The requests due now (all of them with `force`), oldest first, and the seconds until
+        the next one is due (None when nothing waits)."""
+        writes, self._early = self._early, []
+        while self._due and (force or self._due[0][0] <= now):
+            _, ticket, key = heapq.heappop(self._due)
+            record = self._records.get(key)
+            if record is None or record.due is None or record.ticket != ticket:
+                continue  # forgotten or rescheduled
+            writes.append(record.write())
+            record.created, record.written_at, record.due = True, now, None
+        while self._due and not self._current(self._due[0]):
+            heapq.heappop(self._due)
+        return writes, (self._due[0][0] - now if self._due else None)
 
     def failed(self, write: Write) -> None:
         """A POST that did not happen: the next occurrence creates the Event again."""
-        for record in self._records.values():
-            if record.name == write.name:
-                record.created = False
+        record = self._records.get(_key(write.event))
+        if record is not None and record.name == write.name:
+            record.created = False
+
+    def _schedule(self, key: _Key, record: _Record, due: float) -> None:
+        self._tickets += 1
+        record.due, record.ticket = due, self._tickets
+        heapq.heappush(self._due, (due, self._tickets, key))
+
+    def _current(self, entry: tuple[float, int, _Key]) -> bool:
+        record = self._records.get(entry[2])
+        return record is not None and record.due is not None and record.ticket == entry[1]
 
     def _aggregated(self, event: Event, now: float) -> Event:
+        if event.subject.kind in ONE_EVENT_PER_REASON:
+            return event
         seen = self._messages.setdefault((event.subject, event.type, event.reason), {})
         for message, at in list(seen.items()):
             if now - at > self.window:
@@ -197,21 +219,24 @@ class Correlator:
             return replace(event, message=COMBINED_PREFIX + event.message)
         return event
 
-    @staticmethod
-    def _dedup_message(event: Event) -> str:
-        # Every combined message of one object, type and reason bumps the same Event.
-        return COMBINED_PREFIX if event.message.startswith(COMBINED_PREFIX) else event.message
+    def _forget(self, key: _Key) -> None:
+        """Drop a record from memory; a write it still owes goes out with the next `take`."""
+        record = self._records.pop(key)
+        if record.due is not None:
+            self._early.append(record.write())
+
+    def _forget_idle(self, now: float) -> None:
+        while self._records:
+            key, record = next(iter(self._records.items()))
+            if now - record.last_seen <= self.window:
+                break
+            self._forget(key)
+        while len(self._messages) > self.max_records:
+            del self._messages[next(iter(self._messages))]
 
     def _forget_oldest(self) -> None:
         while len(self._records) > self.max_records:
-            key, record = next(iter(self._records.items()))
-            del self._records[key]
-            if record.pending:
-                log.debug("event %s forgotten unsent: too many distinct events", record.name)
-        for subject in list(self._messages):
-            if len(self._messages) <= self.max_records:
-                break
-            del self._messages[subject]
+            self._forget(next(iter(self._records)))
 
 
 def _timestamp(seconds: float) -> str:
@@ -253,14 +278,15 @@ def count_patch(write: Write) -> Json:
 
 
 class Recorder:
-    """Sends what the Correlator allows; thread-safe. A timer sends what had to wait."""
+    """Sends what the Correlator says is due; thread-safe. A timer sends what had to wait."""
 
     def __init__(self, kube: Kube, correlator: Correlator | None = None) -> None:
         self._kube = kube
-        self._correlator = correlator or Correlator()
-        self._lock = threading.Lock()  # the correlator
+        self._correlator = correlator if correlator is not None else Correlator()
+        self._lock = threading.Lock()  # the correlator and the timer
         self._sending = threading.Lock()  # one flush at a time: a PATCH never overtakes its POST
         self._timer: threading.Timer | None = None
+        self._timer_at = 0.0
         self._closed = False
 
     def record(self, event: Event) -> None:
@@ -271,11 +297,10 @@ class Recorder:
     def flush(self, *, force: bool = False) -> None:
         with self._sending:
             with self._lock:
-                writes, wait = self._correlator.take(time.time(), force=force)
-                if wait is not None and self._timer is None and not self._closed:
-                    self._timer = threading.Timer(wait, self._on_timer)
-                    self._timer.daemon = True
-                    self._timer.start()
+                now = time.time()
+                writes, wait = self._correlator.take(now, force=force)
+                if wait is not None and not self._closed:
+                    self._wake_at(now + wait)
             self._send(writes)
 
     def close(self) -> None:
@@ -286,9 +311,21 @@ class Recorder:
                 self._timer.cancel()
         self.flush(force=True)
 
+    def _wake_at(self, at: float) -> None:
+        """Run the timer at `at`, or sooner if it already runs sooner."""
+        if self._timer is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(max(0.0, at - time.time()), self._on_timer)
+        self._timer.daemon = True
+        self._timer_at = at
+        self._timer.start()
+
     def _on_timer(self) -> None:
         with self._lock:
-            self._timer = None
+            if threading.current_thread() is self._timer:  # not one replaced while it fired
+                self._timer = None
         self.flush()
 
     def _send(self, writes: Iterable[Write]) -> None:
