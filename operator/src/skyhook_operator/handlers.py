@@ -58,7 +58,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         store.attach(name, watched.index)
     leader = _elect(memo, ours, kube)
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
-    writer = Writer(kube, store, evictor, ours.write_concurrency)
+    writer = Writer(kube, store, evictor, ours.write_concurrency, ours.event_interval)
     telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
         kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")

@@ -45,7 +45,7 @@ from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
-from skyhook_operator.snapshot import ClusterStore
+from skyhook_operator.snapshot import ClusterStore, with_pending_statuses
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,8 @@ class Reconciler:
                 alerts=await self._alerts.readings(alert_urls(snapshot)),
                 busy_nodes=self._writer.busy_nodes(),
             )
+            pending = self._writer.pending_statuses()
+            snapshot = with_pending_statuses(snapshot, pending)
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from
                 # cache, mostly) before the pure pass.
@@ -181,15 +183,14 @@ class Reconciler:
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
-            if plan.needs_quiet and snapshot.busy_nodes:
+            if plan.needs_quiet and (snapshot.busy_nodes or pending):
                 # Planned around writes in flight: wait for them and plan again at once.
                 await asyncio.to_thread(self._writer.drain)
                 return 0.0
             if plan.needs_quiet:
                 result = await asyncio.to_thread(self._writer.apply, plan)
             else:
-                self._writer.submit(plan)
-                result = ApplyResult(queued=len(plan.actions))
+                result = await asyncio.to_thread(self._writer.submit, plan)
         finally:
             self._pass_started = None
         self.passes += 1

@@ -305,6 +305,14 @@ class Settings:
             "Seconds a read of Prometheus alerts may take; a slower one fails (and holds).",
         ),
     )
+    event_interval: float = field(
+        default=30.0,
+        metadata=_meta(
+            None,
+            "Seconds between two writes of one Event object: occurrences in between are "
+            "added to its count and go out together (a new Event is posted at once).",
+        ),
+    )
     clock_offset_file: str = field(
         default="",
         metadata=_meta(
@@ -400,7 +408,7 @@ def _check(name: str, value: Any) -> str | None:
         "image_artifact_refresh",
     } and (value < 0):
         return f"{value} must not be negative"
-    if name in {"alert_poll_interval", "alert_query_timeout"} and value <= 0:
+    if name in {"alert_poll_interval", "alert_query_timeout", "event_interval"} and value <= 0:
         return f"{value} must be more than 0"
     if name == "retry_backoff_max" and value < 1:
         return f"{value} s is shorter than the minimum of 1 s"

@@ -14,12 +14,14 @@ etcd-backed apiserver; an unparsable one counts as newest so the watch copy wins
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from skyhook_operator.core.status import apply_merge_patch
 from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
@@ -166,3 +168,22 @@ class ClusterStore:
             configmaps=tuple(merged("configmap_index", self.configmaps)),
             policies=tuple(sorted(policies, key=lambda p: p.name)),
         )
+
+
+def with_pending_statuses(
+    snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> ClusterSnapshot:
+    """The snapshot with status patches decided but not written yet applied to their Skyhooks,
+    in order: a pass must plan from the status the previous pass decided (batch progress,
+    config updates, boot ids), even while that status waits for its nodes to be written."""
+    if not pending:
+        return snapshot
+
+    def patched(scr: SkyhookView) -> SkyhookView:
+        status = copy.deepcopy(dict(scr.status))
+        for patch in pending[scr.name]:
+            apply_merge_patch(status, patch)
+        return replace(scr, status=status)
+
+    skyhooks = tuple(patched(s) if s.name in pending else s for s in snapshot.skyhooks)
+    return replace(snapshot, skyhooks=skyhooks)

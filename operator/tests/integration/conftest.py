@@ -47,7 +47,12 @@ def start_operator(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., O
         wait_ready: bool = True,
         **env: str,
     ) -> OperatorProcess:
-        settings = {"SKYHOOK_NAMESPACE": NAMESPACE, "SKYHOOK_RETRY_INTERVAL": "1", **env}
+        settings = {
+            "SKYHOOK_NAMESPACE": NAMESPACE,
+            "SKYHOOK_RETRY_INTERVAL": "1",
+            "SKYHOOK_EVENT_INTERVAL": "3",  # Event counts grow within a test's patience
+            **env,
+        }
         process = OperatorProcess(
             sandbox.kubeconfig, tmp_path / log_name, env=settings, kubeconfig_flag=kubeconfig_flag
         ).start()

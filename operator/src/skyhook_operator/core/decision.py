@@ -78,8 +78,8 @@ class Decision:
             self.deleted.add(key)
             self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, reason, pod.node))
 
-    def event(self, kind: str, name: str, reason: str, message: str) -> None:
-        self.events.append(EmitEvent(kind, name, reason, message))
+    def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
+        self.events.append(EmitEvent(kind, name, reason, message, type))
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(0.5, seconds)

@@ -58,11 +58,13 @@ def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
     elif result.result == learning.FAILED:
         entries = learning.record_failure(entries, pkg, result.restarts)
         if entry.state != ERRORING:
+            # A Warning: its own Event on the node, never overwritten by the next Apply.
             decision.event(
                 "Node",
                 node.name,
                 "Apply",
                 f"Package {label} state erroring on [skyhook:{ctx.name}]",
+                type="Warning",
             )
         if pod.phase == "Failed":  # the kubelet gave up: retry after a backoff
             wait = learning.backoff_s(

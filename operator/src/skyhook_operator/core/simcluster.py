@@ -29,6 +29,7 @@ from skyhook_operator.core.actions import (
     RemoveFinalizer,
     UpsertConfigMap,
 )
+from skyhook_operator.core.status import apply_merge_patch
 from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
@@ -37,16 +38,6 @@ from skyhook_operator.core.views import (
     PolicyView,
     SkyhookView,
 )
-
-
-def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            apply_merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
 
 
 def make_node(

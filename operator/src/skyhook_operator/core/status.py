@@ -4,6 +4,7 @@ its status block and the merge patch that gets it there.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -191,6 +192,17 @@ def merge_conditions(
         ):
             result[at] = cond
     return result
+
+
+def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Apply an RFC 7386 merge patch to `target` in place (dicts merge, None removes)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            apply_merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def merge_patch(current: Any, desired: Any) -> Any:

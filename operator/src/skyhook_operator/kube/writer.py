@@ -15,8 +15,8 @@ run in order; lanes of different nodes run concurrently, except that lanes of no
 moves into progress wait for the plan's other lanes (releases before admissions, so the
 budget a watcher counts always holds). A plan of node lanes is only queued (`submit`): the
 next pass plans while it is written, deciding nothing for the nodes still being written
-(`busy_nodes`). Skyhook status patches go out one Skyhook at a time, the newest replacing
-any not yet sent. A plan with actions about a Skyhook as a whole (package ConfigMaps,
+(`busy_nodes`) and reading the status patches not yet written (`pending_statuses`), which go
+out after their plan's node lanes. A plan with actions about a Skyhook as a whole (package ConfigMaps,
 finalizers) is written in order, those actions being barriers (`apply`). When an action
 fails, the rest of its lane is skipped; the next pass re-plans from a fresh snapshot.
 
@@ -30,7 +30,6 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -160,48 +159,6 @@ class _Workers:
                 log.exception("writer lane crashed")
 
 
-class _StatusQueue:
-    """Skyhook status patches, one Skyhook at a time, at most one per `interval` seconds per
-    Skyhook: a patch waiting to go out is replaced by a newer one for the same Skyhook. That
-    is safe because each patch states the status the planner wants relative to what the
-    cluster shows, so the newest one covers what an unsent older one would have written."""
-
-    interval = 1.0
-
-    def __init__(
-        self, send: Callable[[PatchSkyhookStatus], None], done: Callable[[bool], None]
-    ) -> None:
-        self._send = send
-        self._done = done
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
-        self._lock = threading.Lock()
-        self._waiting: dict[str, PatchSkyhookStatus] = {}
-        self._sent: dict[str, float] = {}
-
-    def put(self, action: PatchSkyhookStatus) -> None:
-        with self._lock:
-            queued = action.name in self._waiting
-            self._waiting[action.name] = action
-        if not queued:
-            self._pool.submit(self._send_latest, action.name)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-    def _send_latest(self, name: str) -> None:
-        pause = self._sent.get(name, 0.0) + self.interval - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        with self._lock:
-            action = self._waiting.pop(name)
-        self._sent[name] = time.monotonic()
-        try:
-            self._send(action)
-        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
-            log.warning("PatchSkyhookStatus failed, the next pass re-plans: %s", error)
-            self._done(True)
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -218,19 +175,26 @@ class Writer:
     """
 
     def __init__(
-        self, kube: Kube, store: ClusterStore, evictor: Evictor, concurrency: int = 16
+        self,
+        kube: Kube,
+        store: ClusterStore,
+        evictor: Evictor,
+        concurrency: int = 16,
+        event_interval: float = 30.0,
     ) -> None:
         self._kube = kube
         self._store = store
         self._evictor = evictor
         self._workers = _Workers(concurrency)
-        self._recorder = events.Recorder(kube)
+        self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
-        self._statuses = _StatusQueue(self.patch_skyhook_status, self._lane_done)
         self._queued = 0  # actions handed to the writer that have not been attempted yet
         self._lock = threading.Lock()  # _queued and _busy
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
         self._idle = threading.Condition(self._lock)
+        self._unsent: list[PatchSkyhookStatus] = []  # submitted status patches, in order
+        self._status_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+        self._closing = False
         # Called from a writer thread after each submitted lane, with whether it failed.
         self.on_written: Callable[[bool], None] = lambda failed: None
 
@@ -245,35 +209,72 @@ class Writer:
             return frozenset(self._busy)
 
     def drain(self) -> None:
-        """Wait until no node's writes are queued or going out."""
+        """Wait until no node's writes or status patches are queued or going out."""
         with self._idle:
-            self._idle.wait_for(lambda: not self._busy)
+            self._idle.wait_for(lambda: not self._busy and not self._unsent)
 
     def close(self) -> None:
+        self._closing = True  # statuses still waiting for their lanes are not written
         self._workers.close()
-        self._statuses.close()
+        self._status_thread.shutdown(wait=True)
         self._events.shutdown(wait=True)
         self._recorder.close()
 
-    def submit(self, plan: Plan) -> None:
+    def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
 
-        Lanes go out most urgent first: nodes the plan releases and nodes with pods to create
-        or delete (a stage hand-off), then the nodes it starts, which wait until every node it
-        releases is written (so no watcher ever sees more nodes in progress than the budget;
-        the planner counts a node of an earlier plan still in flight as holding its slot),
-        then the rest (state labels of nodes still waiting).
+        Its Skyhook status patches go out after every lane of the plan (a status never reports
+        nodes ahead of their own annotations), one plan after another; until then
+        `pending_statuses` lists them, so the next pass plans from the status this one decided.
         """
         assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
         lanes: dict[str, list[Action]] = {}
+        statuses: list[PatchSkyhookStatus] = []
         for action in plan.actions:
             if isinstance(action, PatchSkyhookStatus):
-                self._statuses.put(action)
+                statuses.append(action)
             elif isinstance(action, EmitEvent):
                 self.emit_event(action)
             else:
                 lanes.setdefault(lane_of(action) or "", []).append(action)
+        written = threading.Event()
+        if statuses:
+            with self._lock:
+                self._queued += len(statuses)
+                self._unsent += statuses
+            self._status_thread.submit(self._write_statuses, statuses, written)
+        self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
+        return ApplyResult(queued=len(statuses) + sum(len(a) for a in lanes.values()))
+
+    def pending_statuses(self) -> dict[str, list[Mapping[str, Any]]]:
+        """Status patches decided but not written yet, per Skyhook, oldest first."""
+        pending: dict[str, list[Mapping[str, Any]]] = {}
+        with self._lock:
+            for action in self._unsent:
+                pending.setdefault(action.name, []).append(action.patch)
+        return pending
+
+    def _write_statuses(
+        self, statuses: Sequence[PatchSkyhookStatus], lanes_done: threading.Event
+    ) -> None:
+        """In the status thread: once the plan's lanes are done, write its statuses."""
+        while not lanes_done.wait(0.5):
+            if self._closing:
+                return
+        run = _Run()
+        for status in statuses:
+            self._run_one(status, run, lane=None)
+        with self._lock:
+            del self._unsent[: len(statuses)]  # this thread writes them in submission order
+            if not self._busy and not self._unsent:
+                self._idle.notify_all()
+        self._lane_done(not run.result.ok)
+
+    def _queue_lanes(
+        self, lanes: Mapping[str, list[Action]], plan: Plan, all_done: _Countdown
+    ) -> None:
         if not lanes:
+            all_done.open_if_empty()
             return
         with self._lock:
             self._queued += sum(len(actions) for actions in lanes.values())
@@ -282,13 +283,20 @@ class Writer:
         run = _Run()
         starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
         releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
-        gate = _Countdown(len(releasing), lambda: self._queue(starting, run, _STARTING))
-        self._queue(releasing, run, _URGENT, then=gate.tick)
+        gate = _Countdown(
+            len(releasing), lambda: self._queue(starting, run, _STARTING, then=all_done.tick)
+        )
+
+        def released() -> None:
+            gate.tick()
+            all_done.tick()
+
+        self._queue(releasing, run, _URGENT, then=released)
         gate.open_if_empty()
         for lane, actions in lanes.items():
             if lane not in plan.starting and lane not in plan.releasing:
                 urgent = any(isinstance(a, CreatePod | DeletePod | EvictPod) for a in actions)
-                self._queue([(lane, actions)], run, _URGENT if urgent else _LATER)
+                self._queue([(lane, actions)], run, _URGENT if urgent else _LATER, all_done.tick)
 
     def _queue(
         self,
@@ -314,7 +322,7 @@ class Writer:
                 self._busy[lane] = left
             else:
                 self._busy.pop(lane, None)
-            if not self._busy:
+            if not self._busy and not self._unsent:
                 self._idle.notify_all()
         then()
         self._lane_done(lane in run.failed_lanes)
