@@ -15,7 +15,8 @@ next pass plans while they go out, leaving the nodes still being written alone (
 `busy_nodes`), so a node's next stage waits for that node's own writes, not for a whole
 pass of a thousand nodes. Only a plan that changes a Skyhook as a whole (finalizers, package
 ConfigMaps) is planned and written with nothing in flight. Watch events and finished writes
-only "poke" the loop; a burst of them within `pass_debounce` becomes one pass, and a pass
+only "poke" the loop; a burst of them within `pass_debounce` (or the last pass's planning
+time, if longer) becomes one pass, and a pass
 that is running when events arrive is followed by exactly one more.
 
 With leader election on, only the leader runs passes: a replica that does not lead waits
@@ -85,6 +86,7 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
+        self._last_plan_seconds = 0.0
         self.passes = 0
         writer.on_written = self._written
 
@@ -151,8 +153,12 @@ class Reconciler:
                     log.info("not the leader: no passes until this replica holds the Lease")
                     await self._leader.wait_leading()
                     log.info("leading: planning from the current indexes")
-                if self._settings.pass_debounce:
-                    await asyncio.sleep(self._settings.pass_debounce)
+                # At least as long as the last pass planned: planning, pure CPU, then takes
+                # at most half a core however often the cluster changes, leaving the rest to
+                # the writes (and, on a small machine, to the apiserver).
+                pause = max(self._settings.pass_debounce, self._last_plan_seconds)
+                if pause:
+                    await asyncio.sleep(pause)
                 self._wake.clear()
                 try:
                     delay = await self.run_pass()
@@ -183,6 +189,7 @@ class Reconciler:
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
+            self._last_plan_seconds = planned - started
             if plan.needs_quiet and (snapshot.busy_nodes or pending):
                 # Planned around writes in flight: wait for them and plan again at once.
                 await asyncio.to_thread(self._writer.drain)
@@ -236,14 +243,12 @@ def _log_pass(plan: Plan, result: ApplyResult, plan_s: float, write_s: float) ->
         return
     kinds = Counter(type(a).__name__ for a in plan.actions)
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-    if result.queued:
-        log.info("pass: %s; queued (planned in %.3f s)", summary, plan_s)
-        return
     log.info(
-        "pass: %s; applied %d in %.3f s (planned in %.3f s)%s",
+        "pass: %s; applied %d in %.3f s, queued %d (planned in %.3f s)%s",
         summary,
         result.applied,
         write_s,
+        result.queued,
         plan_s,
         f"; {len(result.failures)} failed: {result.failures[0]}" if result.failures else "",
     )

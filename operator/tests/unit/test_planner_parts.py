@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from skyhook_operator.core import budget, gates, interrupts, learning, stages
+from skyhook_operator.core import status as statuses
 from skyhook_operator.core.nodestate import PackageEntry
 from skyhook_operator.core.spec import Budget, Interrupt, Package
 from skyhook_operator.core.views import ContainerStatusView, ContainerView, NodeView, PodView
@@ -255,3 +258,25 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
     assert not result.open
     assert gates.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
     assert not gates.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "composed"),
+    [
+        pytest.param({"a": 1}, {"b": 2}, {"a": 1, "b": 2}, id="disjoint"),
+        pytest.param({"a": 1}, {"a": 2}, {"a": 2}, id="later-wins"),
+        pytest.param({"m": {"x": 1}}, {"m": {"y": 2}}, {"m": {"x": 1, "y": 2}}, id="nested"),
+        pytest.param({"m": {"x": 1}}, {"m": {"x": None}}, {"m": {"x": None}}, id="removal"),
+        pytest.param({"m": {"x": 1}}, {"m": None}, {"m": None}, id="object-removed"),
+    ],
+)
+def test_composed_status_patches_do_what_both_do(
+    first: dict[str, Any], second: dict[str, Any], composed: dict[str, Any]
+) -> None:
+    assert statuses.compose_merge_patches(first, second) == composed
+    target = {"m": {"x": 0, "z": 9}, "a": 0}
+    one, two = copy.deepcopy(target), copy.deepcopy(target)
+    statuses.apply_merge_patch(one, first)
+    statuses.apply_merge_patch(one, second)
+    statuses.apply_merge_patch(two, composed)
+    assert one == two

@@ -80,7 +80,7 @@ def run(
 def test_which_occurrences_count_towards_one_event(first: Event, second: Event, same: bool) -> None:
     """A node has one Event per type and reason showing the latest message; a Skyhook one per
     message (below the similar limit)."""
-    correlator = Correlator(min_interval=10.0)
+    correlator = Correlator(first_delay=0.0, min_interval=10.0)
     writes = run(correlator, [(0.0, first), (1.0, second)])
     if same:
         one, two = (w for _, w in writes)
@@ -94,7 +94,7 @@ def test_which_occurrences_count_towards_one_event(first: Event, second: Event, 
 
 
 def test_repeats_within_the_interval_are_one_patch_when_it_ends() -> None:
-    correlator = Correlator(min_interval=10.0, gather=1.0)
+    correlator = Correlator(first_delay=0.0, min_interval=10.0, gather=1.0)
     first = sent(correlator, Event(NODE, "Apply", "a"), now=0.0)
     assert [(w.create, w.count) for w in first] == [(True, 1)]
     for at, message in ((2.0, "b"), (3.0, "c"), (4.0, "d")):
@@ -112,7 +112,7 @@ def test_repeats_within_the_interval_are_one_patch_when_it_ends() -> None:
 
 
 def test_an_occurrence_after_the_interval_waits_only_to_gather_its_pass() -> None:
-    correlator = Correlator(min_interval=10.0, gather=1.0)
+    correlator = Correlator(first_delay=0.0, min_interval=10.0, gather=1.0)
     sent(correlator, Event(NODE, "Apply", "start apply"), now=0.0)
     # One pass, 60 s later: the apply stage completes and the config stage starts.
     done = sent(
@@ -127,12 +127,32 @@ def test_an_occurrence_after_the_interval_waits_only_to_gather_its_pass() -> Non
     assert wait is None
 
 
-def test_a_typical_node_rollout_costs_three_requests() -> None:
+def test_a_typical_node_rollout_costs_two_requests() -> None:
     """Apply starts; at 2 s it completes and config starts; at 4 s config completes and the
-    node is complete: one POST per reason, one PATCH with the rest."""
+    node is complete: the first write waits 5 s, so each reason is one POST of its full count."""
+    correlator = Correlator()
+    for at, event in (
+        (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]")),
+        (2.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
+        (2.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [config]")),
+        (4.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
+        (4.0, Event(NODE, "State", "Skyhook [s] complete.")),
+    ):
+        correlator.add(event, at)
+        assert correlator.take(at)[0] == []
+    apply, wait = correlator.take(5.0)
+    assert [(w.create, w.event.reason, w.count) for w in apply] == [(True, "Apply", 4)]
+    assert apply[0].event.message == "Package [p:1] state complete on [skyhook:s]"
+    assert wait == pytest.approx(4.0)
+    state, wait = correlator.take(9.0)
+    assert [(w.create, w.event.reason, w.count) for w in state] == [(True, "State", 1)]
+    assert wait is None
+
+
+def test_without_a_first_delay_the_same_rollout_costs_three() -> None:
     state = Event(NODE, "State", "Skyhook [s] complete.")
     writes = run(
-        Correlator(),
+        Correlator(first_delay=0.0),
         [
             (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]")),
             (2.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
@@ -146,11 +166,10 @@ def test_a_typical_node_rollout_costs_three_requests() -> None:
         (True, "State", 1),
         (False, "Apply", 4),
     ]
-    assert writes[-1][1].event.message == "Package [p:1] state complete on [skyhook:s]"
 
 
 def test_an_event_idle_for_the_window_is_forgotten_and_a_repeat_starts_a_new_one() -> None:
-    correlator = Correlator(window=600)
+    correlator = Correlator(first_delay=0.0, window=600)
     first = sent(correlator, Event(NODE, "Apply", "m"), now=0.0)
     assert len(correlator) == 1
     later = sent(correlator, Event(NODE, "Apply", "m"), now=601.0)
@@ -159,7 +178,7 @@ def test_an_event_idle_for_the_window_is_forgotten_and_a_repeat_starts_a_new_one
 
 
 def test_similar_skyhook_messages_beyond_the_limit_bump_one_combined_event() -> None:
-    correlator = Correlator(similar_limit=10, min_interval=10.0)
+    correlator = Correlator(first_delay=0.0, similar_limit=10, min_interval=10.0)
     writes = sent(correlator, *(applying(f"n{i}") for i in range(15)))
     distinct = [w for w in writes if not w.event.message.startswith(COMBINED_PREFIX)]
     combined = [w for w in writes if w.event.message.startswith(COMBINED_PREFIX)]
@@ -173,14 +192,14 @@ def test_similar_skyhook_messages_beyond_the_limit_bump_one_combined_event() -> 
 
 
 def test_node_events_are_never_combined() -> None:
-    correlator = Correlator(similar_limit=2)
+    correlator = Correlator(first_delay=0.0, similar_limit=2)
     messages = [f"Applying package [p:{i}] from [skyhook:s] stage [apply]" for i in range(5)]
     writes = run(correlator, [(float(i), Event(NODE, "Apply", m)) for i, m in enumerate(messages)])
     assert [(w.count, w.event.message) for _, w in writes] == [(1, messages[0]), (5, messages[4])]
 
 
 def test_force_sends_everything_that_waits() -> None:
-    correlator = Correlator(min_interval=300.0)
+    correlator = Correlator(first_delay=0.0, min_interval=300.0)
     for at, message in enumerate(("a", "b", "c")):
         correlator.add(Event(NODE, "State", message), at)
         correlator.add(Event(SCR, "State", message), at)
@@ -192,7 +211,7 @@ def test_force_sends_everything_that_waits() -> None:
 
 
 def test_a_failed_create_is_created_again_by_the_next_occurrence() -> None:
-    correlator = Correlator()
+    correlator = Correlator(first_delay=0.0)
     first = sent(correlator, Event(NODE, "Apply", "m"))
     correlator.failed(first[0])
     again = sent(correlator, Event(NODE, "Apply", "m"), now=1.0)
@@ -200,7 +219,7 @@ def test_a_failed_create_is_created_again_by_the_next_occurrence() -> None:
 
 
 def test_memory_is_bounded_and_a_pending_event_pushed_out_is_sent_at_once() -> None:
-    correlator = Correlator(max_records=3, min_interval=10.0)
+    correlator = Correlator(first_delay=0.0, max_records=3, min_interval=10.0)
     sent(correlator, Event(NODE, "Apply", "a"))
     correlator.add(Event(NODE, "Apply", "b"), 1.0)  # pending until 10 s
     others = sent(
@@ -230,7 +249,9 @@ class Requests:
 
 def test_the_recorder_timer_sends_a_merged_patch_and_close_sends_the_rest() -> None:
     requests = Requests()
-    recorder = Recorder(cast(Kube, requests), Correlator(min_interval=2.0, gather=0.05))
+    recorder = Recorder(
+        cast(Kube, requests), Correlator(first_delay=0.0, min_interval=2.0, gather=0.05)
+    )
     recorder.record(Event(NODE, "Apply", "start"))
     recorder.record(Event(NODE, "Apply", "done"))
     recorder.record(Event(NODE, "State", "complete"))

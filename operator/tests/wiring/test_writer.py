@@ -141,3 +141,17 @@ def test_hand_offs_go_out_before_bookkeeping_queued_ahead_of_them(client: HeldCl
         "/api/v1/namespaces/skyhook/pods",
     ], after_blocker
     writer.close()
+
+
+def test_statuses_of_passes_close_together_are_one_write(client: HeldClient) -> None:
+    gate = client.hold("n1")
+    writer = _writer(client)
+    writer.submit(Plan((_mark("n1"), PatchSkyhookStatus("s", {"nodesInProgress": 1}))))
+    writer.submit(Plan((PatchSkyhookStatus("s", {"completeNodes": "1/2"}),)))
+    assert writer.pending_statuses() == {"s": [{"nodesInProgress": 1}, {"completeNodes": "1/2"}]}
+    gate.set()
+    writer.drain()
+    assert [p for p in client.paths() if "skyhooks" in p] == [
+        "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status"
+    ]
+    writer.close()

@@ -181,9 +181,13 @@ class Plan:
         ConfigMaps): such a plan must be made and written while no node's writes are in
         flight, because it may rely on every node's state (a configMap edit waits until no
         stage runs; a finalizer goes once every pod is gone)."""
-        return any(
-            lane_of(a) is None and not isinstance(a, PatchSkyhookStatus) for a in self.actions
-        )
+        return any(skyhook_wide(a) for a in self.actions)
+
+
+def skyhook_wide(action: Action) -> bool:
+    """An action about a Skyhook as a whole other than its status (finalizers, its
+    annotations, package ConfigMaps)."""
+    return lane_of(action) is None and not isinstance(action, PatchSkyhookStatus)
 
 
 def lane_of(action: Action) -> str | None:

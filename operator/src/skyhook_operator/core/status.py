@@ -205,6 +205,19 @@ def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def compose_merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One merge patch doing what applying `first` then `second` does, except where `first`
+    removes a key and `second` sets it to an object again: the composed patch then merges that
+    object into the old one (the next pass's patch removes what is left over)."""
+    composed = copy.deepcopy(dict(first))
+    for key, value in second.items():
+        if isinstance(value, Mapping) and isinstance(composed.get(key), Mapping):
+            composed[key] = compose_merge_patches(composed[key], value)
+        else:
+            composed[key] = copy.deepcopy(value)
+    return composed
+
+
 def merge_patch(current: Any, desired: Any) -> Any:
     """The RFC 7386 merge patch taking `current` to `desired` (dicts recurse, None removes);
     returns {} when they are equal. Shared sub-objects are skipped without a deep compare."""

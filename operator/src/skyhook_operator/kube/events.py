@@ -17,17 +17,19 @@ Which Event object an occurrence counts towards:
 An Event object not seen for `window` seconds is forgotten (memory stays bounded, and a later
 occurrence starts a new Event), and at most `max_records` are remembered.
 
-When requests go out, per Event object: its first occurrence at once (a POST); later ones no
-sooner than `min_interval` after the object's last write and `gather` after the occurrence,
-merged into one PATCH of the full count, latest message and `lastTimestamp`. `gather` lets the
-occurrences of one pass (a stage completing and the next starting) share a PATCH. Nothing is
-dropped, only delayed: `Recorder.close` sends everything pending, and a pending Event pushed out
-of memory is sent at once.
+When requests go out, per Event object: its first occurrence `first_delay` (5 s) later, as a
+POST carrying whatever occurred meanwhile; later ones no sooner than `min_interval` after the
+object's last write and `gather` after the occurrence, merged into one PATCH of the full count,
+latest message and `lastTimestamp`. `gather` lets the occurrences of one pass (a stage
+completing and the next starting) share a PATCH. Nothing is dropped, only delayed:
+`Recorder.close` sends everything pending, and a pending Event pushed out of memory is sent at
+once.
 
-`min_interval` is 30 s: `kubectl describe` is at most that much behind, each Event object costs
-at most two requests a minute, and a node whose stages take seconds (apply, then config) gets
-one POST when its first stage starts and one PATCH for the rest, plus one POST for "Skyhook [s]
-complete." Long stages cost one PATCH per stage boundary.
+`min_interval` is 30 s: `kubectl describe` is at most that much behind, and each Event object
+costs at most two requests a minute. The 5 s `first_delay` lets a short stage's start and end
+share the first request: a node whose stages take seconds (apply, then config) gets one POST
+for all its `Apply` occurrences and one for "Skyhook [s] complete.". Long stages cost one
+PATCH per stage boundary.
 
 Events are best-effort: a failed request is logged and never fails the write that caused it; a
 failed POST is posted again with the full count by the next occurrence.
@@ -136,12 +138,14 @@ class Correlator:
         similar_limit: int = 10,
         min_interval: float = 30.0,
         gather: float = 1.0,
+        first_delay: float = 5.0,
         max_records: int = 16384,
     ) -> None:
         self.window = window
         self.similar_limit = similar_limit
         self.min_interval = min_interval
         self.gather = gather
+        self.first_delay = first_delay
         self.max_records = max_records
         # Ordered by last occurrence, so the records to forget are at the front.
         self._records: OrderedDict[_Key, _Record] = OrderedDict()
@@ -174,7 +178,7 @@ class Correlator:
             if record.created:
                 due = max(now + self.gather, record.written_at + self.min_interval)
             else:
-                due = now
+                due = now + self.first_delay
             self._schedule(key, record, due)
 
     def take(self, now: float, *, force: bool = False) -> tuple[list[Write], float | None]:

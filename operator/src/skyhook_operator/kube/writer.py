@@ -30,9 +30,10 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import urllib3
@@ -52,7 +53,9 @@ from skyhook_operator.core.actions import (
     RemoveFinalizer,
     UpsertConfigMap,
     lane_of,
+    skyhook_wide,
 )
+from skyhook_operator.core.status import compose_merge_patches
 from skyhook_operator.core.vocabulary import Taint
 from skyhook_operator.kube import events
 from skyhook_operator.kube.client import (
@@ -118,6 +121,10 @@ class _Countdown:
         if self._left == 0:
             self._then()
 
+
+# Seconds between two status writes: more often, a status write per pass would cost about one
+# request per node-stage at fleet scale; less often, `kubectl get skyhooks` lags behind.
+STATUS_INTERVAL = 1.0
 
 # Lane priorities: hand-offs and releases first, admissions after them, bookkeeping last.
 _URGENT, _STARTING, _LATER = 0, 1, 2
@@ -191,11 +198,15 @@ class Writer:
         self._queued = 0  # actions handed to the writer that have not been attempted yet
         self._lock = threading.Lock()  # _queued and _busy
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
+        self._passed_over: set[str] = set()  # busy nodes a pass left alone
         self._idle = threading.Condition(self._lock)
-        self._unsent: list[PatchSkyhookStatus] = []  # submitted status patches, in order
+        # Submitted status patches, oldest first, each with its plan's "lanes done" event.
+        self._unsent: list[tuple[PatchSkyhookStatus, threading.Event]] = []
+        self._status_written = 0.0  # time.monotonic() of the last status write
         self._status_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
         self._closing = False
-        # Called from a writer thread after each submitted lane, with whether it failed.
+        # Called from a writer thread when a lane failed, or when a pass left its node alone
+        # while it was busy, with whether it failed.
         self.on_written: Callable[[bool], None] = lambda failed: None
 
     @property
@@ -204,8 +215,10 @@ class Writer:
         return self._queued
 
     def busy_nodes(self) -> frozenset[str]:
-        """Nodes with writes queued or going out."""
+        """Nodes with writes queued or going out. The pass asking leaves them alone, so each
+        of them reports its lane done (`on_written`) to have them planned again."""
         with self._lock:
+            self._passed_over |= self._busy.keys()
             return frozenset(self._busy)
 
     def drain(self) -> None:
@@ -241,8 +254,8 @@ class Writer:
         if statuses:
             with self._lock:
                 self._queued += len(statuses)
-                self._unsent += statuses
-            self._status_thread.submit(self._write_statuses, statuses, written)
+                self._unsent += [(status, written) for status in statuses]
+            self._status_thread.submit(self._write_statuses, statuses[0], written)
         self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
         return ApplyResult(queued=len(statuses) + sum(len(a) for a in lanes.values()))
 
@@ -250,25 +263,43 @@ class Writer:
         """Status patches decided but not written yet, per Skyhook, oldest first."""
         pending: dict[str, list[Mapping[str, Any]]] = {}
         with self._lock:
-            for action in self._unsent:
+            for action, _ in self._unsent:
                 pending.setdefault(action.name, []).append(action.patch)
         return pending
 
-    def _write_statuses(
-        self, statuses: Sequence[PatchSkyhookStatus], lanes_done: threading.Event
-    ) -> None:
-        """In the status thread: once the plan's lanes are done, write its statuses."""
+    def _write_statuses(self, first: PatchSkyhookStatus, lanes_done: threading.Event) -> None:
+        """In the status thread, one plan after another: once the plan's lanes are done and
+        `STATUS_INTERVAL` has passed since the last status write, write its statuses together
+        with those of later plans whose lanes are done too, one merged patch per Skyhook (a
+        pass every few hundred milliseconds need not mean a status write each)."""
         while not lanes_done.wait(0.5):
             if self._closing:
                 return
-        run = _Run()
-        for status in statuses:
-            self._run_one(status, run, lane=None)
         with self._lock:
-            del self._unsent[: len(statuses)]  # this thread writes them in submission order
+            if not self._unsent or self._unsent[0][0] is not first:
+                return  # written with an earlier plan's statuses
+        pause = self._status_written + STATUS_INTERVAL - time.monotonic()
+        if pause > 0 and not self._closing:
+            time.sleep(pause)
+        with self._lock:
+            done = 0
+            while done < len(self._unsent) and self._unsent[done][1].is_set():
+                done += 1
+            batch = [action for action, _ in self._unsent[:done]]
+        merged: dict[str, dict[str, Any]] = {}
+        for action in batch:
+            merged[action.name] = compose_merge_patches(merged.get(action.name, {}), action.patch)
+        run = _Run()
+        for name, patch in merged.items():
+            self._run_one(PatchSkyhookStatus(name, patch), run, lane=None)
+        self._status_written = time.monotonic()
+        with self._lock:
+            del self._unsent[:done]  # only this thread removes, oldest first
+            self._queued = max(0, self._queued - (done - len(merged)))
             if not self._busy and not self._unsent:
                 self._idle.notify_all()
-        self._lane_done(not run.result.ok)
+        if not run.result.ok:  # a written status wakes the loop through the Skyhook's watch
+            self._lane_done(True)
 
     def _queue_lanes(
         self, lanes: Mapping[str, list[Action]], plan: Plan, all_done: _Countdown
@@ -322,10 +353,14 @@ class Writer:
                 self._busy[lane] = left
             else:
                 self._busy.pop(lane, None)
+            passed_over = left <= 0 and lane in self._passed_over
+            self._passed_over.discard(lane)
             if not self._busy and not self._unsent:
                 self._idle.notify_all()
         then()
-        self._lane_done(lane in run.failed_lanes)
+        failed = lane in run.failed_lanes
+        if failed or passed_over:  # otherwise the watch events of its writes wake the loop
+            self._lane_done(failed)
 
     def _lane_done(self, failed: bool) -> None:
         try:
@@ -334,12 +369,19 @@ class Writer:
             log.exception("after-write callback failed")
 
     def apply(self, plan: Plan) -> ApplyResult:
-        """Apply every action of `plan` in order and return what happened: for a plan that
-        changes a Skyhook as a whole, with nothing else in flight.
+        """Apply a plan that changes a Skyhook as a whole, with nothing else in flight: in
+        order up to its last Skyhook-wide action (a barrier: every lane before one finishes
+        first; within a stretch of lanes, the nodes the plan starts go after the others), then
+        the rest is queued as `submit` queues a plan (a new Skyhook's first pass: its
+        finalizer and package ConfigMaps, then every node's lane in the background)."""
+        barriers = [i for i, a in enumerate(plan.actions) if skyhook_wide(a)]
+        cut = barriers[-1] + 1 if barriers else 0
+        result = self._apply_in_order(replace(plan, actions=plan.actions[:cut]))
+        if result.ok and cut < len(plan.actions):
+            result.queued = self.submit(replace(plan, actions=plan.actions[cut:])).queued
+        return result
 
-        Actions about a Skyhook as a whole are barriers: every lane before one finishes first.
-        Within a stretch of lanes, the nodes the plan starts go after the others.
-        """
+    def _apply_in_order(self, plan: Plan) -> ApplyResult:
         with self._lock:
             self._queued += len(plan.actions)
         run = _Run()
