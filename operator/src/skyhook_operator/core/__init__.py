@@ -3,7 +3,9 @@ operator's `kube` package (an import-linter contract in the root pyproject.toml 
 
 One pass is `plan(snapshot, settings) -> Plan` (plan.py). The snapshot holds every Skyhook,
 node, Skyhook pod and Skyhook ConfigMap (views.py); the plan is an ordered list of idempotent
-actions for the writer (actions.py), an optional timer to plan again and the nodes it starts.
+actions for the writer (actions.py), an optional timer to plan again and the nodes it starts
+and releases. Nodes the snapshot marks busy (their writes from an earlier pass still going
+out) get no action and hold their budget slot; they are planned once their writes are done.
 Nothing is kept in memory between passes: node annotations (nodeState, status, cordon), pods
 and ConfigMaps are the whole state, so a restarted operator resumes exactly where the last one
 stopped.
@@ -36,8 +38,8 @@ steps decided through a read-only `SkyhookContext` (context.py). A pass, in orde
    - node state becomes annotation changes (nodestate.py) and the Skyhook's status a merge
      patch (status.py).
 2. Remove the runtime-required taint from nodes where every runtimeRequired Skyhook is done.
-3. Assemble: per node its patch, metadata ConfigMaps, pods and conditions; SCR-wide actions
-   first and last; events at the end.
+3. Assemble: per node its patch (conditions included), metadata ConfigMaps and pods;
+   SCR-wide actions first and last; events at the end.
 
 Shared words (stage, state and status names, taints, tolerations, selectors, durations) are in
 vocabulary.py; SCR spec decoding in spec.py; the settings the core needs in settings.py.
