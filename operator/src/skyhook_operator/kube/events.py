@@ -21,9 +21,9 @@ When requests go out, per Event object: its first occurrence `first_delay` (5 s)
 POST carrying whatever occurred meanwhile; later ones no sooner than `min_interval` after the
 object's last write and `gather` after the occurrence, merged into one PATCH of the full count,
 latest message and `lastTimestamp`. `gather` lets the occurrences of one pass (a stage
-completing and the next starting) share a PATCH. Nothing is dropped, only delayed:
-`Recorder.close` sends everything pending, and a pending Event pushed out of memory is sent at
-once.
+completing and the next starting) share a PATCH. Nothing is dropped while the operator runs,
+only delayed: a pending Event pushed out of memory is sent at once, and `Recorder.close` sends
+everything pending, for up to 10 s (a stopping operator must not outlive its grace period).
 
 `min_interval` is 30 s: `kubectl describe` is at most that much behind, and each Event object
 costs at most two requests a minute. The 5 s `first_delay` lets a short stage's start and end
@@ -307,13 +307,27 @@ class Recorder:
                     self._wake_at(now + wait)
             self._send(writes)
 
-    def close(self) -> None:
-        """Send what waits (counts included), and stop the timer."""
+    def close(self, deadline: float = 10.0) -> None:
+        """Send what waits (counts included) for at most `deadline` seconds, and stop the
+        timer. A fleet-wide rollout can leave thousands of Events waiting; a stopping
+        operator must not outlive its pod's grace period sending them, so what is left after
+        the deadline is logged, not sent."""
         with self._lock:
             self._closed = True
             if self._timer is not None:
                 self._timer.cancel()
-        self.flush(force=True)
+        with self._sending, self._lock:
+            writes, _ = self._correlator.take(time.time(), force=True)
+        stop = time.monotonic() + deadline
+        for index, write in enumerate(writes):
+            if time.monotonic() > stop:
+                log.warning(
+                    "stopping: %d Event updates not written (%d s deadline)",
+                    len(writes) - index,
+                    deadline,
+                )
+                return
+            self._send([write])
 
     def _wake_at(self, at: float) -> None:
         """Run the timer at `at`, or sooner if it already runs sooner."""
