@@ -177,8 +177,9 @@ class Writer:
     and returns at once: each node's lane goes out as soon as a worker is free, and the node
     stays in `busy_nodes` until it is done, so the next pass can plan every other node
     meanwhile (a stage that ends waits for its own node's writes, not for a whole pass).
-    `apply` (a plan that changes a Skyhook as a whole) writes everything in order and
-    returns when done; the reconciler calls it only when nothing is in flight.
+    `apply` (a plan that changes a Skyhook as a whole; the reconciler calls it only when
+    nothing is in flight) writes in order up to the plan's last Skyhook-wide action and queues
+    the rest as `submit` does.
     """
 
     def __init__(
@@ -196,7 +197,7 @@ class Writer:
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._queued = 0  # actions handed to the writer that have not been attempted yet
-        self._lock = threading.Lock()  # _queued and _busy
+        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _unsent
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
         self._passed_over: set[str] = set()  # busy nodes a pass left alone
         self._idle = threading.Condition(self._lock)
@@ -354,7 +355,8 @@ class Writer:
             else:
                 self._busy.pop(lane, None)
             passed_over = left <= 0 and lane in self._passed_over
-            self._passed_over.discard(lane)
+            if left <= 0:
+                self._passed_over.discard(lane)
             if not self._busy and not self._unsent:
                 self._idle.notify_all()
         then()
