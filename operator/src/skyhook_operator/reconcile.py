@@ -172,14 +172,18 @@ class Reconciler:
         """One pass; returns the seconds until the next one unless something pokes first."""
         started = self._pass_started = time.monotonic()
         try:
+            # What is in flight, asked before the snapshot: writes that finish in between are
+            # then both in the snapshot (the overlay) and still counted as in flight.
+            busy, starting = self._writer.busy_nodes()
+            pending = self._writer.pending_statuses()
             snapshot = self._store.snapshot()  # on the loop: the watches change the indexes here
             snapshot = replace(
                 snapshot,
                 now=self._now(),
                 alerts=await self._alerts.readings(alert_urls(snapshot)),
-                busy_nodes=self._writer.busy_nodes(),
+                busy_nodes=busy,
+                starting_nodes=starting,
             )
-            pending = self._writer.pending_statuses()
             snapshot = with_pending_statuses(snapshot, pending)
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from

@@ -48,9 +48,12 @@ class Driver:
         self.lag: Callable[[Plan], set[str]] | None = None
         self._in_flight: list[Action] = []
         self._busy: frozenset[str] = frozenset()
+        self._starting: frozenset[str] = frozenset()
 
     def step(self) -> Plan:
-        snapshot = replace(self.sim.snapshot(self.now), busy_nodes=self._busy)
+        snapshot = replace(
+            self.sim.snapshot(self.now), busy_nodes=self._busy, starting_nodes=self._starting
+        )
         result = plan(snapshot, self.settings)
         if result.needs_quiet and self._busy:
             self._land()  # as the reconciler does: wait for the writes in flight, plan again
@@ -67,11 +70,12 @@ class Driver:
                 self.sim.apply([action])
         self.sim.apply(landed)  # the previous pass's late writes land while this one is written
         self._busy = frozenset(lane_of(a) or "" for a in self._in_flight)
+        self._starting = self._busy & result.starting
         return result
 
     def _land(self) -> None:
         self.sim.apply(self._in_flight)
-        self._in_flight, self._busy = [], frozenset()
+        self._in_flight, self._busy, self._starting = [], frozenset(), frozenset()
 
     def pending_pods(self) -> list[tuple[str, str]]:
         return [

@@ -61,6 +61,7 @@ class PassIndex:
         self.alerts = {r.url: r for r in snapshot.alerts}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self.busy = snapshot.busy_nodes
+        self.starting = snapshot.starting_nodes
         self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:

@@ -311,7 +311,9 @@ class SkyhookPass:
                 or node.name in untolerated
                 or node.name in unmatched
             )
-            if done and node.name not in self.index.busy:
+            busy = node.name in self.index.busy
+            being_started = node.name in self.index.starting  # holds a slot already
+            if done and not being_started:
                 continue
             if any(
                 e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
@@ -319,10 +321,10 @@ class SkyhookPass:
             ):
                 failed.add(node.name)
             has_pods = bool(ctx.ours_on(node.name))
-            busy = node.name in self.index.busy  # its last writes may be an admission
-            if state.status in {IN_PROGRESS, ERRORING} or has_pods or state.cordoned or busy:
+            in_progress = state.status in {IN_PROGRESS, ERRORING} or state.cordoned
+            if in_progress or has_pods or being_started:
                 occupied.append(node)
-            elif not blocked[node.name] and node.ready and self._ready_for_us(node):
+            elif not busy and not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
         admitted = self._admit(occupied, candidates, failed)
         running = {n.name for n in occupied} | {n.name for n in admitted}

@@ -260,6 +260,7 @@ class ClusterSnapshot:
     # What the operator last read from each Prometheus URL an alertGate names.
     alerts: tuple[AlertReading, ...] = ()
     # Nodes whose writes from an earlier pass are still going out: what the snapshot shows of
-    # them may be about to change, so the pass decides nothing for them and counts them as
-    # holding a budget slot until their writes are done.
+    # them may be about to change, so the pass decides nothing for them until those writes
+    # are done. Those of them being started hold a budget slot meanwhile.
     busy_nodes: frozenset[str] = frozenset()
+    starting_nodes: frozenset[str] = frozenset()

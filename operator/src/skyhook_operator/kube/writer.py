@@ -197,9 +197,10 @@ class Writer:
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._queued = 0  # actions handed to the writer that have not been attempted yet
-        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _unsent
+        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _starting, _unsent
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
         self._passed_over: set[str] = set()  # busy nodes a pass left alone
+        self._starting: set[str] = set()  # busy nodes whose lane starts them
         self._idle = threading.Condition(self._lock)
         # Submitted status patches, oldest first, each with its plan's "lanes done" event.
         self._unsent: list[tuple[PatchSkyhookStatus, threading.Event]] = []
@@ -215,12 +216,14 @@ class Writer:
         """Actions handed to the writer that have not been attempted yet."""
         return self._queued
 
-    def busy_nodes(self) -> frozenset[str]:
-        """Nodes with writes queued or going out. The pass asking leaves them alone, so each
-        of them reports its lane done (`on_written`) to have them planned again."""
+    def busy_nodes(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Nodes with writes queued or going out, and those of them the writes start. Ask
+        before taking the snapshot: a node's writes are in the snapshot's overlay by the time
+        it stops being busy. The pass asking leaves these nodes alone, so each of them reports
+        its lane done (`on_written`) to have them planned again."""
         with self._lock:
             self._passed_over |= self._busy.keys()
-            return frozenset(self._busy)
+            return frozenset(self._busy), frozenset(self._starting)
 
     def drain(self) -> None:
         """Wait until no node's writes or status patches are queued or going out."""
@@ -312,6 +315,7 @@ class Writer:
             self._queued += sum(len(actions) for actions in lanes.values())
             for lane in lanes:
                 self._busy[lane] = self._busy.get(lane, 0) + 1
+            self._starting |= lanes.keys() & plan.starting
         run = _Run()
         starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
         releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
@@ -357,6 +361,7 @@ class Writer:
             passed_over = left <= 0 and lane in self._passed_over
             if left <= 0:
                 self._passed_over.discard(lane)
+                self._starting.discard(lane)
             if not self._busy and not self._unsent:
                 self._idle.notify_all()
         then()
