@@ -224,6 +224,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_RETRY_BACKOFF_MAX": "300",
         "SKYHOOK_ALERT_POLL_INTERVAL": "30",
         "SKYHOOK_ALERT_QUERY_TIMEOUT": "5",
+        "SKYHOOK_EVENT_INTERVAL": "30",
         "SKYHOOK_IMAGE_ARTIFACT_REFRESH": "30",
         "SKYHOOK_INSECURE_REGISTRIES": "",
         "SKYHOOK_WEBHOOK_CHECK_INTERVAL": "60",
