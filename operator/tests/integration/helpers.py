@@ -188,16 +188,21 @@ class Cluster:
     def wait_complete(
         self, scr: str, timeout: float = 180, nodes: Iterable[str] | None = None
     ) -> None:
-        """Until the SCR's status and every node's status for it say complete."""
+        """Until the SCR's status says complete for its current generation and every node's
+        status for it says complete."""
         names = list(nodes or self.nodes)
         last: dict[str, Any] = {}
 
         def complete() -> bool:
             if self.operator is not None and not self.operator.running:
                 raise AssertionError("the operator exited:\n" + self.operator.log_tail())
-            last["scr"] = self.get_skyhook(scr).get("status", {}).get("status")
+            skyhook = self.get_skyhook(scr)
+            status = skyhook.get("status", {})
+            last["scr"] = status.get("status")
+            # complete for the current spec, not a status left from before a spec change
+            current = status.get("observedGeneration") == skyhook["metadata"]["generation"]
             last["nodes"] = {n: node_status(self.node(n), scr) for n in names}
-            return last["scr"] == "complete" and all(
+            return current and last["scr"] == "complete" and all(
                 s == "complete" for s in last["nodes"].values()
             )
 

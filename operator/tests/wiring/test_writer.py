@@ -155,3 +155,21 @@ def test_statuses_of_passes_close_together_are_one_write(client: HeldClient) -> 
         "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status"
     ]
     writer.close()
+
+
+def test_a_change_of_phase_is_not_held_back_by_the_status_interval(client: HeldClient) -> None:
+    writer = _writer(client)
+
+    def status_writes() -> int:
+        return sum("skyhooks" in p for p in client.paths())
+
+    writer.submit(Plan((PatchSkyhookStatus("s", {"completeNodes": "1/2"}),)))
+    writer.drain()
+    writer.submit(Plan((PatchSkyhookStatus("s", {"status": "in_progress"}),)))
+    wait_until(lambda: status_writes() == 2, 0.5, "the phase change written at once", 0.02)
+    writer.submit(Plan((PatchSkyhookStatus("s", {"completeNodes": "2/2"}),)))
+    with pytest.raises(WaitTimeout):  # progress alone waits out the interval
+        wait_until(lambda: status_writes() == 3, 0.5, "progress", 0.02)
+    writer.drain()
+    assert status_writes() == 3
+    writer.close()

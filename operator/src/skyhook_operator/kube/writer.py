@@ -273,17 +273,19 @@ class Writer:
 
     def _write_statuses(self, first: PatchSkyhookStatus, lanes_done: threading.Event) -> None:
         """In the status thread, one plan after another: once the plan's lanes are done and
-        `STATUS_INTERVAL` has passed since the last status write, write its statuses together
-        with those of later plans whose lanes are done too, one merged patch per Skyhook (a
-        pass every few hundred milliseconds need not mean a status write each)."""
+        `STATUS_INTERVAL` has passed since the last status write (at once if the Skyhook's
+        phase changes), write its statuses together with those of later plans whose lanes are
+        done too, one merged patch per Skyhook (a pass every few hundred milliseconds need not
+        mean a status write each)."""
         while not lanes_done.wait(0.5):
             if self._closing:
                 return
         with self._lock:
             if not self._unsent or self._unsent[0][0] is not first:
                 return  # written with an earlier plan's statuses
+        # A change of phase (complete, in_progress, ...) goes out at once: watchers act on it.
         pause = self._status_written + STATUS_INTERVAL - time.monotonic()
-        if pause > 0 and not self._closing:
+        if pause > 0 and not self._closing and "status" not in first.patch:
             time.sleep(pause)
         with self._lock:
             done = 0
