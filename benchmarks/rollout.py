@@ -83,6 +83,7 @@ class Figures:
     operator_requests: dict[str, float] = field(default_factory=dict)
     apiserver_requests_per_node_stage: float = 0.0
     apiserver_requests: dict[str, float] = field(default_factory=dict)
+    apiserver_refused: dict[str, int] = field(default_factory=dict)  # "VERB resource CODE"
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     events: str = ""
     passes: str = ""
@@ -172,9 +173,9 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 figures.cpu_seconds = dict(_cpu(pids) - cpu_before)
                 requests = _apiserver_requests(kube) - requests_before
                 cpu, rss = _usage(operator)
-                figures.events = _events(kube)
             finally:
                 operator.stop(grace=120)  # it logs its request counters as it exits
+            figures.events = _events(kube)  # after the stop: what it had pending is posted
             log = (Path(workdir) / "operator.log").read_text(errors="replace")
         finally:
             sandbox.stop()
@@ -189,8 +190,11 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
     ours = _operator_requests(log)
     figures.operator_requests_per_node_stage = ours.total() / node_stages
     figures.operator_requests = _per_stage(ours, node_stages)
-    figures.apiserver_requests_per_node_stage = requests.total() / node_stages
-    figures.apiserver_requests = _per_stage(requests, node_stages)
+    figures.apiserver_requests_per_node_stage = requests.served.total() / node_stages
+    figures.apiserver_requests, figures.apiserver_refused = (
+        _per_stage(requests.served, node_stages),
+        dict(requests.refused.most_common()),
+    )
     figures.passes = _pass_stats(log)
     return figures
 
@@ -217,6 +221,8 @@ def _print(f: Figures) -> None:
         f"apiserver requests per node-stage (all clients): {f.apiserver_requests_per_node_stage:.1f}"
     )
     print("  " + ", ".join(f"{k} {v:.2f}" for k, v in list(f.apiserver_requests.items())[:12]))
+    refused = ", ".join(f"{k}: {n}" for k, n in f.apiserver_refused.items())
+    print(f"apiserver errors (all clients, VERB resource CODE: count): {refused or 'none'}")
     print(f.events)
 
 
@@ -378,9 +384,18 @@ _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _apiserver_requests(kube: Kube) -> Counter[str]:
-    """Requests the apiserver has served, as "VERB resource[/subresource]" (all clients)."""
-    counts: Counter[str] = Counter()
+@dataclass
+class _ApiserverRequests:
+    served: Counter[str]  # "VERB resource[/subresource]", all clients
+    refused: Counter[str]  # those answered with an error, "VERB resource[/subresource] CODE"
+
+    def __sub__(self, other: _ApiserverRequests) -> _ApiserverRequests:
+        return _ApiserverRequests(self.served - other.served, self.refused - other.refused)
+
+
+def _apiserver_requests(kube: Kube) -> _ApiserverRequests:
+    """Requests the apiserver has served so far, from its metrics."""
+    found = _ApiserverRequests(Counter(), Counter())
     for line in kube.get_text("/metrics").splitlines():
         match = _METRIC.match(line)
         if match is None:
@@ -389,8 +404,12 @@ def _apiserver_requests(kube: Kube) -> Counter[str]:
         resource = labels.get("resource") or "-"
         if labels.get("subresource"):
             resource += "/" + labels["subresource"]
-        counts[f"{labels.get('verb', '?')} {resource}"] += int(float(match["value"]))
-    return counts
+        what, n = f"{labels.get('verb', '?')} {resource}", int(float(match["value"]))
+        found.served[what] += n
+        code = labels.get("code", "")
+        if code[:1] in {"4", "5"}:
+            found.refused[f"{what} {code}"] += n
+    return found
 
 
 def _operator_requests(log: str) -> Counter[str]:
