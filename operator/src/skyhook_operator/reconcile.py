@@ -174,7 +174,7 @@ class Reconciler:
         try:
             # What is in flight, asked before the snapshot: writes that finish in between are
             # then both in the snapshot (the overlay) and still counted as in flight.
-            busy, starting = self._writer.busy_nodes()
+            busy, holding = self._writer.busy_nodes()
             pending = self._writer.pending_statuses()
             snapshot = self._store.snapshot()  # on the loop: the watches change the indexes here
             snapshot = replace(
@@ -182,7 +182,7 @@ class Reconciler:
                 now=self._now(),
                 alerts=await self._alerts.readings(alert_urls(snapshot)),
                 busy_nodes=busy,
-                starting_nodes=starting,
+                holding_nodes=holding,
             )
             snapshot = with_pending_statuses(snapshot, pending)
             if self._artifacts is not None:

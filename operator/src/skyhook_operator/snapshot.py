@@ -14,14 +14,13 @@ etcd-backed apiserver; an unparsable one counts as newest so the watch copy wins
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from skyhook_operator.core.status import apply_merge_patch
+from skyhook_operator.core.status import merge_patched
 from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
@@ -180,9 +179,9 @@ def with_pending_statuses(
         return snapshot
 
     def patched(scr: SkyhookView) -> SkyhookView:
-        status = copy.deepcopy(dict(scr.status))
+        status = scr.status
         for patch in pending[scr.name]:
-            apply_merge_patch(status, patch)
+            status = merge_patched(status, patch)
         return replace(scr, status=status)
 
     skyhooks = tuple(patched(s) if s.name in pending else s for s in snapshot.skyhooks)

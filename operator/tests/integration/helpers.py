@@ -202,8 +202,10 @@ class Cluster:
             # complete for the current spec, not a status left from before a spec change
             current = status.get("observedGeneration") == skyhook["metadata"]["generation"]
             last["nodes"] = {n: node_status(self.node(n), scr) for n in names}
-            return current and last["scr"] == "complete" and all(
-                s == "complete" for s in last["nodes"].values()
+            return (
+                current
+                and last["scr"] == "complete"
+                and all(s == "complete" for s in last["nodes"].values())
             )
 
         try:

@@ -46,13 +46,15 @@ class Driver:
         # Picks, after each pass, the nodes whose writes are still going out when the next
         # pass plans (as the operator's writer lets them); None: every write lands at once.
         self.lag: Callable[[Plan], set[str]] | None = None
+        # Called while a pass's writes are out and the previous pass's late ones are not yet.
+        self.mid_write: Callable[[Driver], None] | None = None
         self._in_flight: list[Action] = []
         self._busy: frozenset[str] = frozenset()
-        self._starting: frozenset[str] = frozenset()
+        self._holding: frozenset[str] = frozenset()
 
     def step(self) -> Plan:
         snapshot = replace(
-            self.sim.snapshot(self.now), busy_nodes=self._busy, starting_nodes=self._starting
+            self.sim.snapshot(self.now), busy_nodes=self._busy, holding_nodes=self._holding
         )
         result = plan(snapshot, self.settings)
         if result.needs_quiet and self._busy:
@@ -68,14 +70,16 @@ class Driver:
                 self._in_flight.append(action)
             else:
                 self.sim.apply([action])
+        if self.mid_write is not None and landed:
+            self.mid_write(self)
         self.sim.apply(landed)  # the previous pass's late writes land while this one is written
         self._busy = frozenset(lane_of(a) or "" for a in self._in_flight)
-        self._starting = self._busy & result.starting
+        self._holding = self._busy & (result.starting | result.releasing)
         return result
 
     def _land(self) -> None:
         self.sim.apply(self._in_flight)
-        self._in_flight, self._busy, self._starting = [], frozenset(), frozenset()
+        self._in_flight, self._busy, self._holding = [], frozenset(), frozenset()
 
     def pending_pods(self) -> list[tuple[str, str]]:
         return [

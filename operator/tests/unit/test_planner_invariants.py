@@ -76,16 +76,22 @@ def test_rollout_invariants(  # noqa: PLR0917 (hypothesis passes every strategy 
 
     checked = 0  # pods created so far in the cluster (a lagging pass's pods land later)
 
-    def check(driver: Driver) -> None:
-        nonlocal checked
-        created, checked = driver.sim.created_pods[checked:], len(driver.sim.created_pods)
+    def in_budget(driver: Driver) -> list[str]:
         in_progress = [
             n
             for n in driver.sim.nodes
             if driver.node_status("scr", n) in {"in_progress", "erroring"}
         ]
-        busy = {pod_stage(p)[0] for p in driver.sim.pods.values()}
         assert len(in_progress) <= limit, f"{len(in_progress)} nodes in progress, budget {limit}"
+        return in_progress
+
+    d.mid_write = in_budget  # a watcher sees the budget held while writes are out, too
+
+    def check(driver: Driver) -> None:
+        nonlocal checked
+        created, checked = driver.sim.created_pods[checked:], len(driver.sim.created_pods)
+        in_progress = in_budget(driver)
+        busy = {pod_stage(p)[0] for p in driver.sim.pods.values()}
         assert busy <= set(in_progress), "a node runs a pod without holding a budget slot"
         for pod in created:
             node, key, stage = pod_stage(pod)

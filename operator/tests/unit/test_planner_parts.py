@@ -275,8 +275,7 @@ def test_composed_status_patches_do_what_both_do(
 ) -> None:
     assert statuses.compose_merge_patches(first, second) == composed
     target = {"m": {"x": 0, "z": 9}, "a": 0}
-    one, two = copy.deepcopy(target), copy.deepcopy(target)
-    statuses.apply_merge_patch(one, first)
-    statuses.apply_merge_patch(one, second)
-    statuses.apply_merge_patch(two, composed)
-    assert one == two
+    untouched = copy.deepcopy(target)
+    one = statuses.merge_patched(statuses.merge_patched(target, first), second)
+    assert one == statuses.merge_patched(target, composed)
+    assert target == untouched  # the patched document is a new one

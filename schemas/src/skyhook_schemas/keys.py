@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 
 GROUP = "skyhook.nvidia.com"
 VERSION = "v1alpha1"
@@ -131,5 +132,6 @@ def package_configmap_name(scr: str, package: str, version: str) -> str:
     return re.sub(r"[^a-z0-9.-]", "-", f"{scr}-{package}-{version}".lower())
 
 
+@lru_cache(maxsize=16384)  # asked for every matched node on every pass
 def node_metadata_configmap_name(scr: str, node: str) -> str:
     return safe_name(253, scr, node, "metadata")

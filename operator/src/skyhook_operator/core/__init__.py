@@ -5,8 +5,8 @@ One pass is `plan(snapshot, settings) -> Plan` (plan.py). The snapshot holds eve
 node, Skyhook pod and Skyhook ConfigMap (views.py); the plan is an ordered list of idempotent
 actions for the writer (actions.py), an optional timer to plan again and the nodes it starts
 and releases. Nodes the snapshot marks busy (their writes from an earlier pass still going
-out) get no action, and those being started hold a budget slot; they are planned once their
-writes are done.
+out) get no action, and those being started or released hold a budget slot; they are planned
+once their writes are done.
 Nothing is kept in memory between passes: node annotations (nodeState, status, cordon), pods
 and ConfigMaps are the whole state, so a restarted operator resumes exactly where the last one
 stopped.

@@ -50,12 +50,12 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class DeletePod:
-    """Delete the pod (on `node`); NotFound counts as success."""
+    """Delete the pod (on `node`, whose lane it goes out in); NotFound counts as success."""
 
     namespace: str
     name: str
+    node: str
     reason: str = ""
-    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class EvictPod:
 
     namespace: str
     name: str
-    node: str = ""
+    node: str  # the lane it goes out in
 
 
 @dataclass(frozen=True)

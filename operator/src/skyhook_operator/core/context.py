@@ -61,7 +61,7 @@ class PassIndex:
         self.alerts = {r.url: r for r in snapshot.alerts}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self.busy = snapshot.busy_nodes
-        self.starting = snapshot.starting_nodes
+        self.holding = snapshot.holding_nodes
         self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:
@@ -110,9 +110,10 @@ class SkyhookContext:
 
     def before(self, node: NodeView) -> NodeState:
         """The state as the node's annotations record it (decoded once)."""
-        if node.name not in self._before:
-            self._before[node.name] = nodestate.read(node, self.name)
-        return self._before[node.name]
+        found = self._before.get(node.name)
+        if found is None:
+            found = self._before[node.name] = nodestate.read(node, self.name)
+        return found
 
     def state(self, node: NodeView) -> NodeState:
         """The state as this Skyhook's steps have left it so far."""

@@ -76,7 +76,7 @@ class Decision:
         key = (pod.namespace, pod.name)
         if key not in self.deleted and not pod.deleting:
             self.deleted.add(key)
-            self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, reason, pod.node))
+            self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, pod.node, reason))
 
     def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
         self.events.append(EmitEvent(kind, name, reason, message, type))

@@ -266,8 +266,10 @@ def removal(node: NodeView, scr: str) -> NodeChanges:
 # --- node conditions ----------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)
 def conditions_for(scr: str, complete: bool, erroring: bool) -> tuple[NodeCondition, NodeCondition]:
-    """The NotReady and Erroring conditions one Skyhook keeps on a node."""
+    """The NotReady and Erroring conditions one Skyhook keeps on a node (the same few for
+    every node: built once)."""
     not_ready = NodeCondition(
         type=keys.not_ready_condition(scr),
         status="False" if complete else "True",

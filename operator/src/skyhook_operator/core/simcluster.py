@@ -29,7 +29,7 @@ from skyhook_operator.core.actions import (
     RemoveFinalizer,
     UpsertConfigMap,
 )
-from skyhook_operator.core.status import apply_merge_patch
+from skyhook_operator.core.status import merge_patched
 from skyhook_operator.core.views import (
     ClusterSnapshot,
     ConfigMapView,
@@ -175,7 +175,7 @@ class SimCluster:
         elif isinstance(action, PatchSkyhookStatus):
             scr = self.skyhooks.get(action.name)
             if scr is not None:
-                apply_merge_patch(scr.setdefault("status", {}), action.patch)
+                scr["status"] = merge_patched(scr.get("status", {}), action.patch)
         elif isinstance(action, AddFinalizer):
             scr = self.skyhooks.get(action.name)
             if scr is not None and action.finalizer not in scr["metadata"]["finalizers"]:
@@ -191,7 +191,8 @@ class SimCluster:
         elif isinstance(action, AnnotateSkyhook):
             scr = self.skyhooks.get(action.name)
             if scr is not None:
-                apply_merge_patch(scr["metadata"].setdefault("annotations", {}), action.annotations)
+                meta = scr["metadata"]
+                meta["annotations"] = merge_patched(meta.get("annotations", {}), action.annotations)
         elif isinstance(action, EmitEvent):
             self.events.append(action)
 

@@ -312,8 +312,8 @@ class SkyhookPass:
                 or node.name in unmatched
             )
             busy = node.name in self.index.busy
-            being_started = node.name in self.index.starting  # holds a slot already
-            if done and not being_started:
+            holding = node.name in self.index.holding  # being started or released
+            if done and not holding:
                 continue
             if any(
                 e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
@@ -322,7 +322,7 @@ class SkyhookPass:
                 failed.add(node.name)
             has_pods = bool(ctx.ours_on(node.name))
             in_progress = state.status in {IN_PROGRESS, ERRORING} or state.cordoned
-            if in_progress or has_pods or being_started:
+            if in_progress or has_pods or holding:
                 occupied.append(node)
             elif not busy and not blocked[node.name] and node.ready and self._ready_for_us(node):
                 candidates.append(node)
@@ -437,12 +437,13 @@ class SkyhookPass:
     def _normalise(self, node: NodeView) -> None:
         """Re-key same-version entries spelled differently; drop finished uninstall markers of
         packages that are gone."""
-        entries = self.ctx.entries(node)
         packages = self.spec.packages
         if all(
-            e.name in packages and e.version == packages[e.name].version for e in entries.values()
+            e.name in packages and e.version == packages[e.name].version
+            for e in self.ctx.state(node).packages.values()
         ):
             return
+        entries = self.ctx.entries(node)
         changed = False
         renames = stages.node_work(packages, entries, self.ctx.config_updates).renames
         for old, new in renames.items():
@@ -510,15 +511,22 @@ class SkyhookPass:
             paused=self.paused,
             disabled=self.disabled,
         )
-        out = self.decided.node(node.name)
         if complete and state.cordoned:
-            out.unschedulable = False
+            self.decided.node(node.name).unschedulable = False
             state = replace(state, cordoned=False)
         if complete and state.status != COMPLETE and state.entries is not None:
             self.decided.event("Node", node.name, "State", f"Skyhook [{self.name}] complete.")
-        self._set_state(node, replace(state, status=value))
+        # Most nodes are as their annotations and status label say: nothing to save for them.
+        if not (
+            state is self.ctx.before(node)
+            and state.status == value
+            and node.labels.get(keys.node_status_key(self.name)) == value
+        ):
+            self._set_state(node, replace(state, status=value))
         wanted = nodestate.conditions_for(self.name, complete, erroring)
-        out.conditions += nodestate.stale_conditions(node, wanted)
+        stale = nodestate.stale_conditions(node, wanted)
+        if stale:
+            self.decided.node(node.name).conditions += stale
         return value
 
     def _release_unselected(self, node: NodeView) -> None:

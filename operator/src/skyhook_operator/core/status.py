@@ -194,15 +194,19 @@ def merge_conditions(
     return result
 
 
-def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
-    """Apply an RFC 7386 merge patch to `target` in place (dicts merge, None removes)."""
+def merge_patched(document: Any, patch: Any) -> Any:
+    """`document` with an RFC 7386 merge patch applied (dicts merge, None removes), as a new
+    object: what the patch does not touch is shared with `document`, not copied, so applying
+    a small patch to a large status costs the patch's size."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(document) if isinstance(document, Mapping) else {}
     for key, value in patch.items():
         if value is None:
-            target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            apply_merge_patch(target[key], value)
+            result.pop(key, None)
         else:
-            target[key] = copy.deepcopy(value)
+            result[key] = merge_patched(result.get(key), value)
+    return result
 
 
 def compose_merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:

@@ -197,10 +197,11 @@ class Writer:
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._queued = 0  # actions handed to the writer that have not been attempted yet
-        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _starting, _unsent
+        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _holding, _unsent
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
         self._passed_over: set[str] = set()  # busy nodes a pass left alone
-        self._starting: set[str] = set()  # busy nodes whose lane starts them
+        # Busy nodes whose lane starts or releases them: they hold a budget slot until written.
+        self._holding: set[str] = set()
         self._idle = threading.Condition(self._lock)
         # Submitted status patches, oldest first, each with its plan's "lanes done" event.
         self._unsent: list[tuple[PatchSkyhookStatus, threading.Event]] = []
@@ -217,13 +218,14 @@ class Writer:
         return self._queued
 
     def busy_nodes(self) -> tuple[frozenset[str], frozenset[str]]:
-        """Nodes with writes queued or going out, and those of them the writes start. Ask
-        before taking the snapshot: a node's writes are in the snapshot's overlay by the time
-        it stops being busy. The pass asking leaves these nodes alone, so each of them reports
-        its lane done (`on_written`) to have them planned again."""
+        """Nodes with writes queued or going out, and those of them the writes start or
+        release (holding a budget slot until written). Ask before taking the snapshot: a
+        node's writes are in the snapshot's overlay by the time it stops being busy. The pass
+        asking leaves these nodes alone, so each of them reports its lane done (`on_written`)
+        to have them planned again."""
         with self._lock:
             self._passed_over |= self._busy.keys()
-            return frozenset(self._busy), frozenset(self._starting)
+            return frozenset(self._busy), frozenset(self._holding)
 
     def drain(self) -> None:
         """Wait until no node's writes or status patches are queued or going out."""
@@ -317,7 +319,7 @@ class Writer:
             self._queued += sum(len(actions) for actions in lanes.values())
             for lane in lanes:
                 self._busy[lane] = self._busy.get(lane, 0) + 1
-            self._starting |= lanes.keys() & plan.starting
+            self._holding |= lanes.keys() & (plan.starting | plan.releasing)
         run = _Run()
         starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
         releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
@@ -343,13 +345,25 @@ class Writer:
         priority: int,
         then: Callable[[], None] = lambda: None,
     ) -> None:
+        self._submit_lanes(
+            lanes, run, priority, lambda lane: self._submitted_lane_done(lane, run, then)
+        )
+
+    def _submit_lanes(
+        self,
+        lanes: Sequence[tuple[str, Sequence[Action]]],
+        run: _Run,
+        priority: int,
+        finished: Callable[[str], None],
+    ) -> None:
+        """Hand each lane to the writer threads; `finished(lane)` runs once it is written."""
         for lane, actions in lanes:
 
             def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
                 try:
                     self._run_lane(lane, actions, run=run)
                 finally:
-                    self._submitted_lane_done(lane, run, then)
+                    finished(lane)
 
             self._workers.submit(priority, job)
 
@@ -363,7 +377,7 @@ class Writer:
             passed_over = left <= 0 and lane in self._passed_over
             if left <= 0:
                 self._passed_over.discard(lane)
-                self._starting.discard(lane)
+                self._holding.discard(lane)
             if not self._busy and not self._unsent:
                 self._idle.notify_all()
         then()
@@ -423,15 +437,7 @@ class Writer:
     def _run_and_wait(self, lanes: Sequence[tuple[str, Sequence[Action]]], run: _Run) -> None:
         finished = threading.Event()
         done = _Countdown(len(lanes), finished.set)
-        for lane, actions in lanes:
-
-            def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
-                try:
-                    self._run_lane(lane, actions, run=run)
-                finally:
-                    done.tick()
-
-            self._workers.submit(_URGENT, job)
+        self._submit_lanes(lanes, run, _URGENT, lambda _lane: done.tick())
         done.open_if_empty()
         finished.wait()
 
