@@ -5,7 +5,6 @@ merged."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, cast
 
 import pytest
@@ -266,33 +265,6 @@ def test_the_recorder_timer_sends_a_merged_patch_and_close_sends_the_rest() -> N
     recorder.record(Event(NODE, "State", "complete"))  # within the interval: waits
     recorder.close()
     assert [b["count"] for _, b in requests.sent] == [1, 1, 2, 2]
-
-
-class SlowRequests(Requests):
-    """An apiserver that takes 0.2 s per request; counts how many are answered at once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.in_flight = self.most_in_flight = 0
-
-    def request(self, method: str, path: str, body: dict[str, Any], *_: Any) -> dict[str, Any]:
-        with self._lock:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        time.sleep(0.2)
-        with self._lock:
-            self.in_flight -= 1
-        return super().request(method, path, body)
-
-
-def test_events_due_together_go_out_side_by_side_on_a_slow_apiserver() -> None:
-    requests = SlowRequests()
-    recorder = Recorder(cast(Kube, requests), Correlator(first_delay=0.5), concurrency=4)
-    for node in range(8):
-        recorder.record(Event(Subject("Node", f"n{node}"), "State", "complete"))
-    wait_until(lambda: len(requests.sent) == 8, 10, "8 Events posted", 0.02)
-    assert requests.most_in_flight == 4  # one at a time, they would fall behind
-    recorder.close()
 
 
 SUBJECTS = [Subject("Node", "n1"), Subject("Node", "n2"), Subject("Skyhook", "s1")]

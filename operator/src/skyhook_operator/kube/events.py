@@ -24,7 +24,6 @@ latest message and `lastTimestamp`. `gather` lets the occurrences of one pass (a
 completing and the next starting) share a PATCH. Nothing is dropped while the operator runs,
 only delayed: a pending Event pushed out of memory is sent at once, and `Recorder.close` sends
 everything pending, for up to 10 s (a stopping operator must not outlive its grace period).
-The requests due together (different Event objects) go out four at a time.
 
 `min_interval` is 30 s: `kubectl describe` is at most that much behind, and each Event object
 costs at most two requests a minute. The 5 s `first_delay` lets a short stage's start and end
@@ -45,8 +44,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
@@ -286,16 +284,11 @@ def count_patch(write: Write) -> Json:
 class Recorder:
     """Sends what the Correlator says is due; thread-safe. A timer sends what had to wait."""
 
-    def __init__(
-        self, kube: Kube, correlator: Correlator | None = None, concurrency: int = 4
-    ) -> None:
+    def __init__(self, kube: Kube, correlator: Correlator | None = None) -> None:
         self._kube = kube
         self._correlator = correlator if correlator is not None else Correlator()
         self._lock = threading.Lock()  # the correlator and the timer
         self._sending = threading.Lock()  # one flush at a time: a PATCH never overtakes its POST
-        # A flush's writes are for different Event objects, so they go out side by side: one
-        # at a time, a fleet's Events fall minutes behind a loaded apiserver.
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="event-send")
         self._timer: threading.Timer | None = None
         self._timer_at = 0.0
         self._closed = False
@@ -325,12 +318,16 @@ class Recorder:
                 self._timer.cancel()
         with self._sending, self._lock:
             writes, _ = self._correlator.take(time.time(), force=True)
-        sending = [self._pool.submit(self._send_one, write) for write in writes]
-        _, late = wait(sending, timeout=deadline)
-        unsent = sum(future.cancel() for future in late)
-        if unsent:
-            log.warning("stopping: %d Event updates not written (%d s deadline)", unsent, deadline)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        stop = time.monotonic() + deadline
+        for index, write in enumerate(writes):
+            if time.monotonic() > stop:
+                log.warning(
+                    "stopping: %d Event updates not written (%d s deadline)",
+                    len(writes) - index,
+                    deadline,
+                )
+                return
+            self._send([write])
 
     def _wake_at(self, at: float) -> None:
         """Run the timer at `at`, or sooner if it already runs sooner."""
@@ -349,33 +346,30 @@ class Recorder:
                 self._timer = None
         self.flush()
 
-    def _send(self, writes: Sequence[Write]) -> None:
-        for _ in self._pool.map(self._send_one, writes):
-            pass
-
-    def _send_one(self, write: Write) -> None:
+    def _send(self, writes: Iterable[Write]) -> None:
         path = self._kube.namespaced_path("events", EVENT_NAMESPACE)
-        try:
-            if not write.create:
-                try:
-                    self._kube.request(
-                        "PATCH", f"{path}/{write.name}", count_patch(write), MERGE_PATCH
-                    )
-                    return
-                except ApiError as error:
-                    if error.status != 404:
-                        raise
-                    # Expired (the apiserver keeps Events for an hour): post it again.
-            self._kube.request("POST", path, body(write))
-        except ApiError as error:
-            event = write.event
-            log.debug(
-                "event %s on %s %s not posted: %s",
-                event.reason,
-                event.subject.kind,
-                event.subject.name,
-                error,
-            )
-            if write.create:
-                with self._lock:
-                    self._correlator.failed(write)
+        for write in writes:
+            try:
+                if not write.create:
+                    try:
+                        self._kube.request(
+                            "PATCH", f"{path}/{write.name}", count_patch(write), MERGE_PATCH
+                        )
+                        continue
+                    except ApiError as error:
+                        if error.status != 404:
+                            raise
+                        # Expired (the apiserver keeps Events for an hour): post it again.
+                self._kube.request("POST", path, body(write))
+            except ApiError as error:
+                event = write.event
+                log.debug(
+                    "event %s on %s %s not posted: %s",
+                    event.reason,
+                    event.subject.kind,
+                    event.subject.name,
+                    error,
+                )
+                if write.create:
+                    with self._lock:
+                        self._correlator.failed(write)
