@@ -262,6 +262,6 @@ class ClusterSnapshot:
     # Nodes whose writes from an earlier pass are still going out: what the snapshot shows of
     # them may be about to change, so the pass decides nothing for them until those writes
     # are done. Those of them being started or released hold a budget slot meanwhile (a
-    # watcher sees a released node's slot free only once its release is written).
+    # released node until its whole lane is written, the deletion of its last pod included).
     busy_nodes: frozenset[str] = frozenset()
     holding_nodes: frozenset[str] = frozenset()
