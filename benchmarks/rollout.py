@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+from prometheus_client.parser import text_string_to_metric_families
 
 from skyhook_dev.harness import (
     OperatorProcess,
@@ -380,10 +381,6 @@ def _pass_stats(log: str) -> str:
     )
 
 
-_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
 @dataclass
 class _ApiserverRequests:
     served: Counter[str]  # "VERB resource[/subresource]", all clients
@@ -396,19 +393,21 @@ class _ApiserverRequests:
 def _apiserver_requests(kube: Kube) -> _ApiserverRequests:
     """Requests the apiserver has served so far, from its metrics."""
     found = _ApiserverRequests(Counter(), Counter())
-    for line in kube.get_text("/metrics").splitlines():
-        match = _METRIC.match(line)
-        if match is None:
+    for family in text_string_to_metric_families(kube.get_text("/metrics")):
+        if family.name != "apiserver_request":
             continue
-        labels = dict(_LABEL.findall(match["labels"]))
-        resource = labels.get("resource") or "-"
-        if labels.get("subresource"):
-            resource += "/" + labels["subresource"]
-        what, n = f"{labels.get('verb', '?')} {resource}", int(float(match["value"]))
-        found.served[what] += n
-        code = labels.get("code", "")
-        if code[:1] in {"4", "5"}:
-            found.refused[f"{what} {code}"] += n
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource") or "-"
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            what, n = f"{labels.get('verb', '?')} {resource}", int(sample.value)
+            found.served[what] += n
+            code = labels.get("code", "")
+            if code[:1] in {"4", "5"}:
+                found.refused[f"{what} {code}"] += n
     return found
 
 
