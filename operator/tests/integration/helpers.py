@@ -200,10 +200,14 @@ class Cluster:
             status = skyhook.get("status", {})
             last["scr"] = status.get("status")
             # complete for the current spec, not a status left from before a spec change
-            current = status.get("observedGeneration") == skyhook["metadata"]["generation"]
+            observed, generation = (
+                status.get("observedGeneration"),
+                skyhook["metadata"]["generation"],
+            )
+            last["generation"] = f"observed {observed} of {generation}"
             last["nodes"] = {n: node_status(self.node(n), scr) for n in names}
             return (
-                current
+                observed == generation
                 and last["scr"] == "complete"
                 and all(s == "complete" for s in last["nodes"].values())
             )
