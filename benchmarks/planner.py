@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from skyhook_dev.simulate import SimCluster, make_node
-from skyhook_operator.core.actions import CreatePod
-from skyhook_operator.core.plan import plan
-from skyhook_operator.core.settings import PlannerSettings
+from skyhook_planner.model.actions import CreatePod
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.passes.plan import plan
+from skyhook_planner.sim.cluster import SimCluster, make_node
 
 IMAGE = "ghcr.io/nvidia/skyhook/agentless"
 

@@ -8,7 +8,7 @@ import pytest
 
 from skyhook_cli.app import CliError
 from skyhook_cli.commands.plan import duration, read_manifest, render
-from skyhook_operator.core.forecast import Blocked, Forecast, StageRun, Wave
+from skyhook_planner.sim.forecast import Blocked, Forecast, StageRun, Wave
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ import jsonpatch
 import kopf
 import urllib3
 
-from skyhook_operator.core import admission
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import pod_image_patch
 from skyhook_operator.kube.client import ApiError, Kube
 from skyhook_operator.settings import Settings, parse_bind_address
+from skyhook_planner import admission
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,6 @@ from typing import Any
 import kopf
 
 from skyhook_operator import admission
-from skyhook_operator.core.plan import plan
-from skyhook_operator.core.views import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
@@ -36,6 +34,8 @@ from skyhook_operator.observability import Telemetry, serve
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.snapshot import ClusterStore, Versioned, versioned
+from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
+from skyhook_planner.passes.plan import plan
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)

@@ -31,16 +31,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from skyhook_operator.core.actions import Plan
-from skyhook_operator.core.telemetry import (
+from skyhook_operator.settings import parse_bind_address
+from skyhook_planner.model.actions import Plan
+from skyhook_planner.model.snapshot import ClusterSnapshot
+from skyhook_planner.telemetry import (
     Family,
     handoff_delays,
     held,
     held_family,
     skyhook_families,
 )
-from skyhook_operator.core.views import ClusterSnapshot
-from skyhook_operator.settings import parse_bind_address
 
 log = logging.getLogger(__name__)
 

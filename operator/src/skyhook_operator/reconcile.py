@@ -36,10 +36,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from skyhook_operator.core.actions import Plan
-from skyhook_operator.core.holds import alert_urls
-from skyhook_operator.core.settings import PlannerSettings
-from skyhook_operator.core.views import ClusterSnapshot
 from skyhook_operator.kube.artifacts import ArtifactResolver
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.prometheus import AlertPoller
@@ -47,6 +43,10 @@ from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
 from skyhook_operator.snapshot import ClusterStore, with_pending_statuses
+from skyhook_planner.model.actions import Plan
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.model.snapshot import ClusterSnapshot
+from skyhook_planner.rules.holds import alert_urls
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from skyhook_operator.core.settings import PlannerSettings
-from skyhook_operator.core.vocabulary import Taint, image_tag, parse_duration
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.model.vocabulary import Taint, image_tag, parse_duration
 
 
 class SettingsError(ValueError):

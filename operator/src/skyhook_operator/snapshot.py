@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from skyhook_operator.core.status import merge_patched
-from skyhook_operator.core.views import (
+from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
     NodeView,
@@ -29,6 +28,7 @@ from skyhook_operator.core.views import (
     PolicyView,
     SkyhookView,
 )
+from skyhook_planner.model.status import merge_patched
 
 View = TypeVar("View")
 Key = tuple[str, str]  # (namespace or "", name)

@@ -17,7 +17,7 @@ import pytest
 import urllib3
 
 from skyhook_dev.harness import wait_until
-from skyhook_operator.core import holds
+from skyhook_planner.rules import holds
 
 from .helpers import Cluster, Recording, agentless
 

@@ -17,13 +17,6 @@ import pytest
 
 from skyhook_dev.harness import node_state, node_status, wait_until
 from skyhook_dev.registry import LocalRegistry, digest_of
-from skyhook_operator.core.imagecompat import (
-    ENABLED_LABEL,
-    IMAGE_REF_ANNOTATION,
-    MEDIA_TYPE,
-    TARGET_IMAGE_ANNOTATION,
-)
-from skyhook_operator.core.spec import ImageCompatibility
 from skyhook_operator.kube.artifacts import (
     ArtifactFetcher,
     FetchError,
@@ -31,6 +24,13 @@ from skyhook_operator.kube.artifacts import (
     pod_image_patch,
 )
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube
+from skyhook_planner.model.imagecompat import (
+    ENABLED_LABEL,
+    IMAGE_REF_ANNOTATION,
+    MEDIA_TYPE,
+    TARGET_IMAGE_ANNOTATION,
+)
+from skyhook_planner.model.spec import ImageCompatibility
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from admission_cases import BAD_POLICIES, BAD_SKYHOOKS, Case
 
-from skyhook_operator.core.admission import (
+from skyhook_planner.admission import (
     MAX_MESSAGE,
     MAX_SKYHOOK_NAME,
     default_policy,
     review_policy,
     review_skyhook,
 )
-from skyhook_operator.core.policy import decode_policy
-from skyhook_operator.core.status import MAX_CONDITION_MESSAGE, summarize
+from skyhook_planner.model.policy import decode_policy
+from skyhook_planner.model.status import MAX_CONDITION_MESSAGE, summarize
 
 PACKAGE = {"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook-packages/shellscript"}
 

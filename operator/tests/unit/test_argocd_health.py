@@ -9,8 +9,8 @@ from typing import Any
 
 import lupa.lua51 as lua
 import pytest
-from planner_driver import Driver, package
 
+from skyhook_planner.sim.driver import Driver, package
 from skyhook_schemas import keys
 
 REPO = Path(__file__).resolve().parents[3]

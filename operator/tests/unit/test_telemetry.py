@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from planner_driver import START, Driver, package
 
-from skyhook_operator.core.plan import plan
-from skyhook_operator.core.telemetry import Family, compartments, handoff_delays, skyhook_families
-from skyhook_operator.core.views import ClusterSnapshot, NodeView, PolicyView, SkyhookView
-from skyhook_operator.core.vocabulary import STAGES, STATES, STATUSES
 from skyhook_operator.observability import Telemetry, go_float
+from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, PolicyView, SkyhookView
+from skyhook_planner.model.vocabulary import STAGES, STATES, STATUSES
+from skyhook_planner.passes.plan import plan
+from skyhook_planner.sim.driver import START, Driver, package
+from skyhook_planner.telemetry import Family, compartments, handoff_delays, skyhook_families
 from skyhook_schemas import keys
 
 SELECT = {"matchLabels": {"pool": "gpu"}}

@@ -1,7 +1,7 @@
 """Read-your-writes: the snapshot prefers our newer writes until the watch catches up."""
 
-from skyhook_operator.core.views import NodeView, PodView
 from skyhook_operator.snapshot import Overlay, versioned
+from skyhook_planner.model.snapshot import NodeView, PodView
 
 
 def node(name: str, rv: int, **annotations: str) -> dict:

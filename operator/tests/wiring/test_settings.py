@@ -4,13 +4,13 @@ from importlib import metadata
 
 import pytest
 
-from skyhook_operator.core.vocabulary import Taint
 from skyhook_operator.settings import (
     SettingsError,
     load_settings,
     parse_bind_address,
     parse_seconds,
 )
+from skyhook_planner.model.vocabulary import Taint
 
 
 def test_defaults_match_upstream() -> None:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from skyhook_operator.core.vocabulary import Taint
 from skyhook_operator.kube.writer import _wanted_taints
+from skyhook_planner.model.vocabulary import Taint
 
 RUNTIME = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
 GPU = Taint("gpu", "NoExecute", "true")

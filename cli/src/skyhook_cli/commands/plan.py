@@ -3,7 +3,7 @@
 The plugin reads Skyhooks, DeploymentPolicies, Nodes, pods bound to nodes and our ConfigMaps,
 puts the given Skyhook (from the cluster, or from a file, replacing the one of the same name)
 into an in-memory copy, and runs the operator's own planner forward in simulated time
-(`skyhook_operator.core.forecast`). Every API call here is a read.
+(`skyhook_planner.sim.forecast`). Every API call here is a read.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import yaml
 from skyhook_cli import output
 from skyhook_cli.app import App, CliError, current_app, global_flags
 from skyhook_cli.patterns import quote
-from skyhook_operator.core.forecast import Forecast, Timing, forecast, observed_durations
-from skyhook_operator.core.settings import PlannerSettings
-from skyhook_operator.core.simcluster import SimCluster
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.sim.cluster import SimCluster
+from skyhook_planner.sim.forecast import Forecast, Timing, forecast, observed_durations
 from skyhook_schemas import keys
 
 

@@ -23,7 +23,8 @@ import oras.provider
 import requests
 from oras.auth import AuthenticationException
 
-from skyhook_operator.core.imagecompat import (
+from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_planner.model.imagecompat import (
     IMAGE_REF_ANNOTATION,
     MEDIA_TYPES,
     Artifact,
@@ -33,9 +34,8 @@ from skyhook_operator.core.imagecompat import (
     parse_text,
     pod_patch,
 )
-from skyhook_operator.core.spec import ImageCompatibility
-from skyhook_operator.core.views import SkyhookView
-from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_planner.model.snapshot import SkyhookView
+from skyhook_planner.model.spec import ImageCompatibility
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from skyhook_operator.core.alerts import Alert, AlertReading
+from skyhook_planner.model.alerts import Alert, AlertReading
 
 log = logging.getLogger(__name__)
 

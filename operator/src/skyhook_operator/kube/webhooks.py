@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from skyhook_operator.core.imagecompat import ENABLED_LABEL
 from skyhook_operator.kube.client import APPLY_PATCH, FIELD_MANAGER, JSON_PATCH, ApiError, Kube
+from skyhook_planner.model.imagecompat import ENABLED_LABEL
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,20 @@ from typing import Any
 
 import urllib3
 
-from skyhook_operator.core.actions import (
+from skyhook_operator.kube import events
+from skyhook_operator.kube.client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    Json,
+    Kube,
+)
+from skyhook_operator.kube.drain import Evictor
+from skyhook_operator.snapshot import ClusterStore
+from skyhook_planner.model.actions import (
     Action,
     AddFinalizer,
     AnnotateSkyhook,
@@ -55,21 +68,8 @@ from skyhook_operator.core.actions import (
     lane_of,
     skyhook_wide,
 )
-from skyhook_operator.core.status import compose_merge_patches
-from skyhook_operator.core.vocabulary import Taint
-from skyhook_operator.kube import events
-from skyhook_operator.kube.client import (
-    APPLY_PATCH,
-    FIELD_MANAGER,
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    ApiError,
-    Json,
-    Kube,
-)
-from skyhook_operator.kube.drain import Evictor
-from skyhook_operator.snapshot import ClusterStore
+from skyhook_planner.model.status import compose_merge_patches
+from skyhook_planner.model.vocabulary import Taint
 
 log = logging.getLogger(__name__)
 

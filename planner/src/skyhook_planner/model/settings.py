@@ -1,0 +1,32 @@
+"""The settings the core decides with: the subset of the operator's settings that shapes plans
+(names, images, host paths, taint, retry timing), built by the operator's settings.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skyhook_planner.model.vocabulary import Taint, image_tag
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    namespace: str = "skyhook"
+    agent_image: str = "ghcr.io/nvidia/skyhook/agent:latest"
+    pause_image: str = "registry.k8s.io/pause:3.10"
+    copy_dir_root: str = "/var/lib/skyhook"
+    agent_log_root: str = "/var/log/skyhook"
+    runtime_required_taint: Taint = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
+    reapply_on_reboot: bool = False
+    image_pull_secret: str = ""
+    # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.
+    retry_backoff_base_s: float = 10.0
+    retry_backoff_max_s: float = 300.0
+    # The running operator's version, written into the version annotations of nodes and SCRs.
+    operator_version: str = "dev"
+    # While an alert gate holds, read the alerts again after this many seconds.
+    alert_recheck_s: float = 30.0
+
+    @property
+    def agent_version(self) -> str:
+        """The agent image's tag, as upstream writes it into node metadata."""
+        return image_tag(self.agent_image)

@@ -1,0 +1,267 @@
+"""What the core reads: a cluster snapshot of views, one frozen dataclass per kind.
+
+The wiring side builds a `ClusterSnapshot` from API objects; the `from_api` constructors here do
+the decoding, so there is one decoder per kind. A view keeps only what a decision needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from skyhook_planner.model.alerts import AlertReading
+from skyhook_planner.model.imagecompat import Artifact
+from skyhook_planner.model.policy import Policy, PolicyError, decode_policy
+from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec
+from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
+
+# --- the input snapshot ----------------------------------------------------------------------
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    boot_id: str = ""
+    created: datetime | None = None
+    conditions: tuple[NodeCondition, ...] = ()
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> NodeView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        conditions = tuple(
+            NodeCondition(
+                type=c.get("type", ""),
+                status=c.get("status", ""),
+                reason=c.get("reason") or "",
+                message=c.get("message") or "",
+            )
+            for c in status.get("conditions") or ()
+        )
+        ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+        return cls(
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            taints=tuple(Taint.from_api(t) for t in spec.get("taints") or ()),
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=ready,
+            boot_id=(status.get("nodeInfo") or {}).get("bootID", ""),
+            created=_parse_time(meta.get("creationTimestamp")),
+            conditions=conditions,
+        )
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """The parts of a (init) container spec the planner compares against what it would build."""
+
+    name: str
+    image: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[JsonDict, ...] = ()
+    resources: JsonDict = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, body: JsonDict) -> ContainerView:
+        return cls(
+            name=body.get("name", ""),
+            image=body.get("image", ""),
+            args=tuple(body.get("args") or ()),
+            env=tuple(body.get("env") or ()),
+            resources=dict(body.get("resources") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class ContainerStatusView:
+    """One init container's status; `state` is "waiting", "running" or "terminated"."""
+
+    name: str
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    restart_count: int = 0
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, body: JsonDict) -> ContainerStatusView:
+        states = body.get("state") or {}
+        if states.get("terminated") is not None:
+            term = states["terminated"]
+            return cls(
+                name=body.get("name", ""),
+                state="terminated",
+                reason=term.get("reason") or "",
+                exit_code=term.get("exitCode"),
+                restart_count=body.get("restartCount") or 0,
+                finished_at=_parse_time(term.get("finishedAt")),
+            )
+        if states.get("running") is not None:
+            return cls(body.get("name", ""), "running", restart_count=body.get("restartCount") or 0)
+        waiting = states.get("waiting") or {}
+        return cls(
+            name=body.get("name", ""),
+            state="waiting",
+            reason=waiting.get("reason") or "",
+            restart_count=body.get("restartCount") or 0,
+        )
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    namespace: str
+    node: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    phase: str = "Pending"
+    init_containers: tuple[ContainerView, ...] = ()
+    init_statuses: tuple[ContainerStatusView, ...] = ()
+    deleting: bool = False
+    # What a drain needs to know: does the pod tolerate the cordon taint, who owns it.
+    tolerates_unschedulable: bool = False
+    owner_kinds: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        """Running or Pending and not on its way out."""
+        return self.phase in {"Running", "Pending"} and not self.deleting
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> PodView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        return cls(
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace", ""),
+            node=spec.get("nodeName") or "",
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            phase=status.get("phase") or "Pending",
+            init_containers=tuple(
+                ContainerView.from_api(c) for c in spec.get("initContainers") or ()
+            ),
+            init_statuses=tuple(
+                ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
+            ),
+            deleting=bool(meta.get("deletionTimestamp")),
+            tolerates_unschedulable=any(
+                t.get("key") == "node.kubernetes.io/unschedulable"
+                for t in spec.get("tolerations") or ()
+            ),
+            owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class ConfigMapView:
+    name: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    data: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> ConfigMapView:
+        meta = obj.get("metadata") or {}
+        return cls(
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace", ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            data=dict(obj.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class SkyhookView:
+    """A Skyhook object. `spec` is None when the spec is invalid; `spec_errors` then says why."""
+
+    name: str
+    uid: str = ""
+    generation: int = 1
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec: SkyhookSpec | None = None
+    spec_errors: tuple[str, ...] = ()
+    status: JsonDict = field(default_factory=dict)
+    finalizers: tuple[str, ...] = ()
+    deleting: bool = False
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> SkyhookView:
+        meta = obj.get("metadata") or {}
+        spec: SkyhookSpec | None = None
+        errors: tuple[str, ...] = ()
+        try:
+            spec = decode_spec(obj.get("spec") or {})
+        except SpecError as err:
+            errors = tuple(err.messages)
+        return cls(
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            generation=meta.get("generation") or 1,
+            annotations=dict(meta.get("annotations") or {}),
+            spec=spec,
+            spec_errors=errors,
+            status=dict(obj.get("status") or {}),
+            finalizers=tuple(meta.get("finalizers") or ()),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """A DeploymentPolicy. `policy` is None when its spec is invalid; `errors` then says why."""
+
+    name: str
+    policy: Policy | None = None
+    errors: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, obj: JsonDict) -> PolicyView:
+        name = (obj.get("metadata") or {}).get("name", "")
+        try:
+            return cls(name, decode_policy(name, obj.get("spec") or {}))
+        except PolicyError as err:
+            return cls(name, errors=tuple(err.messages))
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything one pass decides from. It must reflect every write of earlier passes
+    (read-your-writes): a stale node annotation would make the planner redo finished work."""
+
+    skyhooks: tuple[SkyhookView, ...]
+    nodes: tuple[NodeView, ...]
+    pods: tuple[PodView, ...] = ()
+    configmaps: tuple[ConfigMapView, ...] = ()
+    policies: tuple[PolicyView, ...] = ()
+    # Image compatibility artifacts fetched by the operator, by `ImageCompatibility.source`:
+    # the parsed artifact, or why it could not be had (a registry error, a malformed artifact).
+    image_artifacts: Mapping[str, Artifact | str] = field(default_factory=dict)
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # What the operator last read from each Prometheus URL an alertGate names.
+    alerts: tuple[AlertReading, ...] = ()
+    # Nodes whose writes from an earlier pass are still going out: what the snapshot shows of
+    # them may be about to change, so the pass decides nothing for them until those writes
+    # are done. Those of them being started or released hold a budget slot meanwhile (a
+    # released node until its whole lane is written, the deletion of its last pod included).
+    busy_nodes: frozenset[str] = frozenset()
+    holding_nodes: frozenset[str] = frozenset()

@@ -1,0 +1,257 @@
+"""Statuses, computed purely: a node's status for one Skyhook, the Skyhook's overall status,
+its status block and the merge patch that gets it there.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from skyhook_planner.model.vocabulary import (
+    BLOCKED,
+    COMPLETE,
+    DISABLED,
+    ERRORING,
+    IN_PROGRESS,
+    PAUSED,
+    UNKNOWN,
+    WAITING,
+)
+from skyhook_schemas import keys
+
+CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
+CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"
+CONDITION_SPEC_WARNING = f"{keys.GROUP}/SpecWarning"
+CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
+# Ours: a package's image compatibility artifact could not be fetched or is malformed.
+CONDITION_IMAGE_COMPATIBILITY = f"{keys.GROUP}/ImageCompatibilityUnavailable"
+# Ours: nodes skipped because no candidate image of an artifact matches them.
+CONDITION_NO_COMPATIBLE_IMAGE = f"{keys.GROUP}/NoCompatibleImage"
+# Removed as soon as the Skyhook runs again.
+POLICY_BLOCKED_CONDITIONS = (
+    CONDITION_POLICY_NOT_FOUND,
+    CONDITION_POLICY_INVALID,
+    CONDITION_IMAGE_COMPATIBILITY,
+)
+# The kstatus convention (Flux, kpt, cli-utils): written beside upstream's conditions so GitOps
+# tools can tell a rollout in progress from a finished or a stuck one.
+CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED = "Ready", "Reconciling", "Stalled"
+KSTATUS_CONDITIONS = (CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED)
+
+
+def node_status(
+    *,
+    complete: bool,
+    blocked: bool,
+    erroring: bool,
+    in_progress: bool,
+    paused: bool,
+    disabled: bool,
+) -> str:
+    """One node's status for one Skyhook. A finished node is `complete` whatever the Skyhook's
+    mode; otherwise disable and pause win, then problems, then progress."""
+    if complete:
+        return COMPLETE
+    if disabled:
+        return DISABLED
+    if paused:
+        return PAUSED
+    if blocked:
+        return BLOCKED
+    if erroring:
+        return ERRORING
+    return IN_PROGRESS if in_progress else WAITING
+
+
+def skyhook_status(node_statuses: Mapping[str, str], *, paused: bool, disabled: bool) -> str:
+    """All complete (or no nodes) -> complete; else the most pressing node status, in the order
+    in_progress, erroring, waiting, blocked; then disable/pause override an incomplete result."""
+    values = set(node_statuses.values())
+    if values <= {COMPLETE}:
+        return COMPLETE
+    if disabled:
+        return DISABLED
+    if paused:
+        return PAUSED
+    for status in (IN_PROGRESS, ERRORING, WAITING, BLOCKED, PAUSED, DISABLED):
+        if status in values:
+            return status
+    return UNKNOWN
+
+
+# The apiserver refuses a condition message over 32,768 characters, and with it the whole
+# status write: a long list of problems is cut to whole problems plus a count of the rest.
+MAX_CONDITION_MESSAGE = 32768
+
+
+def summarize(problems: Sequence[str], limit: int = MAX_CONDITION_MESSAGE, sep: str = "; ") -> str:
+    """`problems` joined by `sep`, cut after the last whole problem that fits in `limit`
+    characters together with a note of how many were left out."""
+    joined = sep.join(problems)
+    if len(joined) <= limit:
+        return joined
+    kept: list[str] = []
+    used = 0
+    for problem in problems:
+        rest = len(problems) - len(kept) - 1
+        note = f"{sep}... and {rest} more ({len(problems)} problems in all)"
+        if used + len(sep) * bool(kept) + len(problem) + len(note) > limit:
+            break
+        used += len(sep) * bool(kept) + len(problem)
+        kept.append(problem)
+    left_out = len(problems) - len(kept)
+    note = f"... and {left_out} more ({len(problems)} problems in all)"
+    return sep.join([*kept, note])[:limit]
+
+
+def condition(
+    type_: str, status: bool, reason: str, message: str, now: datetime, *, generation: int = 0
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "observedGeneration": generation,
+    }
+
+
+def kstatus_conditions(
+    overall: str, now: datetime, *, generation: int, message: str = ""
+) -> list[dict[str, Any]]:
+    """Ready, Reconciling and Stalled for a Skyhook whose overall status is `overall`.
+
+    complete: Ready. Still rolling (in_progress, waiting, unknown): Reconciling. Erroring nodes
+    or a Skyhook that cannot run (blocked: invalid spec, missing policy, untolerated taints):
+    Stalled, so a health check fails instead of waiting forever. Paused or disabled: none of
+    them True, since the operator holds the rollout on purpose. `message` explains a Stalled.
+    """
+    reason = "".join(part.capitalize() for part in overall.split("_"))
+    stalled = overall in {ERRORING, BLOCKED}
+    reconciling = overall in {IN_PROGRESS, WAITING, UNKNOWN}
+    ready = overall == COMPLETE
+    explained = message or f"Skyhook is {overall}."
+    return [
+        condition(
+            CONDITION_READY,
+            ready,
+            reason,
+            "Every selected node is complete." if ready else explained,
+            now,
+            generation=generation,
+        ),
+        condition(
+            CONDITION_RECONCILING,
+            reconciling,
+            reason,
+            f"Rolling out: {overall}." if reconciling else f"Not rolling out: {overall}.",
+            now,
+            generation=generation,
+        ),
+        condition(
+            CONDITION_STALLED,
+            stalled,
+            reason,
+            explained if stalled else f"Not stalled: {overall}.",
+            now,
+            generation=generation,
+        ),
+    ]
+
+
+def erroring_message(node_statuses: Mapping[str, str]) -> str:
+    """Names the erroring nodes (at most five) for the Stalled condition."""
+    erroring = sorted(name for name, status in node_statuses.items() if status == ERRORING)
+    if not erroring:
+        return ""
+    shown = ", ".join(erroring[:5]) + (
+        f" and {len(erroring) - 5} more" if len(erroring) > 5 else ""
+    )
+    return f"{len(erroring)} node(s) erroring: {shown}."
+
+
+def merge_conditions(
+    current: list[Mapping[str, Any]], wanted: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Upsert by type; a condition whose status, reason and message are unchanged keeps its
+    lastTransitionTime, so an unchanged list produces no patch."""
+    result = [dict(c) for c in current]
+    index = {c.get("type"): i for i, c in enumerate(result)}
+    for cond in wanted:
+        at = index.get(cond["type"])
+        if at is None:
+            index[cond["type"]] = len(result)
+            result.append(cond)
+            continue
+        old = result[at]
+        if any(
+            old.get(k) != cond[k] for k in ("status", "reason", "message", "observedGeneration")
+        ):
+            result[at] = cond
+    return result
+
+
+def merge_patched(document: Any, patch: Any) -> Any:
+    """`document` with an RFC 7386 merge patch applied (dicts merge, None removes), as a new
+    object: what the patch does not touch is shared with `document`, not copied, so applying
+    a small patch to a large status costs the patch's size."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(document) if isinstance(document, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patched(result.get(key), value)
+    return result
+
+
+def compose_merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One merge patch doing what applying `first` then `second` does, except where `first`
+    removes a key and `second` sets it to an object again: the composed patch then merges that
+    object into the old one (the next pass's patch removes what is left over)."""
+    composed = copy.deepcopy(dict(first))
+    for key, value in second.items():
+        if isinstance(value, Mapping) and isinstance(composed.get(key), Mapping):
+            composed[key] = compose_merge_patches(composed[key], value)
+        else:
+            composed[key] = copy.deepcopy(value)
+    return composed
+
+
+def merge_patch(current: Any, desired: Any) -> Any:
+    """The RFC 7386 merge patch taking `current` to `desired` (dicts recurse, None removes);
+    returns {} when they are equal. Shared sub-objects are skipped without a deep compare."""
+    if not isinstance(current, dict) or not isinstance(desired, dict):
+        return desired
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        if key not in current:
+            patch[key] = value
+            continue
+        old = current[key]
+        if old is value:
+            continue
+        if isinstance(value, dict) and isinstance(old, dict):
+            sub = merge_patch(old, value)
+            if sub:
+                patch[key] = sub
+        elif old != value:
+            patch[key] = value
+    for key in current:
+        if key not in desired:
+            patch[key] = None
+    return patch
+
+
+def counts(node_statuses: Mapping[str, str]) -> tuple[int, int]:
+    """(complete nodes, nodes in progress) where in progress includes erroring, as upstream."""
+    values = list(node_statuses.values())
+    return values.count(COMPLETE), values.count(IN_PROGRESS) + values.count(ERRORING)
+
+
+def package_list(packages: Mapping[str, Any]) -> str:
+    return ",".join(sorted(f"{p.name}:{p.version}" for p in packages.values()))

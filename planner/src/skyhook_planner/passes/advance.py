@@ -1,0 +1,236 @@
+"""Advance one admitted node for one Skyhook: uninstalls first, then the runnable packages in
+dependsOn order; interrupt packages need the node cordoned and drained, and every package due
+for an interrupt shares one interrupt pod, which goes before anything new starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from skyhook_planner import podbuilder
+from skyhook_planner.model import status
+from skyhook_planner.model.actions import CreatePod, EvictPod, Held
+from skyhook_planner.model.nodestate import PackageEntry
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.spec import Package
+from skyhook_planner.model.vocabulary import (
+    APPLY,
+    CONFIG,
+    ERRORING,
+    IN_PROGRESS,
+    INTERRUPT,
+    SKIPPED,
+    UNINSTALL,
+    UPGRADE,
+)
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import gates, interrupts, ordering, stages
+from skyhook_planner.rules.holds import Hold
+from skyhook_schemas import keys
+
+GATE_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
+
+
+def advance(ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> Decision:
+    """Start the stages that may start on `node` now; returns what that decides."""
+    return _NodeRun(ctx, node, work).run()
+
+
+class _NodeRun:
+    """One node's advance. Its fields are its own working copy; `run` returns them as a
+    Decision."""
+
+    def __init__(self, ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.work = work
+        self.decision = Decision()
+        self.state = ctx.state(node)
+        self.entries = dict(self.state.packages)
+        self.images = dict(self.state.images or {})
+        self.node_packages = ctx.node_packages(node)
+        on_node = ctx.index.pods_on_node.get(node.name, ())
+        self.pods = [p for p in on_node if ctx.live(p)]
+        self.ours = ctx.ours_on(node.name)
+        self.busy = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
+        self.created = 0
+
+    def run(self) -> Decision:
+        stage_hold = self.ctx.holds.stages
+        if stage_hold is not None:
+            # A closed window that holds every stage: what runs finishes, nothing new starts.
+            if self.work.uninstalls or self.work.due:
+                self._hold(stage_hold)
+        elif self.work.uninstalls:
+            for entry in self.work.uninstalls:
+                stand_in = podbuilder.uninstall_stand_in(entry.name, entry.version, entry.image)
+                ran = self.images.get(entry.name, {}).get("image", "")
+                if ran:  # the variant the node was given, not the package's plain image
+                    stand_in = replace(stand_in, chosen_image=ran)
+                self._start(stand_in, UNINSTALL)
+        else:
+            self._spec_work()
+        images = self.images if self.images or self.state.images is not None else None
+        self.decision.states[self.node.name] = replace(
+            self.state, entries=self.entries, error="", images=images
+        )
+        return self.decision
+
+    def _spec_work(self) -> None:
+        ctx = self.ctx
+        packages = self.node_packages.packages
+        updates = ctx.config_updates
+        due = {n: s for n, s in self.work.due.items() if n not in ctx.stale_config}
+        ready = ordering.runnable(
+            packages,
+            due,
+            lambda dep: stages.is_complete(packages[dep], self.entries, updates),
+        )
+        interrupting = [
+            n
+            for n in ready
+            if due[n] in {APPLY, UPGRADE, CONFIG, INTERRUPT}
+            and interrupts.has_interrupt(packages[n], updates.get(n, ()))
+        ]
+        at_interrupt = [packages[n] for n in ready if due[n] == INTERRUPT]
+        hold = ctx.holds.interrupts
+        if hold is not None and (interrupting or at_interrupt):
+            # No cordon, drain or interrupt starts now; an interrupt pod that already runs is
+            # left alone (and so is a cordon already in place: the interrupt still comes).
+            self._hold(hold)
+            if not at_interrupt:
+                for name in ready:
+                    if name not in interrupting:
+                        self._start(packages[name], due[name])
+            return
+        gate = gates.check(
+            self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
+        )
+        if interrupting:
+            self._cordon_and_drain(gate, packages[interrupting[0]])
+        if at_interrupt:
+            # The interrupt goes first: it needs the node to itself, and starting more work now
+            # would only delay it (and a reboot would cut that work short).
+            self._interrupt(at_interrupt, gate)
+            return
+        for name in ready:
+            if name in interrupting and not gate.open:
+                continue
+            self._start(packages[name], due[name])
+
+    def _hold(self, hold: Hold) -> None:
+        self.decision.held.append(Held(self.ctx.name, self.node.name, hold.reason, hold.message))
+        self.decision.wake_in(hold.recheck_s)
+
+    def _cordon_and_drain(self, gate: gates.GateResult, package: Package) -> None:
+        out = self.decision.node(self.node.name)
+        if not self.node.unschedulable and not self.state.cordoned:
+            out.unschedulable = True
+            self.state = replace(self.state, cordoned=True)
+        if gate.to_evict:
+            self.decision.event(
+                "Node",
+                self.node.name,
+                "Interrupt",
+                f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{self.ctx.name}]",
+            )
+            out.actions += [EvictPod(pod.namespace, pod.name, pod.node) for pod in gate.to_evict]
+        if not gate.open:
+            self.decision.wake_in(GATE_POLL_S)
+
+    def _start(self, package: Package, stage: str) -> None:
+        ctx = self.ctx
+        if podbuilder.package_label(package.name, package.version) in self.busy:
+            return  # its pod is still running; its result arrives through learning
+        if ctx.spec.serial and (self.ours or self.created):
+            return
+        entry = self.entries.get(package.key)
+        restarts = (
+            entry.restarts
+            if entry is not None and entry.stage == stage and entry.state == ERRORING
+            else 0
+        )
+        manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, package, self.node.name, stage)
+        if not self._create(manifest):
+            return
+        chosen = self.node_packages.chosen.get(package.name)
+        if chosen is not None and stage != UNINSTALL:
+            self.images[package.name] = dict(chosen)
+        self.entries[package.key] = PackageEntry(
+            package.name,
+            package.version,
+            package.image,
+            stage,
+            IN_PROGRESS,
+            package.container_sha,
+            restarts,
+        )
+        label = f"[{package.name}:{package.version}]"
+        self.decision.event(
+            "Node",
+            self.node.name,
+            "Apply",
+            f"Applying package {label} from [skyhook:{ctx.name}] stage [{stage}]",
+        )
+        self.decision.event(
+            "Skyhook",
+            ctx.name,
+            "Apply",
+            f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
+        )
+        self.decision.conditions.append(
+            status.condition(
+                keys.CONDITION_APPLY_PACKAGE,
+                True,
+                "ApplyPackage",
+                f"Applying package [{package.name}:{package.version}] to node [{self.node.name}]",
+                ctx.now,
+                generation=ctx.scr.generation,
+            )
+        )
+
+    def _create(self, manifest: dict[str, Any]) -> bool:
+        meta = manifest["metadata"]
+        if self.ctx.name_taken(meta["namespace"], meta["name"]):
+            self.decision.wake_in(1.0)
+            return False
+        out = self.decision.node(self.node.name)
+        if self.ctx.scr not in out.metadata_for:
+            out.metadata_for.append(self.ctx.scr)
+        out.actions.append(CreatePod(manifest))
+        self.busy.add(meta["labels"][keys.PACKAGE_LABEL])
+        self.created += 1
+        return True
+
+    def _interrupt(self, due: list[Package], gate: gates.GateResult) -> None:
+        """One interrupt pod for every package due for an interrupt, once nothing else of ours
+        runs on the node and the node is drained."""
+        ctx = self.ctx
+        on_node = ctx.index.pods_on_node.get(self.node.name, ())
+        if any(ctx.index.is_ours(p) and ctx.present(p) for p in on_node):
+            return
+        if self.created or not gate.open:
+            return
+        merged = interrupts.merge(due, ctx.config_updates)
+        if merged is None:
+            return
+        manifest = podbuilder.build_interrupt_pod(
+            ctx.settings, ctx.scr, merged.chosen, self.node.name, merged.interrupt
+        )
+        if not self._create(manifest):
+            return
+        for package in merged.covered:
+            state = IN_PROGRESS if package.name == merged.chosen.name else SKIPPED
+            base = self.entries.get(package.key) or PackageEntry(
+                package.name, package.version, package.image
+            )
+            self.entries[package.key] = replace(base, stage=INTERRUPT, state=state, restarts=0)
+        chosen = merged.chosen
+        self.decision.event(
+            "Skyhook",
+            ctx.name,
+            "Interrupt",
+            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [skyhook:{ctx.name}]",
+        )

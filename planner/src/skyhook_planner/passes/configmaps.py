@@ -1,0 +1,104 @@
+"""Package ConfigMaps of one Skyhook: create them, delete stale ones, and accept a configMap edit
+once no pod of that package runs, sending past-config nodes back to config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from skyhook_planner import podbuilder
+from skyhook_planner.model.actions import DeleteConfigMap, UpsertConfigMap
+from skyhook_planner.model.nodestate import NodeState
+from skyhook_planner.model.snapshot import ConfigMapView, NodeView
+from skyhook_planner.model.spec import Package
+from skyhook_planner.model.vocabulary import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
+from skyhook_planner.passes import learning
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import stages
+from skyhook_schemas import keys
+
+_PAST_CONFIG = {CONFIG, INTERRUPT, POST_INTERRUPT}
+
+
+def reconcile(ctx: SkyhookContext) -> Decision:
+    """Create missing package ConfigMaps, take in configMap edits, delete ConfigMaps of
+    packages and nodes this Skyhook no longer has."""
+    decision = Decision(config_updates={k: list(v) for k, v in ctx.config_updates.items()})
+    wanted_names = set()
+    for package in ctx.spec.packages.values():
+        if not package.config_map:
+            continue
+        name = keys.package_configmap_name(ctx.name, package.name, package.version)
+        wanted_names.add(name)
+        current = ctx.index.configmaps.get(name)
+        if current is None:
+            decision.first.append(
+                UpsertConfigMap(podbuilder.build_package_configmap(ctx.settings, ctx.scr, package))
+            )
+        elif dict(current.data) != dict(package.config_map):
+            decision.merge(_config_edit(ctx, package, current, decision))
+    configmaps = ctx.index.snap.configmaps
+    for cm in configmaps:
+        if cm.labels.get(keys.NAME_LABEL) == ctx.name and cm.name not in wanted_names:
+            decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
+    matched = {keys.node_metadata_configmap_name(ctx.name, n.name) for n in ctx.matched}
+    for cm in configmaps:
+        if cm.labels.get(keys.NODE_META_LABEL) == ctx.name and cm.name not in matched:
+            decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
+    return decision
+
+
+def _config_edit(
+    ctx: SkyhookContext, package: Package, current: ConfigMapView, so_far: Decision
+) -> Decision:
+    """A configMap edit is accepted once no pod of the package is running: every node past
+    its config stage goes back to config, and the ConfigMap is rewritten after the nodes.
+    `so_far` is what `reconcile` decided for the packages before this one."""
+
+    def state(node: NodeView) -> NodeState:
+        return decision.states.get(node.name) or so_far.states.get(node.name) or ctx.state(node)
+
+    decision = Decision(stale_config={package.name})
+    label = podbuilder.package_label(package.name, package.version)
+    for pod in ctx.pods():
+        if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.live(pod):
+            continue
+        pkg = ctx.index.pod_package(pod)
+        failing = learning.outcome(pod).result == learning.FAILED
+        if failing and pkg is not None and pkg.stage in _PAST_CONFIG:
+            decision.delete_pod(pod, "superseded by a configMap edit")
+        else:
+            return decision  # wait for it: the edit must not change files under a running stage
+    updates = dict(so_far.config_updates or {})
+    old = dict(current.data)
+    changed = sorted(k for k, v in package.config_map.items() if old.get(k) != v)
+    all_done = all(stages.is_complete(package, state(n).packages, updates) for n in ctx.matched)
+    previous = [] if all_done else updates.get(package.name, [])
+    updates[package.name] = sorted(set(previous) | set(changed))
+    decision.config_updates = updates
+    for node in ctx.matched:
+        entry = state(node).packages.get(package.key)
+        if entry is not None and entry.stage in _PAST_CONFIG:
+            restarted = replace(entry, stage=CONFIG, state=IN_PROGRESS, restarts=0)
+            decision.states[node.name] = replace(
+                state(node), entries={**state(node).packages, package.key: restarted}, error=""
+            )
+    decision.last.append(
+        UpsertConfigMap(podbuilder.build_package_configmap(ctx.settings, ctx.scr, package))
+    )
+    return decision
+
+
+def clear_on_version_change(ctx: SkyhookContext) -> Decision:
+    """Forget the config updates of packages that are gone or whose version changed."""
+    updates = dict(ctx.config_updates)
+    for name in list(updates):
+        package = ctx.spec.packages.get(name)
+        if package is None or any(
+            e.name == name and e.version != package.version
+            for n in ctx.matched
+            for e in ctx.state(n).packages.values()
+        ):
+            del updates[name]
+    return Decision(config_updates=updates)

@@ -1,0 +1,114 @@
+"""What a step of a pass decides, as a value: every step returns a `Decision` and its caller
+merges it into its own with `Decision.merge`. No step writes into its caller's state.
+
+A decision carries two kinds of things:
+- output for the plan: per-node work (`NodeOut`), actions that go first or last, events, pods
+  deleted, when to plan again, nodes that start, which (Skyhook, node) pairs are complete;
+- one Skyhook's working state as changed by the step: node states, config updates, packages
+  whose ConfigMap must be rewritten first, and status conditions. The Skyhook's pass reads
+  them back (through its context) when it runs the next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skyhook_planner.model.actions import Action, DeletePod, EmitEvent, Held
+from skyhook_planner.model.nodestate import NodeChanges, NodeState
+from skyhook_planner.model.snapshot import PodView, SkyhookView
+from skyhook_planner.model.vocabulary import NodeCondition, Taint
+
+PodKey = tuple[str, str]
+
+
+@dataclass
+class NodeOut:
+    """Everything a pass does to one node, assembled in a safe order at the end."""
+
+    changes: NodeChanges = field(default_factory=NodeChanges)
+    add_taints: list[Taint] = field(default_factory=list)
+    remove_taints: list[Taint] = field(default_factory=list)
+    unschedulable: bool | None = None
+    metadata_for: list[SkyhookView] = field(default_factory=list)  # metadata CMs before pods
+    actions: list[Action] = field(default_factory=list)  # after the node patch
+    conditions: list[NodeCondition] = field(default_factory=list)
+    drop_conditions: list[str] = field(default_factory=list)
+
+    def merge(self, other: NodeOut) -> None:
+        self.changes.merge(other.changes)
+        self.add_taints += [t for t in other.add_taints if t not in self.add_taints]
+        self.remove_taints += [t for t in other.remove_taints if t not in self.remove_taints]
+        if other.unschedulable is not None:
+            self.unschedulable = other.unschedulable
+        self.metadata_for += [s for s in other.metadata_for if s not in self.metadata_for]
+        self.actions += other.actions
+        self.conditions += other.conditions
+        self.drop_conditions += other.drop_conditions
+
+
+@dataclass
+class Decision:
+    nodes: dict[str, NodeOut] = field(default_factory=dict)
+    first: list[Action] = field(default_factory=list)  # finalizers, new package ConfigMaps
+    last: list[Action] = field(default_factory=list)  # status, config edits, deletions
+    events: list[EmitEvent] = field(default_factory=list)
+    deleted: set[PodKey] = field(default_factory=set)
+    requeue_after: float | None = None
+    starting: set[str] = field(default_factory=set)
+    releasing: set[str] = field(default_factory=set)
+    complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
+    held: list[Held] = field(default_factory=list)
+    # One Skyhook's working state, as this step leaves it.
+    states: dict[str, NodeState] = field(default_factory=dict)
+    config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
+    stale_config: set[str] = field(default_factory=set)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+    def node(self, name: str) -> NodeOut:
+        """This decision's work on `name` (created empty on first use)."""
+        if name not in self.nodes:
+            self.nodes[name] = NodeOut()
+        return self.nodes[name]
+
+    def delete_pod(self, pod: PodView, reason: str) -> None:
+        """Decide to delete `pod`; a pod already deleted or on its way out is left alone."""
+        key = (pod.namespace, pod.name)
+        if key not in self.deleted and not pod.deleting:
+            self.deleted.add(key)
+            self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, pod.node, reason))
+
+    def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
+        self.events.append(EmitEvent(kind, name, reason, message, type))
+
+    def wake_in(self, seconds: float) -> None:
+        seconds = max(0.5, seconds)
+        current = self.requeue_after
+        self.requeue_after = seconds if current is None else min(current, seconds)
+
+    def released(self) -> Decision:
+        """This decision without the working state of the Skyhook that made it: by the end of
+        a Skyhook's share that state has become node changes and status, and what the next
+        Skyhook may read of it is `complete` and `deleted`."""
+        return replace(self, states={}, config_updates=None, stale_config=set(), conditions=[])
+
+    def merge(self, other: Decision) -> Decision:
+        """Fold `other` (a later step's decision) into this one; returns self."""
+        for name, out in other.nodes.items():
+            self.node(name).merge(out)
+        self.first += other.first
+        self.last += other.last
+        self.events += other.events
+        self.deleted |= other.deleted
+        if other.requeue_after is not None:
+            self.wake_in(other.requeue_after)
+        self.starting |= other.starting
+        self.releasing |= other.releasing
+        self.complete.update(other.complete)
+        self.held += other.held
+        self.states.update(other.states)
+        if other.config_updates is not None:
+            self.config_updates = other.config_updates
+        self.stale_config |= other.stale_config
+        self.conditions += other.conditions
+        return self

@@ -1,0 +1,112 @@
+"""Learning a stage's result from its pod, as pure functions.
+
+`outcome(pod)` reads the init container statuses: the first failed container decides, otherwise
+the last one does. `record(...)` folds a finished pod into a node's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from skyhook_planner.model.nodestate import PackageEntry
+from skyhook_planner.model.snapshot import PodView
+from skyhook_planner.model.spec import Package
+from skyhook_planner.model.vocabulary import (
+    COMPLETE,
+    ERRORING,
+    INTERRUPT,
+    UNINSTALL,
+    UPGRADE,
+)
+from skyhook_planner.podbuilder import PodPackage
+
+SUCCEEDED, FAILED, RUNNING, WAITING = "succeeded", "failed", "running", "waiting"
+CRASH_LOOP = "CrashLoopBackOff"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str  # SUCCEEDED, FAILED, RUNNING or WAITING
+    restarts: int = 0
+    finished_at: datetime | None = None
+
+
+def outcome(pod: PodView) -> Outcome:
+    statuses = pod.init_statuses
+    for status in statuses:
+        failed = (status.state == "terminated" and status.exit_code not in (0, None)) or (
+            status.state == "waiting" and status.reason == CRASH_LOOP
+        )
+        if failed:
+            return Outcome(FAILED, status.restart_count, status.finished_at)
+    if not statuses:
+        return Outcome(FAILED if pod.phase == "Failed" else WAITING)
+    if len(statuses) < len(pod.init_containers):
+        return Outcome(WAITING)
+    last = statuses[-1]
+    if last.state == "terminated" and last.exit_code == 0:
+        return Outcome(SUCCEEDED, last.restart_count, last.finished_at)
+    if pod.phase == "Failed":
+        return Outcome(FAILED, last.restart_count, last.finished_at)
+    return Outcome(RUNNING if last.state == "running" else WAITING, last.restart_count)
+
+
+def record_success(
+    entries: Mapping[str, PackageEntry],
+    pod: PodPackage,
+    restarts: int,
+    spec_packages: Mapping[str, Package],
+) -> dict[str, PackageEntry]:
+    """Entries after the stage `pod` ran completed successfully."""
+    result = dict(entries)
+    key = f"{pod.name}|{pod.version}"
+    current = result.get(key) or PackageEntry(
+        pod.name, pod.version, pod.image, pod.stage, "", pod.container_sha
+    )
+    if pod.stage == INTERRUPT:
+        # One merged interrupt covers every package waiting at the interrupt stage.
+        for other_key, entry in list(result.items()):
+            if entry.stage == INTERRUPT and entry.state != COMPLETE:
+                result[other_key] = replace(entry, state=COMPLETE, restarts=0)
+        result[key] = replace(current, stage=INTERRUPT, state=COMPLETE, restarts=restarts)
+    elif pod.stage == UPGRADE:
+        for other_key, entry in list(result.items()):
+            if entry.name == pod.name and other_key != key:
+                del result[other_key]
+        result[key] = replace(current, stage=UPGRADE, state=COMPLETE, restarts=restarts)
+    elif pod.stage == UNINSTALL:
+        result.pop(key, None)
+        wanted = spec_packages.get(pod.name)
+        if wanted is not None:
+            base = result.get(wanted.key) or PackageEntry(wanted.name, wanted.version, wanted.image)
+            result[wanted.key] = replace(
+                base,
+                image=wanted.image,
+                container_sha=wanted.container_sha,
+                stage=UNINSTALL,
+                state=COMPLETE,
+            )
+    else:
+        result[key] = replace(current, stage=pod.stage, state=COMPLETE, restarts=restarts)
+    return result
+
+
+def record_failure(
+    entries: Mapping[str, PackageEntry], pod: PodPackage, restarts: int
+) -> dict[str, PackageEntry]:
+    result = dict(entries)
+    key = f"{pod.name}|{pod.version}"
+    current = result.get(key) or PackageEntry(
+        pod.name, pod.version, pod.image, pod.stage, "", pod.container_sha
+    )
+    result[key] = replace(
+        current, stage=pod.stage, state=ERRORING, restarts=max(current.restarts, restarts)
+    )
+    return result
+
+
+def backoff_s(restarts: int, base: float, cap: float) -> float:
+    """Wait before retrying a failed pod: base * 2**restarts, capped."""
+    return float(min(cap, base * (2 ** min(restarts, 20))))

@@ -1,0 +1,162 @@
+"""`plan(snapshot, settings) -> Plan`: one planning pass (the steps are described in
+core/__init__.py). Pure: the same snapshot always gives the same plan.
+
+The pass asks each step for its `Decision` (auto-taint, each Skyhook's share or cleanup, the
+runtime-required taint), merges them in order, and turns the result into the ordered actions
+of a `Plan`.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Mapping, Sequence
+
+from skyhook_planner import podbuilder
+from skyhook_planner.model.actions import (
+    Action,
+    PatchNode,
+    Plan,
+    UpsertConfigMap,
+)
+from skyhook_planner.model.nodestate import NodeChanges
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
+from skyhook_planner.passes import rollout
+from skyhook_planner.passes.cleanup import cleanup
+from skyhook_planner.passes.context import PassIndex
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import ordering
+from skyhook_schemas import keys
+
+
+def plan(snapshot: ClusterSnapshot, settings: PlannerSettings) -> Plan:
+    # A pass allocates many short-lived objects next to a large snapshot; cyclic GC runs in
+    # the middle of it would scan the whole snapshot again and again (3x slower at 1,000
+    # nodes). The pass creates no reference cycles, so pausing the collector is safe.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        index = PassIndex(snapshot, settings)
+        return assemble(index, decide(index))
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def decide(index: PassIndex) -> Decision:
+    """Every step's decision, merged in order: later Skyhooks see what earlier ones decided."""
+    ordered = ordering.skyhook_order(index.snap.skyhooks)
+    decision = auto_taint(index, ordered)
+    for scr in ordered:
+        if scr.deleting:
+            decision.merge(cleanup(index, scr, decision.deleted))
+        else:
+            decision.merge(rollout.decide(index, scr, decision))
+    return decision.merge(runtime_required(index, ordered, decision.complete))
+
+
+def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
+    """Taint nodes new to Skyhook that a runtimeRequired, autoTaintNewNodes Skyhook selects."""
+    decision = Decision()
+    taint = index.settings.runtime_required_taint
+    for scr in skyhooks:
+        spec = scr.spec
+        if (
+            scr.deleting
+            or spec is None
+            or not (spec.runtime_required and spec.auto_taint_new_nodes)
+        ):
+            continue
+        for node in index.snap.nodes:
+            new = not any(k.startswith(keys.PREFIX) for k in node.annotations)
+            if (
+                new
+                and spec.node_selector.matches(node.labels)
+                and not any(t.same_as(taint) for t in node.taints)
+            ):
+                out = decision.node(node.name)
+                if taint not in out.add_taints:
+                    out.add_taints.append(taint)
+                    out.changes.annotations[keys.auto_taint_key(taint.key)] = "true"
+    return decision
+
+
+def runtime_required(
+    index: PassIndex, skyhooks: Sequence[SkyhookView], complete: Mapping[tuple[str, str], bool]
+) -> Decision:
+    """Drop the runtime-required taint where every runtimeRequired Skyhook is complete."""
+    decision = Decision()
+    taint = index.settings.runtime_required_taint
+    for node in index.snap.nodes:
+        if not any(t.same_as(taint) for t in node.taints):
+            continue
+        wanting = [
+            s
+            for s in skyhooks
+            if s.spec is not None
+            and s.spec.runtime_required
+            and s.spec.node_selector.matches(node.labels)
+        ]
+        live = [s for s in wanting if not s.deleting]
+        if wanting and all(complete.get((s.name, node.name), False) for s in live):
+            decision.node(node.name).remove_taints.append(taint)
+    return decision
+
+
+def assemble(index: PassIndex, decision: Decision) -> Plan:
+    """The decision as ordered actions: per node its patch (conditions included), metadata
+    ConfigMaps, then pods; SCR-wide actions first and last; events at the very end."""
+    actions: list[Action] = list(decision.first)
+    busy = index.busy  # their earlier writes are still going out: nothing more for them yet
+    for name in sorted(decision.nodes.keys() - busy):
+        out = decision.nodes[name]
+        node = index.nodes.get(name)
+        if node is None:
+            actions += out.actions
+            continue
+        unschedulable = out.unschedulable if out.unschedulable != node.unschedulable else None
+        patch = PatchNode(
+            name,
+            annotations=dict(out.changes.annotations),
+            labels=dict(out.changes.labels),
+            add_taints=tuple(out.add_taints),
+            remove_taints=tuple(out.remove_taints),
+            unschedulable=unschedulable,
+            conditions=tuple(out.conditions),
+            remove_conditions=tuple(out.drop_conditions),
+        )
+        if patch != PatchNode(name):
+            actions.append(patch)
+        for scr in out.metadata_for:
+            cm = _metadata_configmap(index, scr, node, out.changes)
+            if cm is not None:
+                actions.append(cm)
+        actions += out.actions
+    events = [e for e in decision.events if not (e.kind == "Node" and e.name in busy)]
+    return Plan(
+        (*actions, *decision.last, *events),
+        decision.requeue_after,
+        starting=frozenset(decision.starting - busy),
+        releasing=frozenset(decision.releasing - busy),
+        held=tuple(decision.held),
+    )
+
+
+def _metadata_configmap(
+    index: PassIndex, scr: SkyhookView, node: NodeView, changes: NodeChanges
+) -> UpsertConfigMap | None:
+    def applied(current: Mapping[str, str], delta: Mapping[str, str | None]) -> dict[str, str]:
+        merged = {**current, **delta}
+        return {k: v for k, v in merged.items() if v is not None}
+
+    manifest = podbuilder.build_metadata_configmap(
+        index.settings,
+        scr,
+        node,
+        labels=applied(node.labels, changes.labels),
+        annotations=applied(node.annotations, changes.annotations),
+    )
+    existing = index.configmaps.get(manifest["metadata"]["name"])
+    if existing is not None and dict(existing.data) == manifest["data"]:
+        return None
+    return UpsertConfigMap(manifest)

@@ -1,0 +1,479 @@
+"""Every object the operator creates for a package, built in one place: stage pods, interrupt pods, package and node-metadata ConfigMaps, with
+their names, and beside each builder its inverse (`decode_pod_package`, `matches`).
+
+Builders return plain dicts in API form, ready for the writer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skyhook_planner.model.nodestate import go_json, sorted_map
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
+from skyhook_planner.model.spec import Interrupt, Package, parse_quantity
+from skyhook_planner.model.vocabulary import INTERRUPT
+from skyhook_schemas import keys
+
+ROOT_MOUNT = "root-mount"
+PACKAGE_COPY_COMMAND = (
+    "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
+)
+OP_ENV_NAMES = ("SKYHOOK_LOG_DIR", "SKYHOOK_ROOT_DIR", "COPY_RESOLV", "SKYHOOK_RESOURCE_ID")
+# CRD interrupt type -> the type string the agent's interrupt payload uses.
+AGENT_INTERRUPT_TYPES = {
+    "reboot": "node_restart",
+    "service": "service_restart",
+    "restartAllServices": "restart_all_services",
+    "noop": "no_op",
+}
+LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def stage_pod_name(scr: str, package: str, version: str, stage: str, node: str) -> str:
+    return keys.safe_name(63, scr, package, version, stage, node)
+
+
+def interrupt_pod_name(scr: str, interrupt_type: str, node: str) -> str:
+    return keys.safe_name(63, scr, "interrupt", interrupt_type, node)
+
+
+def metadata_volume_name(node: str) -> str:
+    return keys.safe_name(63, "metadata", node)
+
+
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def package_label(package: str, version: str) -> str:
+    """The pods' `package` label, `<package>-<version>` as upstream writes it. A label value
+    allows only letters, digits, `-`, `_` and `.`: build metadata's `+` becomes `_`
+    (`dexter-1.2.3_b1`), where upstream's pod creation would be refused. The package name is
+    at most 43 characters, so only a version over 19 characters needs the hashed short form."""
+    label = _LABEL_UNSAFE.sub("_", f"{package}-{version}")
+    return label if len(label) <= 63 else keys.safe_name(63, label)
+
+
+def copy_dir(settings: PlannerSettings, scr: SkyhookView, package: Package) -> str:
+    """`D`: where the package content lands on the host, unique per SCR generation."""
+    return f"{settings.copy_dir_root}/{scr.name}/{package.name}-{package.version}-{scr.uid}-{scr.generation}"
+
+
+# --- the package annotation on our pods --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodPackage:
+    """The `skyhook.nvidia.com/package` pod annotation, decoded."""
+
+    name: str
+    version: str
+    skyhook: str
+    stage: str
+    image: str = ""
+    container_sha: str = ""
+    invalid: bool = False
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "skyhook": self.skyhook,
+            "stage": self.stage,
+            "image": self.image,
+        }
+        if self.container_sha:
+            body["containerSHA"] = self.container_sha
+        if self.invalid:
+            body["invalid"] = True
+        return go_json(body)
+
+
+def decode_pod_package(pod: PodView) -> PodPackage | None:
+    """The package a Skyhook pod runs, or None for a pod that is not one of ours."""
+    raw = pod.annotations.get(keys.PACKAGE_ANNOTATION)
+    if keys.NAME_LABEL not in pod.labels or not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, Mapping) or not all(
+        isinstance(body.get(k), str) for k in ("name", "version", "skyhook", "stage")
+    ):
+        return None
+    return PodPackage(
+        name=body["name"],
+        version=body["version"],
+        skyhook=body["skyhook"],
+        stage=body["stage"],
+        image=str(body.get("image") or ""),
+        container_sha=str(body.get("containerSHA") or ""),
+        invalid=body.get("invalid") is True,
+    )
+
+
+# --- pods ----------------------------------------------------------------------------------------
+
+
+def _op_env(settings: PlannerSettings, scr: SkyhookView, package: Package) -> list[dict[str, str]]:
+    resource_id = f"{scr.name}-{scr.uid}-{scr.generation}_{package.name}_{package.version}"
+    return [
+        {"name": "SKYHOOK_LOG_DIR", "value": f"{settings.agent_log_root}/{scr.name}"},
+        {"name": "SKYHOOK_ROOT_DIR", "value": f"{settings.copy_dir_root}/{scr.name}"},
+        {"name": "COPY_RESOLV", "value": "false"},
+        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id},
+    ]
+
+
+def _owner_reference(scr: SkyhookView) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.KIND,
+        "name": scr.name,
+        "uid": scr.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _tolerations(settings: PlannerSettings, scr: SkyhookView) -> list[dict[str, Any]]:
+    taint = settings.runtime_required_taint
+    tolerations: list[dict[str, Any]] = [
+        {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists"},
+        {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect},
+    ]
+    if scr.spec is not None:
+        tolerations += [t.to_api() for t in scr.spec.additional_tolerations]
+    return tolerations
+
+
+def _pause_container(settings: PlannerSettings) -> dict[str, Any]:
+    amount = {"cpu": "100m", "memory": "20Mi"}
+    return {
+        "name": "pause",
+        "image": settings.pause_image,
+        "resources": {"limits": dict(amount), "requests": dict(amount)},
+    }
+
+
+def pull_reference(package: Package) -> str:
+    """The image reference the package's init container pulls."""
+    if package.chosen_image:
+        return package.chosen_image
+    if package.container_sha:
+        return f"{package.image}@{package.container_sha}"
+    return f"{package.image}:{package.version}"
+
+
+def _base_pod(
+    settings: PlannerSettings,
+    scr: SkyhookView,
+    name: str,
+    node: str,
+    *,
+    labels: dict[str, str],
+    annotation: PodPackage,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "restartPolicy": "OnFailure",
+        "hostPID": True,
+        "hostNetwork": True,
+        # Stage and interrupt pods never call the apiserver: no token on the node's host.
+        "automountServiceAccountToken": False,
+        "tolerations": _tolerations(settings, scr),
+        "containers": [_pause_container(settings)],
+        "volumes": [{"name": ROOT_MOUNT, "hostPath": {"path": "/"}}],
+    }
+    if settings.image_pull_secret:
+        spec["imagePullSecrets"] = [{"name": settings.image_pull_secret}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": {keys.PACKAGE_ANNOTATION: annotation.to_json()},
+            "ownerReferences": [_owner_reference(scr)],
+        },
+        "spec": spec,
+    }
+
+
+def build_stage_pod(
+    settings: PlannerSettings, scr: SkyhookView, package: Package, node: str, stage: str
+) -> dict[str, Any]:
+    """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`.
+
+    For an uninstall pass the stand-in package (name, old version, image only), so the pod
+    carries no package env, configMap or resources.
+    """
+    directory = copy_dir(settings, scr, package)
+    short = package.name[:43]
+    agent_image = package.agent_image_override or settings.agent_image
+    mounts = [
+        {"name": ROOT_MOUNT, "mountPath": "/root", "mountPropagation": "HostToContainer"},
+        {"name": metadata_volume_name(node), "mountPath": "/skyhook-package/node-metadata"},
+    ]
+    if package.config_map:
+        mounts.append({"name": package.name, "mountPath": "/skyhook-package/configmaps"})
+    env = [dict(e) for e in package.env] + _op_env(settings, scr, package)
+    security = {"privileged": True}
+
+    def agent(suffix: str, mode: str) -> dict[str, Any]:
+        return {
+            "name": f"{short}-{suffix}",
+            "image": agent_image,
+            "imagePullPolicy": "Always",
+            "args": [mode, "/root", directory],
+            "env": [dict(e) for e in env],
+            "securityContext": dict(security),
+            "volumeMounts": [dict(m) for m in mounts],
+        }
+
+    init = [
+        {
+            "name": f"{short}-init",
+            "image": pull_reference(package),
+            "imagePullPolicy": "Always",
+            "command": ["/bin/sh"],
+            "args": ["-c", PACKAGE_COPY_COMMAND],
+            "env": [{"name": "SKYHOOK_DIR", "value": directory}],
+            "securityContext": dict(security),
+            "volumeMounts": [dict(m) for m in mounts],
+        },
+        agent(stage, stage),
+        agent(f"{stage}check", f"{stage}-check"),
+    ]
+    if package.resources is not None:
+        res = package.resources
+        for container in init:
+            container["resources"] = {
+                "limits": {"cpu": res.cpu_limit, "memory": res.memory_limit},
+                "requests": {"cpu": res.cpu_request, "memory": res.memory_request},
+            }
+    labels = {
+        keys.NAME_LABEL: scr.name,
+        keys.PACKAGE_LABEL: package_label(package.name, package.version),
+    }
+    annotation = PodPackage(
+        package.name, package.version, scr.name, stage, package.image, package.container_sha
+    )
+    pod = _base_pod(
+        settings,
+        scr,
+        stage_pod_name(scr.name, package.name, package.version, stage, node),
+        node,
+        labels=labels,
+        annotation=annotation,
+    )
+    pod["spec"]["initContainers"] = init
+    pod["spec"]["volumes"].append(
+        {
+            "name": metadata_volume_name(node),
+            "configMap": {"name": keys.node_metadata_configmap_name(scr.name, node)},
+        }
+    )
+    if package.config_map:
+        cm_name = keys.package_configmap_name(scr.name, package.name, package.version)
+        pod["spec"]["volumes"].append({"name": package.name, "configMap": {"name": cm_name}})
+    if package.graceful_shutdown_s is not None:
+        pod["spec"]["terminationGracePeriodSeconds"] = package.graceful_shutdown_s
+    return pod
+
+
+def interrupt_payload(interrupt: Interrupt) -> str:
+    """The agent's 4th argument: base64 of `{"type": <agent type>, "services": [...]}`."""
+    body: dict[str, Any] = {"type": AGENT_INTERRUPT_TYPES[interrupt.type]}
+    if interrupt.services:
+        body["services"] = list(interrupt.services)
+    return base64.b64encode(go_json(body).encode()).decode()
+
+
+def build_interrupt_pod(
+    settings: PlannerSettings, scr: SkyhookView, package: Package, node: str, interrupt: Interrupt
+) -> dict[str, Any]:
+    """The one pod that performs a node's merged interrupt, on behalf of `package`."""
+    labels = {
+        keys.NAME_LABEL: scr.name,
+        keys.PACKAGE_LABEL: package_label(package.name, package.version),
+        keys.INTERRUPT_LABEL: "True",
+    }
+    annotation = PodPackage(
+        package.name, package.version, scr.name, INTERRUPT, package.image, package.container_sha
+    )
+    pod = _base_pod(
+        settings,
+        scr,
+        interrupt_pod_name(scr.name, interrupt.type, node),
+        node,
+        labels=labels,
+        annotation=annotation,
+    )
+    amount = {"cpu": "500m", "memory": "64Mi"}
+    pod["spec"]["initContainers"] = [
+        {
+            "name": "interrupt",
+            "image": package.agent_image_override or settings.agent_image,
+            "args": [
+                INTERRUPT,
+                "/root",
+                copy_dir(settings, scr, package),
+                interrupt_payload(interrupt),
+            ],
+            "env": _op_env(settings, scr, package),
+            "securityContext": {"privileged": True},
+            "volumeMounts": [
+                {"name": ROOT_MOUNT, "mountPath": "/root", "mountPropagation": "HostToContainer"}
+            ],
+            "resources": {"limits": dict(amount), "requests": dict(amount)},
+        }
+    ]
+    return pod
+
+
+def _env_without_op(
+    env: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    return [dict(e) for e in env if e.get("name") not in OP_ENV_NAMES]
+
+
+def _same_resources(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+    """Equal after quantity normalisation (the API server rewrites "0.5" as "500m")."""
+
+    def norm(body: Mapping[str, Any]) -> dict[str, dict[str, object]]:
+        return {
+            part: {k: parse_quantity(v) for k, v in (body.get(part) or {}).items()}
+            for part in ("limits", "requests")
+            if body.get(part)
+        }
+
+    return norm(actual) == norm(expected)
+
+
+def matches(pod: PodView, expected: Mapping[str, Any]) -> bool:
+    """Does a running pod still do what `expected` (a freshly built manifest) would?
+
+    Compares init container names, images, env apart from the operator's own variables, and
+    resources (a pod defaulted by a LimitRange passes when the package sets none). Arguments are
+    not compared: the copy dir carries the SCR generation, and an unrelated spec edit must not
+    restart running work.
+    """
+    wanted = expected["spec"].get("initContainers") or []
+    if len(wanted) != len(pod.init_containers):
+        return False
+    limit_ranged = LIMIT_RANGER_ANNOTATION in pod.annotations
+    for actual, want in zip(pod.init_containers, wanted, strict=True):
+        if actual.name != want["name"] or actual.image != want["image"]:
+            return False
+        if want["name"] != "interrupt" and _env_without_op(actual.env) != _env_without_op(
+            want.get("env") or []
+        ):
+            return False
+        want_resources = want.get("resources") or {}
+        if want["name"] == "interrupt":
+            continue
+        if want_resources:
+            if not _same_resources(actual.resources, want_resources):
+                return False
+        elif actual.resources and not limit_ranged:
+            return False
+    return True
+
+
+# --- config maps -------------------------------------------------------------------------------
+
+
+def build_package_configmap(
+    settings: PlannerSettings, scr: SkyhookView, package: Package
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": keys.package_configmap_name(scr.name, package.name, package.version),
+            "namespace": settings.namespace,
+            "labels": {keys.NAME_LABEL: scr.name},
+            "annotations": {
+                keys.NAME_LABEL: scr.name,
+                keys.PACKAGE_NAME_ANNOTATION: package.name,
+                keys.PACKAGE_VERSION_ANNOTATION: package.version,
+            },
+            "ownerReferences": [_owner_reference(scr)],
+        },
+        "data": dict(package.config_map),
+    }
+
+
+def packages_json(settings: PlannerSettings, scr: SkyhookView) -> str:
+    """`packages.json` of the node-metadata ConfigMap: what the agent may know about its SCR."""
+    packages: dict[str, Any] = {}
+    spec_packages = scr.spec.packages if scr.spec is not None else {}
+    for name, pkg in spec_packages.items():
+        body: dict[str, Any] = {"name": pkg.name, "version": pkg.version, "image": pkg.image}
+        if pkg.agent_image_override:
+            body["agentImageOverride"] = pkg.agent_image_override
+        if pkg.interrupt is not None:
+            body["interrupt"] = _interrupt_json(pkg.interrupt)
+        if pkg.config_interrupts:
+            body["configInterrupts"] = sorted_map(
+                {k: _interrupt_json(v) for k, v in pkg.config_interrupts.items()}
+            )
+        packages[name] = body
+    return go_json({"agentVersion": settings.agent_version, "packages": sorted_map(packages)})
+
+
+def _interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": interrupt.type}
+    if interrupt.services:
+        body["services"] = list(interrupt.services)
+    return body
+
+
+def build_metadata_configmap(
+    settings: PlannerSettings,
+    scr: SkyhookView,
+    node: NodeView,
+    *,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> dict[str, Any]:
+    """The per node x SCR ConfigMap mounted at /skyhook-package/node-metadata. `labels` and
+    `annotations` are the node's as they will be after this pass's patch, without the keys
+    that only record rollout progress: those change at every stage and would make this
+    ConfigMap one more write per stage, for facts a step has no use for."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": keys.node_metadata_configmap_name(scr.name, node.name),
+            "namespace": settings.namespace,
+            "labels": {keys.NODE_META_LABEL: scr.name},
+            "annotations": {keys.NAME_LABEL: scr.name, keys.NODE_NAME_ANNOTATION: node.name},
+            "ownerReferences": [_owner_reference(scr)],
+        },
+        "data": {
+            "labels.json": go_json(sorted_map(_without_progress(labels))),
+            "annotations.json": go_json(sorted_map(_without_progress(annotations))),
+            "packages.json": packages_json(settings, scr),
+        },
+    }
+
+
+def _without_progress(values: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in values.items() if not keys.is_rollout_progress(k)}
+
+
+def uninstall_stand_in(name: str, version: str, image: str) -> Package:
+    """The package an uninstall pod is built from: name, old version and image only."""
+    return Package(name=name, version=version, image=image)

@@ -1,0 +1,41 @@
+"""Who goes first: Skyhooks by (priority, name), nodes in a deterministic order, and packages
+by their dependsOn DAG.
+
+A node works through one Skyhook at a time: a Skyhook may start on a node only when every
+Skyhook ahead of it that targets the node is complete there (paused ones block, disabled ones
+do not). A package may start on a node only when every package it depends on is complete there
+(a plain topological rule; upstream's "all roots first" variant is a documented quirk we drop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+
+from skyhook_planner.model.snapshot import NodeView, SkyhookView
+from skyhook_planner.model.spec import Package
+
+_EPOCH = datetime.min
+
+
+def skyhook_order(skyhooks: Iterable[SkyhookView]) -> list[SkyhookView]:
+    """Lower priority first, then name. Invalid specs sort last (they never run)."""
+    return sorted(
+        skyhooks,
+        key=lambda s: (s.spec is None, s.spec.priority if s.spec else 0, s.name),
+    )
+
+
+def node_order_key(node: NodeView) -> tuple[datetime, str]:
+    """Oldest node first, ties by name: stable across passes, so restarts pick the same nodes."""
+    created = node.created.replace(tzinfo=None) if node.created else _EPOCH
+    return (created, node.name)
+
+
+def runnable(
+    packages: Mapping[str, Package], due: Iterable[str], is_complete: Callable[[str], bool]
+) -> list[str]:
+    """The due packages whose dependencies are all complete on the node, sorted by name."""
+    return sorted(
+        name for name in due if all(is_complete(dep) for dep in packages[name].depends_on)
+    )

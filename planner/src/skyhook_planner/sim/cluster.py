@@ -1,0 +1,270 @@
+"""An in-memory cluster that applies plans: for planner tests, benchmarks and the forecast
+behind `kubectl skyhook plan` (core/forecast.py).
+
+`SimCluster` holds API-shaped dicts for nodes, pods, ConfigMaps, Skyhooks and DeploymentPolicies,
+applies every `Action` the way the writer does against a real API server (idempotently), and can
+play kubelet:
+`finish_pod` writes init container statuses as a node would. Deliberately simple: pods start
+the moment they are created and disappear the moment they are deleted.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from skyhook_planner.model.actions import (
+    Action,
+    AddFinalizer,
+    AnnotateSkyhook,
+    CreatePod,
+    DeleteConfigMap,
+    DeletePod,
+    EmitEvent,
+    EvictPod,
+    PatchNode,
+    PatchSkyhookStatus,
+    RemoveFinalizer,
+    UpsertConfigMap,
+)
+from skyhook_planner.model.snapshot import (
+    ClusterSnapshot,
+    ConfigMapView,
+    NodeView,
+    PodView,
+    PolicyView,
+    SkyhookView,
+)
+from skyhook_planner.model.status import merge_patched
+
+
+def make_node(
+    name: str, labels: Mapping[str, str] | None = None, created: str = "2026-01-01T00:00:00Z"
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": dict(labels or {}),
+            "annotations": {},
+            "creationTimestamp": created,
+        },
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"bootID": f"boot-{name}-0"},
+        },
+    }
+
+
+class SimCluster:
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.skyhooks: dict[str, dict[str, Any]] = {}
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.events: list[EmitEvent] = []
+        self.created_pods: list[dict[str, Any]] = []  # every pod ever created, in order
+        # What the operator would have fetched for image compatibility sources, by source key.
+        self.image_artifacts: dict[str, Any] = {}
+        self._views: dict[str, tuple[int, Any]] = {}
+        self._version = 0
+
+    # --- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_objects(
+        cls,
+        *,
+        nodes: Iterable[Mapping[str, Any]] = (),
+        pods: Iterable[Mapping[str, Any]] = (),
+        configmaps: Iterable[Mapping[str, Any]] = (),
+        skyhooks: Iterable[Mapping[str, Any]] = (),
+        policies: Iterable[Mapping[str, Any]] = (),
+    ) -> SimCluster:
+        """A cluster holding copies of these API objects (as JSON dicts, camelCase keys)."""
+        sim = cls()
+        for node in nodes:
+            body = copy.deepcopy(dict(node))
+            body.setdefault("spec", {})
+            body.setdefault("status", {})
+            sim.add_node(body)
+        for pod in pods:
+            sim.add_pod(copy.deepcopy(dict(pod)))
+        for configmap in configmaps:
+            meta = configmap["metadata"]
+            sim.configmaps[(meta["namespace"], meta["name"])] = copy.deepcopy(dict(configmap))
+        for skyhook in skyhooks:
+            body = copy.deepcopy(dict(skyhook))
+            meta = body.setdefault("metadata", {})
+            meta.setdefault("annotations", {})
+            meta.setdefault("finalizers", [])
+            body.setdefault("status", {})
+            sim.skyhooks[meta["name"]] = body
+        for policy in policies:
+            body = copy.deepcopy(dict(policy))
+            sim.policies[body["metadata"]["name"]] = body
+        return sim
+
+    def add_node(self, node: dict[str, Any]) -> None:
+        self.nodes[node["metadata"]["name"]] = node
+
+    def add_skyhook(
+        self, name: str, spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+    ) -> None:
+        self.skyhooks[name] = {
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "generation": 1,
+                "annotations": dict(annotations or {}),
+                "finalizers": [],
+            },
+            "spec": copy.deepcopy(dict(spec)),
+            "status": {},
+        }
+
+    def add_policy(self, name: str, spec: Mapping[str, Any]) -> None:
+        self.policies[name] = {"metadata": {"name": name}, "spec": copy.deepcopy(dict(spec))}
+
+    def add_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        self.pods[(meta.get("namespace", "default"), meta["name"])] = pod
+
+    # --- snapshot ----------------------------------------------------------------------------
+
+    def snapshot(self, now: datetime) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            skyhooks=tuple(SkyhookView.from_api(s) for s in self.skyhooks.values()),
+            nodes=tuple(NodeView.from_api(n) for n in self.nodes.values()),
+            pods=tuple(PodView.from_api(p) for p in self.pods.values()),
+            configmaps=tuple(ConfigMapView.from_api(c) for c in self.configmaps.values()),
+            policies=tuple(PolicyView.from_api(p) for p in self.policies.values()),
+            image_artifacts=dict(self.image_artifacts),
+            now=now,
+        )
+
+    # --- the writer ---------------------------------------------------------------------------
+
+    def apply(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            self._apply(action)
+
+    def _apply(self, action: Action) -> None:
+        if isinstance(action, PatchNode):
+            self._patch_node(action)
+        elif isinstance(action, CreatePod):
+            key = (action.namespace, action.name)
+            if key not in self.pods:
+                pod = copy.deepcopy(dict(action.manifest))
+                pod["status"] = {"phase": "Pending"}
+                self.pods[key] = pod
+                self.created_pods.append(pod)
+        elif isinstance(action, DeletePod | EvictPod):
+            self.pods.pop((action.namespace, action.name), None)
+        elif isinstance(action, UpsertConfigMap):
+            meta = action.manifest["metadata"]
+            self.configmaps[(meta["namespace"], meta["name"])] = copy.deepcopy(
+                dict(action.manifest)
+            )
+        elif isinstance(action, DeleteConfigMap):
+            self.configmaps.pop((action.namespace, action.name), None)
+        elif isinstance(action, PatchSkyhookStatus):
+            scr = self.skyhooks.get(action.name)
+            if scr is not None:
+                scr["status"] = merge_patched(scr.get("status", {}), action.patch)
+        elif isinstance(action, AddFinalizer):
+            scr = self.skyhooks.get(action.name)
+            if scr is not None and action.finalizer not in scr["metadata"]["finalizers"]:
+                scr["metadata"]["finalizers"].append(action.finalizer)
+        elif isinstance(action, RemoveFinalizer):
+            scr = self.skyhooks.get(action.name)
+            if scr is not None:
+                scr["metadata"]["finalizers"] = [
+                    f for f in scr["metadata"]["finalizers"] if f != action.finalizer
+                ]
+                if scr["metadata"].get("deletionTimestamp") and not scr["metadata"]["finalizers"]:
+                    del self.skyhooks[action.name]
+        elif isinstance(action, AnnotateSkyhook):
+            scr = self.skyhooks.get(action.name)
+            if scr is not None:
+                meta = scr["metadata"]
+                meta["annotations"] = merge_patched(meta.get("annotations", {}), action.annotations)
+        elif isinstance(action, EmitEvent):
+            self.events.append(action)
+
+    def _patch_node(self, action: PatchNode) -> None:
+        node = self.nodes.get(action.name)
+        if node is None:
+            return
+        meta = node["metadata"]
+        for field, changes in (("annotations", action.annotations), ("labels", action.labels)):
+            store = meta.setdefault(field, {})
+            for key, value in changes.items():
+                if value is None:
+                    store.pop(key, None)
+                else:
+                    store[key] = value
+        taints = [
+            t
+            for t in node["spec"].get("taints", [])
+            if not any(
+                t["key"] == r.key and t["effect"] == r.effect
+                for r in (*action.remove_taints, *action.add_taints)
+            )
+        ]
+        taints += [t.to_api() for t in action.add_taints]
+        node["spec"]["taints"] = taints
+        if action.unschedulable is not None:
+            node["spec"]["unschedulable"] = action.unschedulable
+        conditions = [
+            c
+            for c in node["status"].get("conditions", [])
+            if c["type"] not in action.remove_conditions
+        ]
+        for cond in action.conditions:
+            body = {
+                "type": cond.type,
+                "status": cond.status,
+                "reason": cond.reason,
+                "message": cond.message,
+            }
+            conditions = [c for c in conditions if c["type"] != cond.type] + [body]
+        node["status"]["conditions"] = conditions
+
+    # --- the kubelet ----------------------------------------------------------------------------
+
+    def reboot(self, name: str, boot_id: str) -> None:
+        """The node comes back with a new boot id (its interrupt pod never reports an exit)."""
+        self.nodes[name]["status"].setdefault("nodeInfo", {})["bootID"] = boot_id
+
+    def finish_pod(
+        self,
+        key: tuple[str, str],
+        exit_code: int = 0,
+        *,
+        at: str = "2026-01-01T00:00:00Z",
+        restarts: int = 0,
+        failed_phase: bool = False,
+    ) -> None:
+        """Run all init containers of a pod: every one exits 0, or the first one exits `exit_code`."""
+        pod = self.pods[key]
+        statuses: list[dict[str, Any]] = []
+        for container in pod["spec"].get("initContainers", []):
+            code = 0 if exit_code == 0 or statuses else exit_code
+            statuses.append(
+                {
+                    "name": container["name"],
+                    "restartCount": restarts,
+                    "state": {"terminated": {"exitCode": code, "finishedAt": at}},
+                }
+            )
+            if code:
+                break
+        pod["status"] = {
+            "phase": "Failed" if (exit_code and failed_phase) else "Running",
+            "initContainerStatuses": statuses,
+        }

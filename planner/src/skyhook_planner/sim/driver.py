@@ -1,0 +1,135 @@
+"""Drive the planner against the in-memory cluster: plan, apply, let pods finish, repeat. For
+the planner's tests, the operator's metric tests and the planner benchmark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from skyhook_planner.model import nodestate
+from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
+from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.passes.plan import plan
+from skyhook_planner.sim.cluster import SimCluster, make_node
+from skyhook_schemas import keys
+
+SETTINGS = PlannerSettings(retry_backoff_base_s=1.0, retry_backoff_max_s=4.0)
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def package(version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
+    return {"version": version, "image": "ghcr.io/nvidia/skyhook/agentless", **extra}
+
+
+def pod_stage(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(node, package|version, stage) of a pod we created."""
+    body = json.loads(pod["metadata"]["annotations"][keys.PACKAGE_ANNOTATION])
+    return pod["spec"]["nodeName"], f"{body['name']}|{body['version']}", body["stage"]
+
+
+class Driver:
+    def __init__(
+        self,
+        nodes: int = 3,
+        labels: Mapping[str, str] | None = None,
+        settings: PlannerSettings = SETTINGS,
+    ) -> None:
+        self.sim = SimCluster()
+        self.settings = settings
+        self.now = START
+        for i in range(nodes):
+            created = (START - timedelta(days=1, seconds=nodes - i)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.sim.add_node(make_node(f"node-{i:04d}", labels or {}, created))
+        self.plans: list[Plan] = []
+        # Picks, after each pass, the nodes whose writes are still going out when the next
+        # pass plans (as the operator's writer lets them); None: every write lands at once.
+        self.lag: Callable[[Plan], set[str]] | None = None
+        # Called while a pass's writes are out and the previous pass's late ones are not yet.
+        self.mid_write: Callable[[Driver], None] | None = None
+        self._in_flight: list[Action] = []
+        self._busy: frozenset[str] = frozenset()
+        self._holding: frozenset[str] = frozenset()
+
+    def step(self) -> Plan:
+        snapshot = replace(
+            self.sim.snapshot(self.now), busy_nodes=self._busy, holding_nodes=self._holding
+        )
+        result = plan(snapshot, self.settings)
+        if result.needs_quiet and self._busy:
+            self._land()  # as the reconciler does: wait for the writes in flight, plan again
+            return self.step()
+        self.plans.append(result)
+        late = self.lag(result) if self.lag and not result.needs_quiet else set()
+        if late & result.releasing:  # the writer starts nodes only after it released others
+            late |= result.starting
+        landed, self._in_flight = self._in_flight, []
+        for action in result.actions:
+            if lane_of(action) in late and not isinstance(action, PatchSkyhookStatus | EmitEvent):
+                self._in_flight.append(action)
+            else:
+                self.sim.apply([action])
+        if self.mid_write is not None and landed:
+            self.mid_write(self)
+        self.sim.apply(landed)  # the previous pass's late writes land while this one is written
+        self._busy = frozenset(lane_of(a) or "" for a in self._in_flight)
+        self._holding = self._busy & (result.starting | result.releasing)
+        return result
+
+    def _land(self) -> None:
+        self.sim.apply(self._in_flight)
+        self._in_flight, self._busy, self._holding = [], frozenset(), frozenset()
+
+    def pending_pods(self) -> list[tuple[str, str]]:
+        return [
+            k
+            for k, p in self.sim.pods.items()
+            if "initContainerStatuses" not in p.get("status", {})
+        ]
+
+    def run(
+        self,
+        max_steps: int = 200,
+        exit_code: Callable[[Mapping[str, Any]], int] = lambda pod: 0,
+        finish: Callable[[list[tuple[str, str]]], list[tuple[str, str]]] = lambda pods: pods,
+        on_step: Callable[[Driver], None] = lambda d: None,
+        replan: bool = False,
+    ) -> int:
+        """Plan until nothing changes; after each pass `finish` picks which pending pods finish."""
+        for count in range(max_steps):
+            result = self.step()
+            on_step(self)
+            if replan:  # an operator restart right after the pass: plans again from the same state
+                self.step()
+                on_step(self)
+            pending = self.pending_pods()
+            if not result.actions and not pending and not self._in_flight:
+                if result.requeue_after is None:
+                    return count
+                self.now += timedelta(seconds=result.requeue_after)
+                continue
+            for key in finish(pending):
+                code = exit_code(self.sim.pods[key])
+                at = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.sim.finish_pod(key, code, at=at, failed_phase=True)
+            self.now += timedelta(seconds=1)
+        raise AssertionError(f"no steady state after {max_steps} passes")
+
+    # --- reading results --------------------------------------------------------------------
+
+    def entries(self, scr: str, node: str) -> dict[str, tuple[str, str]]:
+        raw = self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_state_key(scr))
+        return {k: (e.stage, e.state) for k, e in nodestate.decode_entries(raw).items()}
+
+    def node_status(self, scr: str, node: str) -> str | None:
+        status = self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_status_key(scr))
+        return str(status) if status is not None else None
+
+    def stages_run(self, node: str | None = None) -> list[tuple[str, str, str]]:
+        runs = [pod_stage(p) for p in self.sim.created_pods]
+        return [r for r in runs if node is None or r[0] == node]
+
+    def status(self, scr: str) -> dict[str, Any]:
+        return dict(self.sim.skyhooks[scr]["status"])
