@@ -6,25 +6,37 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
 from kubernetes import client, config
 
-if TYPE_CHECKING:
-    from skyhook_sandbox.sandbox import Sandbox
-
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-def _credentials(sandbox: Sandbox) -> tuple[str, ssl.SSLContext]:
+class ClusterAccess(Protocol):
+    """What these reads need of a sandbox: a Protocol rather than `Sandbox` itself, because
+    sandbox.py imports this module (a `Sandbox` fits it)."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    @property
+    def server(self) -> str: ...
+
+
+def _credentials(sandbox: ClusterAccess) -> tuple[str, ssl.SSLContext]:
     config = yaml.safe_load(sandbox.kubeconfig.read_text())
     token = config["users"][0]["user"]["token"]
     context = ssl.create_default_context(cafile=str(sandbox.state_dir / "pki" / "ca.crt"))
     return token, context
 
 
-def get(sandbox: Sandbox, path: str) -> Any:
+def get(sandbox: ClusterAccess, path: str) -> Any:
     token, context = _credentials(sandbox)
     request = urllib.request.Request(
         sandbox.server + path, headers={"Authorization": f"Bearer {token}"}
@@ -41,12 +53,12 @@ def node_is_ready(node: dict[str, Any]) -> bool:
     return ready and not tainted
 
 
-def ready_nodes(sandbox: Sandbox) -> set[str]:
+def ready_nodes(sandbox: ClusterAccess) -> set[str]:
     items = get(sandbox, "/api/v1/nodes")["items"]
     return {node["metadata"]["name"] for node in items if node_is_ready(node)}
 
 
-def core_v1(sandbox: Sandbox) -> Any:
+def core_v1(sandbox: ClusterAccess) -> Any:
     """A kubernetes.client.CoreV1Api bound to the sandbox's kubeconfig."""
     api_client = config.new_client_from_config(config_file=str(sandbox.kubeconfig))  # type: ignore[no-untyped-call]
     return client.CoreV1Api(api_client)

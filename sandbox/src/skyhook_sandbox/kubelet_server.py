@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from skyhook_sandbox.nodehost import NodeHost, NodeHostConfig
+
+class WorkerFinder(Protocol):
+    """The node host as this endpoint uses it: a Protocol rather than `NodeHost` itself,
+    because nodehost.py imports this module to start the server."""
+
+    def find_worker(self, namespace: str, name: str) -> Any: ...
+
+
+class ServingConfig(Protocol):
+    """The parts of `NodeHostConfig` the endpoint uses (a Protocol for the same reason)."""
+
+    serving_cert: str
+    serving_key: str
+    kubelet_port: int
 
 
 def _tail(text: str, lines: str | None) -> str:
@@ -25,7 +37,7 @@ def _tail(text: str, lines: str | None) -> str:
     return "".join(kept[-count:]) if count > 0 else ""
 
 
-async def start_kubelet_server(host: NodeHost, config: NodeHostConfig) -> web.AppRunner:
+async def start_kubelet_server(host: WorkerFinder, config: ServingConfig) -> web.AppRunner:
     async def container_logs(request: web.Request) -> web.StreamResponse:
         namespace, pod, name = (request.match_info[k] for k in ("namespace", "pod", "container"))
         worker: Any = host.find_worker(namespace, pod)

@@ -78,6 +78,7 @@ class SimulatedNode:
         self.client = settings.client
         self.images = settings.images
         self.backoff = settings.backoff
+        self.fake_pod_seconds = settings.fake_pod_seconds
         self.name = name
         self.labels = labels
         self.taints = taints

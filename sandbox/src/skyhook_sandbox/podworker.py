@@ -20,15 +20,13 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from skyhook_sandbox import container, podenv, volumes
-from skyhook_sandbox.images import ImageNotFound
-from skyhook_sandbox.kubeclient import ApiError
+from skyhook_sandbox.hostroot import NodeRoot
+from skyhook_sandbox.images import ImageMap, ImageNotFound
+from skyhook_sandbox.kubeclient import ApiError, KubeClient
 from skyhook_sandbox.podstatus import ContainerRecord, exit_code, now, pod_status
-
-if TYPE_CHECKING:
-    from skyhook_sandbox.node import SimulatedNode
 
 JsonDict = dict[str, Any]
 log = logging.getLogger("skyhook_sandbox.pod")
@@ -50,8 +48,27 @@ class Interrupted(Exception):
     """The pod is being deleted or its node rebooted: stop the flow."""
 
 
+class WorkerNode(Protocol):
+    """The node a pod runs on, as its worker uses it: a Protocol rather than `SimulatedNode`
+    itself, because node.py imports this module to create the workers."""
+
+    name: str
+    host_ip: str
+    pods_dir: Path
+    root: NodeRoot
+    client: KubeClient
+    images: ImageMap
+    backoff: Backoff
+    machine_shims: list[tuple[str, str]]
+    fake_pod_seconds: float | None
+
+    def allocate_pod_ip(self) -> str: ...
+
+    async def event(self, pod: JsonDict, reason: str, message: str, kind: str) -> None: ...
+
+
 class PodWorker:
-    def __init__(self, node: SimulatedNode, pod: JsonDict) -> None:
+    def __init__(self, node: WorkerNode, pod: JsonDict) -> None:
         self.node = node
         self.pod = pod
         meta = pod["metadata"]
@@ -140,8 +157,8 @@ class PodWorker:
 
     async def _run(self) -> None:
         try:
-            if self.node.settings.fake_pod_seconds is not None:
-                await self._fake_run(self.node.settings.fake_pod_seconds)
+            if self.node.fake_pod_seconds is not None:
+                await self._fake_run(self.node.fake_pod_seconds)
                 return
             await self._prepare_volumes()
             for record in self.inits:
