@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skyhook_planner.model import nodestate
 from skyhook_planner.model.actions import CreatePod, PatchNode
 from skyhook_planner.model.policy import PolicyError, decode_policy
 from skyhook_planner.model.spec import SpecError, decode_spec
 from skyhook_planner.sim.driver import Driver, package
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import NodeStateError, decode_entries
 from skyhook_schemas.package_config import ConfigError, parse_config, validate_config
 
 # Field names the decoders know, so random documents reach deep into them, not only the top.
@@ -139,8 +139,8 @@ annotation_texts = (
 @given(text=annotation_texts)
 def test_node_state_decodes_or_says_why(text: str) -> None:
     try:
-        nodestate.decode_entries(text)
-    except nodestate.NodeStateError as error:
+        decode_entries(text)
+    except NodeStateError as error:
         assert str(error)
 
 
@@ -161,7 +161,7 @@ def _check_writes(driver: Driver) -> None:
             if isinstance(action, PatchNode):
                 written = action.annotations.get(keys.node_state_key("fuzz"))
                 if written is not None:
-                    nodestate.decode_entries(written)
+                    decode_entries(written)
 
 
 @pytest.mark.parametrize("text", list(OLD_AND_BROKEN.values()), ids=list(OLD_AND_BROKEN))

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from skyhook_planner.model import vocabulary
 from skyhook_planner.model.spec import INTERRUPT_TYPES
+from skyhook_schemas import nodestate
 from skyhook_schemas.crds import SKYHOOK_CRD_PATH
 
 CRD = yaml.safe_load(SKYHOOK_CRD_PATH.read_text())
@@ -66,20 +66,20 @@ def test_spec_defaults(field: str, default: object) -> None:
 def test_enums_match_what_the_operator_writes() -> None:
     assert tuple(PACKAGE["interrupt"]["properties"]["type"]["enum"]) == INTERRUPT_TYPES
     status_props = SCHEMA["properties"]["status"]["properties"]
-    assert set(status_props["status"]["enum"]) == set(vocabulary.STATUSES)
+    assert set(status_props["status"]["enum"]) == set(nodestate.STATUSES)
     produced = {
-        vocabulary.COMPLETE,
-        vocabulary.IN_PROGRESS,
-        vocabulary.ERRORING,
-        vocabulary.WAITING,
-        vocabulary.BLOCKED,
-        vocabulary.PAUSED,
-        vocabulary.DISABLED,
-        vocabulary.UNKNOWN,
+        nodestate.COMPLETE,
+        nodestate.IN_PROGRESS,
+        nodestate.ERRORING,
+        nodestate.WAITING,
+        nodestate.BLOCKED,
+        nodestate.PAUSED,
+        nodestate.DISABLED,
+        nodestate.UNKNOWN,
     }
     assert produced <= set(status_props["status"]["enum"])
     entry = status_props["nodeState"]["additionalProperties"]["additionalProperties"]["properties"]
-    assert tuple(entry["stage"]["enum"]) == vocabulary.STAGES
+    assert tuple(entry["stage"]["enum"]) == nodestate.STAGES
     assert status_props["completeNodes"]["default"] == "0/0"
 
 

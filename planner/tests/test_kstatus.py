@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skyhook_planner.model import status as statuses
-from skyhook_planner.model.vocabulary import STATUSES
 from skyhook_planner.sim.driver import Driver, package
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import STATUSES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from skyhook_planner.model import status as statuses
-from skyhook_planner.model.nodestate import PackageEntry
 from skyhook_planner.model.snapshot import ContainerStatusView, ContainerView, NodeView, PodView
 from skyhook_planner.model.spec import Budget, Interrupt, Package
 from skyhook_planner.model.vocabulary import LabelSelector
 from skyhook_planner.passes import learning
 from skyhook_planner.rules import budget, gates, interrupts, stages
+from skyhook_schemas.nodestate import PackageEntry
 
 Pkg = Package
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from skyhook_planner.model.spec import SpecError, decode_spec, find_cycle, parse_quantity
-from skyhook_planner.model.vocabulary import parse_duration
+from skyhook_schemas.durations import parse_duration
 
 DEMO = Path("/work/shared/examples/demo-scr.yaml")
 

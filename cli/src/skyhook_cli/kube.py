@@ -20,11 +20,9 @@ from kubernetes.config.config_exception import ConfigException
 
 from skyhook_cli.patterns import quote as _q
 from skyhook_schemas import keys
+from skyhook_schemas.durations import parse_duration as parse_go_duration
 
 MERGE_PATCH = "application/merge-patch+json"
-DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|m|s|ms)?)+$")
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)?")
-UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "": 1.0}
 
 
 class KubeError(Exception):
@@ -52,11 +50,12 @@ class ConnectionFlags:
 
 def parse_duration(text: str) -> float:
     """kubectl's --request-timeout: a bare number of seconds or a Go duration (`1m30s`)."""
-    if not DURATION.match(text):
+    seconds = parse_go_duration(text + "s" if re.fullmatch(r"\d+(\.\d+)?", text) else text)
+    if seconds is None:
         raise ValueError(
             f"invalid duration {text!r}: give seconds or a duration such as 30s, 1m, 2h"
         )
-    return sum(float(number) * UNIT_SECONDS[unit] for number, unit in DURATION_PART.findall(text))
+    return seconds
 
 
 def connect(flags: ConnectionFlags) -> Kube:

@@ -21,7 +21,9 @@ class VersionNotFound(Exception):
 
 
 def image_tag(image: str) -> str:
-    """`repo:tag@sha256:...` -> `tag`; no tag -> ''."""
+    """`repo:tag@sha256:...` -> `tag`; no tag -> ''. Everything after the last colon, as
+    upstream's `version` command reads it (so `registry:5000/skyhook` reports `5000/skyhook`
+    there too); the operator's own reading is `skyhook_schemas.images.image_tag`."""
     image = image.split("@", 1)[0]
     parts = image.split(":")
     return parts[-1].strip() if len(parts) > 1 else ""

@@ -17,7 +17,9 @@ from importlib import metadata
 from typing import Any
 
 from skyhook_planner.model.settings import PlannerSettings
-from skyhook_planner.model.vocabulary import Taint, image_tag, parse_duration
+from skyhook_planner.model.vocabulary import Taint
+from skyhook_schemas.durations import parse_duration
+from skyhook_schemas.images import image_tag
 
 
 class SettingsError(ValueError):

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from skyhook_operator.observability import Telemetry, go_float
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, PolicyView, SkyhookView
-from skyhook_planner.model.vocabulary import STAGES, STATES, STATUSES
 from skyhook_planner.passes.plan import plan
 from skyhook_planner.sim.driver import START, Driver, package
 from skyhook_planner.telemetry import Family, compartments, handoff_delays, skyhook_families
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import STAGES, STATES, STATUSES
 
 SELECT = {"matchLabels": {"pool": "gpu"}}
 

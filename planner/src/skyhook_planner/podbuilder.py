@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyhook_planner.model.nodestate import go_json, sorted_map
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import Interrupt, Package, parse_quantity
-from skyhook_planner.model.vocabulary import INTERRUPT
 from skyhook_schemas import keys
+from skyhook_schemas.gojson import go_json, sorted_map
+from skyhook_schemas.nodestate import INTERRUPT
 
 ROOT_MOUNT = "root-mount"
 PACKAGE_COPY_COMMAND = (

@@ -27,9 +27,9 @@ from skyhook_planner.model.snapshot import (
     PolicyView,
     SkyhookView,
 )
-from skyhook_planner.model.vocabulary import STAGES, STATES, STATUSES, UNKNOWN
 from skyhook_planner.passes import learning
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import STAGES, STATES, STATUSES, UNKNOWN
 
 # A Skyhook without a deploymentPolicy rolls out as one fixed-strategy compartment.
 LEGACY_POLICY = "legacy"

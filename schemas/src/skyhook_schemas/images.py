@@ -36,12 +36,7 @@ def split_image(reference: str) -> ImageReference:
     """Split ``reference`` into repository, tag and digest; ImageError when it is malformed."""
     if not isinstance(reference, str) or not reference:
         raise ImageError(f"{reference!r} is not an image reference: expected e.g. ghcr.io/org/pkg")
-    name, at, digest = reference.partition("@")
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        repository, tag = name[:colon], name[colon + 1 :]
-    else:
-        repository, tag = name, None
+    repository, tag, digest = _parts(reference)
     if not _REPOSITORY.fullmatch(repository):
         raise ImageError(
             f"{reference!r}: repository {repository!r} is not valid (lowercase path parts of "
@@ -52,9 +47,24 @@ def split_image(reference: str) -> ImageReference:
             f"{reference!r}: tag {tag!r} is not valid (up to 128 letters, digits, _ . -, "
             "not starting with . or -)"
         )
-    if at and not _DIGEST.fullmatch(digest):
+    if digest is not None and not _DIGEST.fullmatch(digest):
         raise ImageError(f"{reference!r}: digest {digest!r} is not valid (e.g. sha256:<hex>)")
-    return ImageReference(repository, tag, digest if at else None)
+    return ImageReference(repository, tag, digest)
+
+
+def image_tag(reference: str) -> str:
+    """The tag of a reference, valid or not: `repo:1.2@sha256:<hex>` -> `1.2`; empty when
+    there is none (a registry port such as `host:5000/repo` is not a tag)."""
+    return _parts(reference)[1] or ""
+
+
+def _parts(reference: str) -> tuple[str, str | None, str | None]:
+    """(repository, tag, digest) as the reference spells them, unchecked."""
+    name, at, digest = reference.partition("@")
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        return name[:colon], name[colon + 1 :], digest if at else None
+    return name, None, digest if at else None
 
 
 def tag_mismatch_warning(image: ImageReference, version: str) -> str | None:

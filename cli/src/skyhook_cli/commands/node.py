@@ -19,6 +19,7 @@ from skyhook_cli.commands.reset import ask, report, reset_nodes
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import COMPLETE, ERRORING, states_on_node
 
 
 @click.group("node", invoke_without_command=True)
@@ -79,7 +80,7 @@ def list_(skyhook: str) -> None:
     if app.emit({"skyhookName": skyhook, "nodes": entries}):
         return
     statuses = [entry["status"] for entry in entries]
-    complete, erroring = statuses.count(nodestate.COMPLETE), statuses.count(nodestate.ERRORING)
+    complete, erroring = statuses.count(COMPLETE), statuses.count(ERRORING)
     app.say(f"Skyhook: {skyhook}\n")
     app.say(
         f"Summary: {len(entries)} nodes ({complete} complete, {erroring} erroring, "
@@ -92,7 +93,7 @@ def list_(skyhook: str) -> None:
         status = str(entry["status"])
         row = [
             str(entry["nodeName"]),
-            status.upper() if status == nodestate.ERRORING else status,
+            status.upper() if status == ERRORING else status,
             f"{entry['packagesComplete']}/{entry['packagesTotal']}",
         ]
         rows.append(row + ([str(entry["restarts"])] if wide else []))
@@ -119,7 +120,7 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
     for node in nodes:
         if node.metadata.name not in targets:
             continue
-        for name, text in nodestate.states_on_node(node.metadata.annotations or {}).items():
+        for name, text in states_on_node(node.metadata.annotations or {}).items():
             if skyhook and name != skyhook:
                 continue
             state = decoded(app, node.metadata.name, name, text, shown_skyhook=True)

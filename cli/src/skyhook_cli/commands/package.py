@@ -15,6 +15,7 @@ from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import IN_PROGRESS
 
 # The operator cuts package names to this length in container names (63 with the suffix).
 CONTAINER_PREFIX_LENGTH = 43
@@ -97,7 +98,7 @@ def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
         return
     if app.emit(
         [
-            {**entry.encode(), "nodeName": node, **_selection_fields(selected.get(node, {}))}
+            {**entry.to_json(), "nodeName": node, **_selection_fields(selected.get(node, {}))}
             for node, entry in rows
         ]
     ):
@@ -193,7 +194,7 @@ def rerun_state(state: nodestate.NodeState, key: str, stage: str) -> nodestate.N
     """The node's state after a rerun: the entry back at `stage` in progress, or gone."""
     state = dict(state)
     if stage:
-        state[key] = replace(state[key], stage=stage, state=nodestate.IN_PROGRESS)
+        state[key] = replace(state[key], stage=stage, state=IN_PROGRESS)
     else:
         del state[key]
     return state

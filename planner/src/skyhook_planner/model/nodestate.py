@@ -1,129 +1,29 @@
-"""Codecs for what Skyhook keeps on a Node: the nodeState annotation (per-package progress), the
-status annotation/label, the cordon marker and the two node conditions.
+"""One Skyhook's view of a Node: its package entries, status annotation/label, cordon marker,
+version and image selections, and the two node conditions it keeps.
 
 `read(node, scr)` decodes one Skyhook's view of a node into a `NodeState`; `diff(node, scr, before,
-after)` encodes the difference back as the fields of a `PatchNode`. The nodeState JSON is
-byte-compatible with upstream's Go `json.Marshal` output: compact, map keys sorted, struct fields
-in declaration order, omitempty fields left out, and `<`, `>`, `&` escaped.
+after)` encodes the difference back as the fields of a `PatchNode`. The annotation formats
+themselves are `skyhook_schemas.nodestate`.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
 
 from skyhook_planner.model.snapshot import NodeView
-from skyhook_planner.model.vocabulary import APPLY, STAGES, NodeCondition
+from skyhook_planner.model.vocabulary import NodeCondition
 from skyhook_schemas import keys
-
-
-class NodeStateError(ValueError):
-    """A nodeState annotation that is not the JSON object of package entries it should be."""
-
-
-# --- Go-compatible JSON -------------------------------------------------------------------------
-
-_GO_ESCAPES = {
-    "<": "\\u003c",
-    ">": "\\u003e",
-    "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
-}
-_GO_RAW = re.compile("[<>&\u2028\u2029]")
-_SHORT_ESCAPE = re.compile(r"\\\\|\\b|\\f")
-_SHORT_TO_GO = {"\\\\": "\\\\", "\\b": "\\u0008", "\\f": "\\u000c"}
-
-
-def go_json(value: Any) -> str:
-    """`json.Marshal` output for maps/lists/scalars. Dicts are emitted in their own order: callers
-    pass struct-like dicts in field order and use `sorted_map` for Go maps."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    text = _SHORT_ESCAPE.sub(lambda m: _SHORT_TO_GO[m.group(0)], text)
-    return _GO_RAW.sub(lambda m: _GO_ESCAPES[m.group(0)], text)
-
-
-def sorted_map(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """A Go map as json.Marshal orders it: keys sorted bytewise (= code point order)."""
-    return {k: mapping[k] for k in sorted(mapping)}
-
-
-# --- package entries ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PackageEntry:
-    """One value of the nodeState map (upstream's PackageStatus)."""
-
-    name: str
-    version: str
-    image: str = ""
-    stage: str = APPLY
-    state: str = ""
-    container_sha: str = ""
-    restarts: int = 0
-
-    @property
-    def key(self) -> str:
-        return keys.package_key(self.name, self.version)
-
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"name": self.name, "version": self.version, "image": self.image}
-        if self.container_sha:
-            body["containerSHA"] = self.container_sha
-        body["stage"] = self.stage
-        if self.state:
-            body["state"] = self.state
-        if self.restarts:
-            body["restarts"] = self.restarts
-        return body
-
-    @classmethod
-    def from_json(cls, key: str, body: object) -> PackageEntry:
-        if not isinstance(body, Mapping):
-            raise NodeStateError(f"{key}: expected an object, got {type(body).__name__}")
-        name, version = body.get("name"), body.get("version")
-        if not isinstance(name, str) or not isinstance(version, str):
-            raise NodeStateError(f"{key}: name and version must be strings")
-        restarts = body.get("restarts") or 0
-        stage = body.get("stage") or APPLY
-        if stage not in STAGES:
-            raise NodeStateError(f"{key}.stage: {stage!r} is not one of {', '.join(STAGES)}")
-        return cls(
-            name=name,
-            version=version,
-            image=str(body.get("image") or ""),
-            stage=stage,
-            state=str(body.get("state") or ""),
-            container_sha=str(body.get("containerSHA") or ""),
-            restarts=restarts if isinstance(restarts, int) else 0,
-        )
-
-
-Entries = dict[str, PackageEntry]
-
-
-def decode_entries(text: str | None) -> Entries:
-    """The nodeState annotation as entries by `<name>|<version>`; a missing annotation is empty."""
-    if text is None or text == "":
-        return {}
-    try:
-        body = json.loads(text)
-    except ValueError as err:
-        raise NodeStateError(f"not JSON: {err}") from None
-    if not isinstance(body, Mapping):
-        raise NodeStateError("expected a JSON object of package entries")
-    return {key: PackageEntry.from_json(key, value) for key, value in body.items()}
-
-
-def encode_entries(entries: Mapping[str, PackageEntry]) -> str:
-    return go_json({key: entries[key].to_json() for key in sorted(entries)})
-
+from skyhook_schemas.nodestate import (
+    NodeStateError,
+    PackageEntry,
+    decode_entries,
+    decode_image_selections,
+    encode_entries,
+    encode_image_selections,
+)
 
 # --- one Skyhook's view of a node --------------------------------------------------------------
 
@@ -174,26 +74,8 @@ def read(node: NodeView, scr: str) -> NodeState:
         cordoned=annotations.get(keys.cordon_key(scr)) == "true",
         version=annotations.get(keys.version_key(scr)),
         error=error,
-        images=_decode_images(annotations.get(keys.image_selection_key(scr))),
+        images=decode_image_selections(annotations.get(keys.image_selection_key(scr))),
     )
-
-
-def _decode_images(text: str | None) -> Mapping[str, Mapping[str, str]] | None:
-    """Our image selection annotation; one we cannot read counts as absent (it is rewritten
-    when the next stage starts)."""
-    if text is None:
-        return None
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(body, Mapping):
-        return None
-    return {
-        str(name): {str(k): str(v) for k, v in value.items()}
-        for name, value in body.items()
-        if isinstance(value, Mapping)
-    }
 
 
 @dataclass
@@ -236,12 +118,11 @@ def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeC
     put(changes.annotations, annotations, keys.cordon_key(scr), "true" if after.cordoned else None)
     put(changes.annotations, annotations, keys.version_key(scr), after.version)
     if after.images is not None and after.images != before.images:
-        images = {name: sorted_map(after.images[name]) for name in sorted(after.images)}
         put(
             changes.annotations,
             annotations,
             keys.image_selection_key(scr),
-            go_json(images) if images else None,
+            encode_image_selections(after.images) if after.images else None,
         )
     return changes
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from skyhook_planner.model.vocabulary import Taint, image_tag
+from skyhook_planner.model.vocabulary import Taint
+from skyhook_schemas.images import image_tag
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from skyhook_planner.model.vocabulary import (
     Toleration,
     label_key_problem,
     label_value_problem,
-    parse_duration,
 )
 from skyhook_planner.model.windows import MaintenanceWindow, decode_window
+from skyhook_schemas.durations import parse_duration
 from skyhook_schemas.images import ImageError, split_image, tag_mismatch_warning
 from skyhook_schemas.versions import VersionError, parse_spec_version
 

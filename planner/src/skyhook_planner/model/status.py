@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from skyhook_planner.model.vocabulary import (
+from skyhook_schemas import keys
+from skyhook_schemas.nodestate import (
     BLOCKED,
     COMPLETE,
     DISABLED,
@@ -19,7 +20,6 @@ from skyhook_planner.model.vocabulary import (
     UNKNOWN,
     WAITING,
 )
-from skyhook_schemas import keys
 
 CONDITION_SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 CONDITION_POLICY_NOT_FOUND = f"{keys.GROUP}/DeploymentPolicyNotFound"

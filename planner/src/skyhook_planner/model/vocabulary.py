@@ -1,8 +1,7 @@
-"""The words every part of the core shares: stage, state and status names, taints, tolerations,
-label selectors, node conditions, durations and image tags.
-
-Plain values with Kubernetes semantics and nothing else; every other core module builds on
-these, and this module imports none of them.
+"""Kubernetes values the planner shares: taints, tolerations, label selectors, node conditions
+and pod phases. Plain values with Kubernetes semantics and nothing else; the stage, state and
+status words are `skyhook_schemas.nodestate`'s, durations and image tags are in
+`skyhook_schemas` too.
 """
 
 from __future__ import annotations
@@ -13,23 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JsonDict = Mapping[str, Any]
-
-# --- names -------------------------------------------------------------------------------------
-
-# Stages of a package on a node, in the order a fresh install runs them (uninstall only comes
-# before a downgrade's apply, upgrade stands where apply does).
-UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT = (
-    "uninstall", "upgrade", "apply", "config", "interrupt", "post-interrupt",
-)  # fmt: skip
-STAGES = (UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT)
-
-# A package entry's state, and a node's (or a Skyhook's) status. The two share four words.
-COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN = (
-    "complete", "in_progress", "skipped", "erroring", "unknown",
-)  # fmt: skip
-WAITING, BLOCKED, PAUSED, DISABLED = "waiting", "blocked", "paused", "disabled"
-STATES = (COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN)
-STATUSES = (UNKNOWN, COMPLETE, BLOCKED, WAITING, DISABLED, PAUSED, IN_PROGRESS, ERRORING)
 
 # Pod phases after which a pod's containers never run again.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -194,31 +176,3 @@ class NodeCondition:
     status: str
     reason: str = ""
     message: str = ""
-
-
-# --- durations and image references -----------------------------------------------------------
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
-}  # fmt: skip
-
-
-def parse_duration(text: str) -> float | None:
-    """A Go duration (`46s`, `2m`, `1h30m`, `1.5s`, `300ms`, `0`) in seconds; None when `text`
-    is not one. The grammar of Go's time.ParseDuration without a sign: what upstream's
-    manifests and SCRs hold."""
-    text = text.strip()
-    if text == "0":
-        return 0.0
-    if not text or _DURATION_PART.sub("", text):
-        return None
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
-
-
-def image_tag(reference: str) -> str:
-    """The tag of an image reference: `repo:1.2@sha256:<hex>` -> `1.2` (a digest is not a tag;
-    a registry port such as `host:5000/repo` is not one either). Empty when there is none."""
-    name = reference.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return last.rsplit(":", 1)[1] if ":" in last else ""

@@ -11,10 +11,14 @@ from typing import Any
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status
 from skyhook_planner.model.actions import CreatePod, EvictPod, Held
-from skyhook_planner.model.nodestate import PackageEntry
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Package
-from skyhook_planner.model.vocabulary import (
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import gates, interrupts, ordering, stages
+from skyhook_planner.rules.holds import Hold
+from skyhook_schemas import keys
+from skyhook_schemas.nodestate import (
     APPLY,
     CONFIG,
     ERRORING,
@@ -23,12 +27,8 @@ from skyhook_planner.model.vocabulary import (
     SKIPPED,
     UNINSTALL,
     UPGRADE,
+    PackageEntry,
 )
-from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import gates, interrupts, ordering, stages
-from skyhook_planner.rules.holds import Hold
-from skyhook_schemas import keys
 
 GATE_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
 

@@ -11,12 +11,12 @@ from skyhook_planner.model.actions import DeleteConfigMap, UpsertConfigMap
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView
 from skyhook_planner.model.spec import Package
-from skyhook_planner.model.vocabulary import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
 from skyhook_planner.passes import learning
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules import stages
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
 
 _PAST_CONFIG = {CONFIG, INTERRUPT, POST_INTERRUPT}
 

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import imagecompat, nodestate
-from skyhook_planner.model.nodestate import NodeState, PackageEntry
+from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
@@ -24,10 +24,11 @@ from skyhook_planner.model.snapshot import (
     SkyhookView,
 )
 from skyhook_planner.model.spec import Package, SkyhookSpec
-from skyhook_planner.model.vocabulary import COMPLETE, FINISHED_PHASES, UNINSTALL
+from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import COMPLETE, UNINSTALL, PackageEntry
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from skyhook_planner.model.nodestate import PackageEntry
 from skyhook_planner.model.snapshot import PodView
 from skyhook_planner.model.spec import Package
-from skyhook_planner.model.vocabulary import (
+from skyhook_planner.podbuilder import PodPackage
+from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
     INTERRUPT,
     UNINSTALL,
     UPGRADE,
+    PackageEntry,
 )
-from skyhook_planner.podbuilder import PodPackage
 
 SUCCEEDED, FAILED, RUNNING, WAITING = "succeeded", "failed", "running", "waiting"
 CRASH_LOOP = "CrashLoopBackOff"

@@ -9,17 +9,11 @@ from dataclasses import replace
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model.snapshot import PodView
-from skyhook_planner.model.vocabulary import (
-    COMPLETE,
-    ERRORING,
-    IN_PROGRESS,
-    INTERRUPT,
-    UNINSTALL,
-)
 from skyhook_planner.passes import learning
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS, INTERRUPT, UNINSTALL
 
 
 def learn(ctx: SkyhookContext, pod: PodView) -> Decision:

@@ -24,7 +24,14 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.policy import BatchState, Compartment, Policy
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.spec import Budget, SkyhookSpec
-from skyhook_planner.model.vocabulary import (
+from skyhook_planner.model.vocabulary import Taint, Toleration
+from skyhook_planner.passes import configmaps, observe
+from skyhook_planner.passes.advance import advance
+from skyhook_planner.passes.context import PassIndex, SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import batches, budget, holds, ordering, stages
+from skyhook_schemas import keys
+from skyhook_schemas.nodestate import (
     BLOCKED,
     COMPLETE,
     ERRORING,
@@ -32,15 +39,7 @@ from skyhook_planner.model.vocabulary import (
     SKIPPED,
     UNINSTALL,
     UNKNOWN,
-    Taint,
-    Toleration,
 )
-from skyhook_planner.passes import configmaps, observe
-from skyhook_planner.passes.advance import advance
-from skyhook_planner.passes.context import PassIndex, SkyhookContext
-from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import batches, budget, holds, ordering, stages
-from skyhook_schemas import keys
 
 UNSCHEDULABLE_TOLERATION = Toleration(keys.UNSCHEDULABLE_TAINT_KEY, "Exists", effect="NoSchedule")
 

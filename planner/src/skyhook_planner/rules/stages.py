@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from skyhook_planner.model.nodestate import PackageEntry
 from skyhook_planner.model.spec import Package
-from skyhook_planner.model.vocabulary import (
+from skyhook_planner.rules.interrupts import has_interrupt
+from skyhook_schemas.nodestate import (
     APPLY,
     COMPLETE,
     CONFIG,
@@ -23,8 +23,8 @@ from skyhook_planner.model.vocabulary import (
     SKIPPED,
     UNINSTALL,
     UPGRADE,
+    PackageEntry,
 )
-from skyhook_planner.rules.interrupts import has_interrupt
 from skyhook_schemas.versions import VersionChange, VersionError, version_change
 
 # How far along the cycle a stage is; upgrade stands where apply does.

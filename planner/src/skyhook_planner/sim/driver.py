@@ -9,12 +9,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from skyhook_planner.model import nodestate
 from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.passes.plan import plan
 from skyhook_planner.sim.cluster import SimCluster, make_node
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import decode_entries
 
 SETTINGS = PlannerSettings(retry_backoff_base_s=1.0, retry_backoff_max_s=4.0)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -121,7 +121,7 @@ class Driver:
 
     def entries(self, scr: str, node: str) -> dict[str, tuple[str, str]]:
         raw = self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_state_key(scr))
-        return {k: (e.stage, e.state) for k, e in nodestate.decode_entries(raw).items()}
+        return {k: (e.stage, e.state) for k, e in decode_entries(raw).items()}
 
     def node_status(self, scr: str, node: str) -> str | None:
         status = self.sim.nodes[node]["metadata"]["annotations"].get(keys.node_status_key(scr))

@@ -26,12 +26,13 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
-from skyhook_planner.model.vocabulary import COMPLETE, ERRORING, IN_PROGRESS, JsonDict
+from skyhook_planner.model.vocabulary import JsonDict
 from skyhook_planner.passes.plan import plan
 from skyhook_planner.passes.rollout import tolerated
 from skyhook_planner.rules import budget, gates, ordering
 from skyhook_planner.sim.cluster import SimCluster
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS
 
 # The agent's interrupt type of a merged interrupt that reboots the node.
 _NODE_RESTART = "node_restart"
