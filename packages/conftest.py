@@ -13,8 +13,6 @@ Tests assert the requested commands from that log instead of pretending the effe
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import shlex
 import shutil
@@ -27,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from skyhook_sandbox.debian_root import debian_root, debian_rootfs_tarball
+from skyhook_schemas.podpackage import encode_interrupt_argument
 
 PACKAGES_DIR = Path(__file__).resolve().parent
 SCR_NAME = "pkgtest"
@@ -121,10 +120,7 @@ def remove_root(root: Path) -> None:
 
 def interrupt_payload(kind: str, services: tuple[str, ...] = ()) -> str:
     """The base64 JSON the operator passes to an interrupt pod: the interrupt type in the agent's words, services omitted when empty."""
-    body: dict[str, object] = {"type": kind}
-    if services:
-        body["services"] = list(services)
-    return base64.b64encode(json.dumps(body).encode()).decode()
+    return encode_interrupt_argument(kind, **({"services": list(services)} if services else {}))
 
 
 @dataclass

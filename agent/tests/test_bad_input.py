@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COPY_DIR, Host, config, marker_script, step
-from skyhook_agent.interrupts import encode_interrupt
+from skyhook_schemas.podpackage import encode_interrupt_argument as encode_interrupt
 
 GOOD_MODES = {"apply": [step("a.sh")], "apply-check": [step("a_check.sh")]}
 GOOD_SCRIPTS = {"a.sh": marker_script("a"), "a_check.sh": marker_script("a_check")}

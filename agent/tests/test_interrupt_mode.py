@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import LOG_DIR, RESOURCE_ID, STATE_DIR, Host
-from skyhook_agent.interrupts import encode_interrupt
+from skyhook_schemas.podpackage import encode_interrupt_argument as encode_interrupt
 
 FLAGS = f"{STATE_DIR}/interrupts/flags/{RESOURCE_ID}"
 

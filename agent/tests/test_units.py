@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from skyhook_agent.errors import InputError
 from skyhook_agent.flags import check_results_body
 from skyhook_agent.history import with_entry
-from skyhook_agent.interrupts import INTERRUPT_TYPES, decode_interrupt, encode_interrupt
+from skyhook_agent.interrupts import INTERRUPT_TYPES, decode_interrupt
 from skyhook_agent.invocation import Invocation, parse_controller_argv
 from skyhook_agent.layout import step_marker
 from skyhook_agent.logs import LinePrefixer
 from skyhook_agent.runner import expand_arguments, should_run
 from skyhook_agent.settings import AgentSettings, ResourceId, parse_resource_id
 from skyhook_schemas.package_config import Step
+from skyhook_schemas.podpackage import encode_interrupt_argument as encode_interrupt
 
 
 def make_step(path: str = "a.sh", idempotence: bool = False) -> Step:

@@ -13,6 +13,7 @@ from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import Interrupt, decode_spec
 from skyhook_schemas import keys
+from skyhook_schemas.podpackage import PodPackage
 
 SETTINGS = PlannerSettings()
 
@@ -145,7 +146,7 @@ def test_decode_is_the_inverse_of_build() -> None:
     view = scr()
     pod = podbuilder.build_stage_pod(SETTINGS, view, view.spec.packages["dexter"], "n", "upgrade")  # type: ignore[union-attr]
     decoded = podbuilder.decode_pod_package(PodView.from_api(pod))
-    assert decoded == podbuilder.PodPackage(
+    assert decoded == PodPackage(
         "dexter", "1.2.3", "simple-skyhook", "upgrade", "ghcr.io/nvidia/skyhook/agentless"
     )
 

@@ -4,9 +4,6 @@ The operator passes ``base64(json({"type": <agent type>, ...fields}))`` as the 4
 an ``interrupt`` pod. Each type maps to the commands run, in order, in the host chroot.
 """
 
-import base64
-import binascii
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ from skyhook_agent.layout import HostLayout
 from skyhook_agent.logs import OutputSink, new_log_path
 from skyhook_agent.settings import ResourceId
 from skyhook_agent.signals import StopSignal
+from skyhook_schemas.podpackage import InterruptArgumentError, decode_interrupt_argument
 
 Commands = tuple[tuple[str, ...], ...]
 
@@ -76,23 +74,14 @@ def _reject_unknown(kind: str, fields: Mapping[str, Any], allowed: tuple[str, ..
 def decode_interrupt(payload: str) -> Interrupt:
     """Decode the base64 JSON argument; InputError saying exactly what is wrong."""
     try:
-        document = json.loads(base64.b64decode(payload, validate=True))
-    except (binascii.Error, ValueError):
-        raise InputError(
-            ['interrupt: argument is not base64-encoded JSON like {"type": "node_restart"}']
-        ) from None
-    if not isinstance(document, dict) or "type" not in document:
-        raise InputError(['interrupt.type: required (the payload must be {"type": ..., ...})'])
+        document = decode_interrupt_argument(payload)
+    except InterruptArgumentError as error:
+        raise InputError([str(error)]) from None
     kind = document.pop("type")
     if kind not in INTERRUPT_TYPES:
         choices = ", ".join(INTERRUPT_TYPES)
         raise InputError([f"interrupt.type: unknown type {kind!r}; expected one of: {choices}"])
     return INTERRUPT_TYPES[kind](document)
-
-
-def encode_interrupt(kind: str, **fields: Any) -> str:
-    """The argument the operator passes for an interrupt (inverse of decode_interrupt)."""
-    return base64.b64encode(json.dumps({"type": kind, **fields}).encode()).decode()
 
 
 REBOOT_SIGTERM = -15

@@ -6,19 +6,17 @@ Builders return plain dicts in API form, ready for the writer.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import Interrupt, Package, parse_quantity
-from skyhook_schemas import keys
+from skyhook_schemas import keys, podpackage
 from skyhook_schemas.gojson import go_json, sorted_map
 from skyhook_schemas.nodestate import INTERRUPT
+from skyhook_schemas.podpackage import AGENT_INTERRUPT_TYPES, PodPackage, encode_interrupt_argument
 
 ROOT_MOUNT = "root-mount"
 PACKAGE_COPY_COMMAND = (
@@ -26,12 +24,6 @@ PACKAGE_COPY_COMMAND = (
 )
 OP_ENV_NAMES = ("SKYHOOK_LOG_DIR", "SKYHOOK_ROOT_DIR", "COPY_RESOLV", "SKYHOOK_RESOURCE_ID")
 # CRD interrupt type -> the type string the agent's interrupt payload uses.
-AGENT_INTERRUPT_TYPES = {
-    "reboot": "node_restart",
-    "service": "service_restart",
-    "restartAllServices": "restart_all_services",
-    "noop": "no_op",
-}
 LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 
 
@@ -67,58 +59,9 @@ def copy_dir(settings: PlannerSettings, scr: SkyhookView, package: Package) -> s
     return f"{settings.copy_dir_root}/{scr.name}/{package.name}-{package.version}-{scr.uid}-{scr.generation}"
 
 
-# --- the package annotation on our pods --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PodPackage:
-    """The `skyhook.nvidia.com/package` pod annotation, decoded."""
-
-    name: str
-    version: str
-    skyhook: str
-    stage: str
-    image: str = ""
-    container_sha: str = ""
-    invalid: bool = False
-
-    def to_json(self) -> str:
-        body: dict[str, Any] = {
-            "name": self.name,
-            "version": self.version,
-            "skyhook": self.skyhook,
-            "stage": self.stage,
-            "image": self.image,
-        }
-        if self.container_sha:
-            body["containerSHA"] = self.container_sha
-        if self.invalid:
-            body["invalid"] = True
-        return go_json(body)
-
-
 def decode_pod_package(pod: PodView) -> PodPackage | None:
     """The package a Skyhook pod runs, or None for a pod that is not one of ours."""
-    raw = pod.annotations.get(keys.PACKAGE_ANNOTATION)
-    if keys.NAME_LABEL not in pod.labels or not raw:
-        return None
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(body, Mapping) or not all(
-        isinstance(body.get(k), str) for k in ("name", "version", "skyhook", "stage")
-    ):
-        return None
-    return PodPackage(
-        name=body["name"],
-        version=body["version"],
-        skyhook=body["skyhook"],
-        stage=body["stage"],
-        image=str(body.get("image") or ""),
-        container_sha=str(body.get("containerSHA") or ""),
-        invalid=body.get("invalid") is True,
-    )
+    return podpackage.decode_pod_package(pod.labels, pod.annotations)
 
 
 # --- pods ----------------------------------------------------------------------------------------
@@ -294,10 +237,8 @@ def build_stage_pod(
 
 def interrupt_payload(interrupt: Interrupt) -> str:
     """The agent's 4th argument: base64 of `{"type": <agent type>, "services": [...]}`."""
-    body: dict[str, Any] = {"type": AGENT_INTERRUPT_TYPES[interrupt.type]}
-    if interrupt.services:
-        body["services"] = list(interrupt.services)
-    return base64.b64encode(go_json(body).encode()).decode()
+    services = {"services": list(interrupt.services)} if interrupt.services else {}
+    return encode_interrupt_argument(AGENT_INTERRUPT_TYPES[interrupt.type], **services)
 
 
 def build_interrupt_pod(

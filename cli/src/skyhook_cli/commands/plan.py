@@ -161,7 +161,7 @@ def render(result: Forecast) -> str:
         text += f"\nWave {wave.number} (starts at +{duration(wave.start_s)}): "
         text += ", ".join(wave.nodes) + "\n"
         rows = [
-            [r.node, f"{r.package}|{r.version}", r.stage, f"+{duration(r.start_s)}"]
+            [r.node, keys.package_key(r.package, r.version), r.stage, f"+{duration(r.start_s)}"]
             for r in wave.runs
         ]
         text += output.table(["NODE", "PACKAGE", "STAGE", "START"], rows)

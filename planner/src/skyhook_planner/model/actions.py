@@ -93,13 +93,13 @@ class PatchSkyhookStatus:
 @dataclass(frozen=True)
 class AddFinalizer:
     name: str
-    finalizer: str = "skyhook.nvidia.com/skyhook"
+    finalizer: str = keys.FINALIZER
 
 
 @dataclass(frozen=True)
 class RemoveFinalizer:
     name: str
-    finalizer: str = "skyhook.nvidia.com/skyhook"
+    finalizer: str = keys.FINALIZER
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from skyhook_planner.model.vocabulary import (
     label_value_problem,
 )
 from skyhook_planner.model.windows import MaintenanceWindow, decode_window
+from skyhook_schemas import keys
 from skyhook_schemas.durations import parse_duration
 from skyhook_schemas.images import ImageError, split_image, tag_mismatch_warning
 from skyhook_schemas.versions import VersionError, parse_spec_version
@@ -103,7 +104,7 @@ class Package:
     @property
     def key(self) -> str:
         """The nodeState key `<name>|<version>`."""
-        return f"{self.name}|{self.version}"
+        return keys.package_key(self.name, self.version)
 
 
 @dataclass(frozen=True)
@@ -535,7 +536,7 @@ def _check_dependencies(packages: Mapping[str, Package], errors: _Errors) -> Non
             elif isinstance(dep_version, str) and dep_version and target.version != dep_version:
                 errors.add(
                     f"spec.packages.{pkg.name}.dependsOn.{dep}",
-                    f"{dep}|{dep_version} does not exist (spec.packages.{dep}.version is {target.version!r})",
+                    f"{keys.package_key(dep, dep_version)} does not exist (spec.packages.{dep}.version is {target.version!r})",
                 )
     graph = {name: tuple(d for d in p.depends_on if d in packages) for name, p in packages.items()}
     cycle = find_cycle(graph)

@@ -29,6 +29,7 @@ from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, UNINSTALL, PackageEntry
+from skyhook_schemas.podpackage import PodPackage
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class PassIndex:
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self.busy = snapshot.busy_nodes
         self.holding = snapshot.holding_nodes
-        self._decoded: dict[tuple[str, str], podbuilder.PodPackage | None] = {}
+        self._decoded: dict[tuple[str, str], PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:
         """A stage or interrupt pod of ours: labelled by us and in our namespace. Anyone who
@@ -72,7 +73,7 @@ class PassIndex:
         never a stage result."""
         return keys.NAME_LABEL in pod.labels and pod.namespace == self.settings.namespace
 
-    def pod_package(self, pod: PodView) -> podbuilder.PodPackage | None:
+    def pod_package(self, pod: PodView) -> PodPackage | None:
         """The package annotation of one of our pods, decoded once per pass."""
         key = (pod.namespace, pod.name)
         if key not in self._decoded:

@@ -12,7 +12,6 @@ from datetime import datetime
 
 from skyhook_planner.model.snapshot import PodView
 from skyhook_planner.model.spec import Package
-from skyhook_planner.podbuilder import PodPackage
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
@@ -21,6 +20,7 @@ from skyhook_schemas.nodestate import (
     UPGRADE,
     PackageEntry,
 )
+from skyhook_schemas.podpackage import PodPackage
 
 SUCCEEDED, FAILED, RUNNING, WAITING = "succeeded", "failed", "running", "waiting"
 CRASH_LOOP = "CrashLoopBackOff"
@@ -61,7 +61,7 @@ def record_success(
 ) -> dict[str, PackageEntry]:
     """Entries after the stage `pod` ran completed successfully."""
     result = dict(entries)
-    key = f"{pod.name}|{pod.version}"
+    key = pod.key
     current = result.get(key) or PackageEntry(
         pod.name, pod.version, pod.image, pod.stage, "", pod.container_sha
     )
@@ -97,7 +97,7 @@ def record_failure(
     entries: Mapping[str, PackageEntry], pod: PodPackage, restarts: int
 ) -> dict[str, PackageEntry]:
     result = dict(entries)
-    key = f"{pod.name}|{pod.version}"
+    key = pod.key
     current = result.get(key) or PackageEntry(
         pod.name, pod.version, pod.image, pod.stage, "", pod.container_sha
     )

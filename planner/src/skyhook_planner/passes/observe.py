@@ -29,7 +29,7 @@ def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
             decision.delete_pod(pod, "node gone" if node is None else "marked invalid")
         return decision
     entries = ctx.entries(node)
-    key = f"{pkg.name}|{pkg.version}"
+    key = pkg.key
     entry = entries.get(key)
     if entry is None or entry.stage != pkg.stage or entry.state == COMPLETE:
         if ctx.present(pod):
@@ -143,7 +143,7 @@ def validate_pods(ctx: SkyhookContext) -> Decision:
         node = ctx.index.nodes.get(pod.node)
         if pkg is None or node is None:
             continue
-        key = f"{pkg.name}|{pkg.version}"
+        key = pkg.key
         state = decision.states.get(node.name) or ctx.state(node)
         entry = state.packages.get(key)
         if entry is None or entry.stage != pkg.stage:

@@ -3,7 +3,6 @@ the planner's tests, the operator's metric tests and the planner benchmark."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -15,6 +14,7 @@ from skyhook_planner.passes.plan import plan
 from skyhook_planner.sim.cluster import SimCluster, make_node
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import decode_entries
+from skyhook_schemas.podpackage import decode_pod_package
 
 SETTINGS = PlannerSettings(retry_backoff_base_s=1.0, retry_backoff_max_s=4.0)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -26,8 +26,10 @@ def package(version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
 
 def pod_stage(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """(node, package|version, stage) of a pod we created."""
-    body = json.loads(pod["metadata"]["annotations"][keys.PACKAGE_ANNOTATION])
-    return pod["spec"]["nodeName"], f"{body['name']}|{body['version']}", body["stage"]
+    meta = pod["metadata"]
+    package = decode_pod_package(meta["labels"], meta["annotations"])
+    assert package is not None, f"{meta['name']} is not one of our pods"
+    return pod["spec"]["nodeName"], package.key, package.stage
 
 
 class Driver:

@@ -12,10 +12,8 @@ nodes that never finish and why, and the total time.
 
 from __future__ import annotations
 
-import base64
 import heapq
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,9 +31,14 @@ from skyhook_planner.rules import budget, gates, ordering
 from skyhook_planner.sim.cluster import SimCluster
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS
+from skyhook_schemas.podpackage import (
+    NODE_RESTART,
+    InterruptArgumentError,
+    decode_interrupt_argument,
+    decode_pod_package,
+)
 
 # The agent's interrupt type of a merged interrupt that reboots the node.
-_NODE_RESTART = "node_restart"
 # Passes at one simulated moment before time moves on anyway (a plan that never settles).
 _PASSES_PER_MOMENT = 50
 # Timer-only passes (a retry backoff, nothing in flight) before the forecast gives up.
@@ -361,14 +364,8 @@ def _finish(cluster: SimCluster, key: tuple[str, str], now: datetime) -> None:
 def _pod_stage(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """(package, version, stage) of one of our stage or interrupt pods."""
     meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(keys.PACKAGE_ANNOTATION)
-    if keys.NAME_LABEL not in (meta.get("labels") or {}) or not raw:
-        return None
-    try:
-        body = json.loads(raw)
-        return str(body["name"]), str(body["version"]), str(body["stage"])
-    except (ValueError, KeyError, TypeError):
-        return None
+    package = decode_pod_package(meta.get("labels") or {}, meta.get("annotations") or {})
+    return (package.name, package.version, package.stage) if package else None
 
 
 def _reboots(pod: Mapping[str, Any]) -> bool:
@@ -378,10 +375,10 @@ def _reboots(pod: Mapping[str, Any]) -> bool:
     for container in (pod.get("spec") or {}).get("initContainers") or ():
         args = container.get("args") or []
         try:
-            body = json.loads(base64.b64decode(args[3]))
-        except (IndexError, ValueError, TypeError):
+            argument = decode_interrupt_argument(args[3])
+        except (IndexError, TypeError, InterruptArgumentError):
             continue
-        if isinstance(body, Mapping) and body.get("type") == _NODE_RESTART:
+        if argument["type"] == NODE_RESTART:
             return True
     return False
 
