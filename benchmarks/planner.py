@@ -7,6 +7,7 @@ runs for exactly --stage-seconds of virtual time, and the planner runs after eve
 the ratio measures only how well the planner keeps budget slots busy (1.00 = never idles).
 
     python benchmarks/planner.py [--nodes 1000] [--budget-percent 10] [--stage-seconds 10]
+                                 [--default-gc]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from skyhook_operator.cli import tune_garbage_collector
 from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.passes.plan import plan
@@ -114,7 +116,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--budget-percent", type=int, default=10)
     parser.add_argument("--stage-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep Python's default collector thresholds instead of the operator's",
+    )
     args = parser.parse_args()
+    if not args.default_gc:
+        tune_garbage_collector()  # plan() runs under the operator's collector settings
     slots = max(1, int(args.nodes * (args.budget_percent / 100.0)))
     run = simulate(args.nodes, args.budget_percent, args.stage_seconds)
     lower = math.ceil(args.nodes / slots) * CRITICAL_PATH_STAGES * args.stage_seconds

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import gc
 import logging
 import os
 
@@ -14,6 +15,17 @@ import kopf
 
 from skyhook_operator import admission, handlers
 from skyhook_operator.settings import SettingsError, load_settings
+
+# Full collections of the oldest generation, at Python's default of one per ten younger ones,
+# rescan every cached node and pod: measured on `benchmarks/planner.py` (1,000 nodes), they
+# took a pass from p95 40 ms to 170 ms. The operator makes little cyclic garbage (the planner
+# none), so the oldest generation is collected a hundred times less often.
+GC_THRESHOLDS = (700, 10, 1000)
+
+
+def tune_garbage_collector() -> None:
+    """The collector's thresholds for a process that holds a fleet's objects for long."""
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @click.group()
@@ -49,6 +61,7 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
     # The kubeconfig travels in the memo: the `kubernetes` package read $KUBECONFIG when it was
     # imported, so setting it now would reach neither kopf's login nor our client.
     memo = kopf.Memo(settings=settings, kubeconfig=kubeconfig)
+    tune_garbage_collector()
     # SKYHOOK_PROFILE=<file>: a cProfile of the event loop's thread, written at a clean exit
     # (what the rollout benchmark uses to say where the operator's time goes).
     profile_path = os.environ.get("SKYHOOK_PROFILE")
