@@ -1,4 +1,4 @@
-"""Table tests for the small planner modules: budget, interrupts, stages, learning, gates."""
+"""Table tests for the small planner modules: budget, interrupts, stages, results, drain."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import ContainerStatusView, ContainerView, NodeView, PodView
 from skyhook_planner.model.spec import Budget, Interrupt, Package
 from skyhook_planner.model.vocabulary import LabelSelector
-from skyhook_planner.passes import learning
-from skyhook_planner.rules import budget, gates, interrupts, stages
+from skyhook_planner.rules import budget, drain, interrupts, results, stages
 from skyhook_schemas.nodestate import PackageEntry
 
 Pkg = Package
@@ -226,12 +225,12 @@ def test_outcome(
     statuses: tuple[ContainerStatusView, ...], phase: str, result: str, restarts: int
 ) -> None:
     pod = PodView("p", "ns", "n", phase=phase, init_containers=THREE, init_statuses=statuses)
-    got = learning.outcome(pod)
+    got = results.outcome(pod)
     assert (got.result, got.restarts) == (result, restarts)
 
 
 def test_backoff_doubles_and_caps() -> None:
-    assert [learning.backoff_s(r, 10, 300) for r in range(7)] == [10, 20, 40, 80, 160, 300, 300]
+    assert [results.backoff_s(r, 10, 300) for r in range(7)] == [10, 20, 40, 80, 160, 300, 300]
 
 
 def pod(name: str, phase: str = "Running", **extra: object) -> PodView:
@@ -252,13 +251,13 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
         # Our labels copied onto a pod elsewhere do not make it ours: drained like any other.
         pod("forged", labels={"skyhook.nvidia.com/name": "scr"}),
     ]
-    result = gates.check(NodeView("n", unschedulable=True), pods, selector, "skyhook")
+    result = drain.check(NodeView("n", unschedulable=True), pods, selector, "skyhook")
     assert [x.name for x in result.blocking] == ["blocker"]
     assert [x.name for x in result.to_evict] == ["web", "forged"]
     assert [x.name for x in result.terminating] == ["leaving"]
     assert not result.open
-    assert gates.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
-    assert not gates.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"
+    assert drain.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
+    assert not drain.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ steps decided through a read-only `SkyhookContext` (context.py). A pass, in orde
    - learn: every finished Skyhook pod updates its package entry (complete, or erroring with
      its restart count) and is deleted; a failed pod whose backoff has elapsed is deleted so
      its stage runs again; a changed boot id completes an interrupt that was waiting for a
-     reboot; a running pod that no longer matches the spec is replaced (observe.py,
-     learning.py);
+     reboot; a running pod that no longer matches the spec is replaced (learn.py,
+     results.py);
    - upsert package ConfigMaps; accept a configMap edit once no pod of that package runs,
      marking config to rerun on every node that is past it (configmaps.py);
    - select nodes (nodeSelectors, ignore label, tolerated taints); a node is ready for this

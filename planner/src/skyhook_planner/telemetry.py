@@ -27,7 +27,7 @@ from skyhook_planner.model.snapshot import (
     PolicyView,
     SkyhookView,
 )
-from skyhook_planner.passes import learning
+from skyhook_planner.rules import results
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import STAGES, STATES, STATUSES, UNKNOWN
 
@@ -227,8 +227,8 @@ def handoff_delays(
     finished: dict[tuple[str, str], list[tuple[datetime, str]]] = {}
     for pod in snapshot.pods:
         package = podbuilder.decode_pod_package(pod)
-        outcome = learning.outcome(pod)
-        if package is None or outcome.result != learning.SUCCEEDED or not outcome.finished_at:
+        outcome = results.outcome(pod)
+        if package is None or outcome.result != results.SUCCEEDED or not outcome.finished_at:
             continue
         finished.setdefault((pod.node, package.skyhook), []).append(
             (outcome.finished_at, package.name)

@@ -15,7 +15,7 @@ from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import gates, interrupts, ordering, stages
+from skyhook_planner.rules import drain, interrupts, ordering, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -105,7 +105,7 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        gate = gates.check(
+        gate = drain.check(
             self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
         )
         if interrupting:
@@ -124,7 +124,7 @@ class _NodeRun:
         self.decision.held.append(Held(self.ctx.name, self.node.name, hold.reason, hold.message))
         self.decision.wake_in(hold.recheck_s)
 
-    def _cordon_and_drain(self, gate: gates.GateResult, package: Package) -> None:
+    def _cordon_and_drain(self, gate: drain.Drain, package: Package) -> None:
         out = self.decision.node(self.node.name)
         if not self.node.unschedulable and not self.state.cordoned:
             out.unschedulable = True
@@ -204,7 +204,7 @@ class _NodeRun:
         self.created += 1
         return True
 
-    def _interrupt(self, due: list[Package], gate: gates.GateResult) -> None:
+    def _interrupt(self, due: list[Package], gate: drain.Drain) -> None:
         """One interrupt pod for every package due for an interrupt, once nothing else of ours
         runs on the node and the node is drained."""
         ctx = self.ctx

@@ -11,10 +11,9 @@ from skyhook_planner.model.actions import DeleteConfigMap, UpsertConfigMap
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView
 from skyhook_planner.model.spec import Package
-from skyhook_planner.passes import learning
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import stages
+from skyhook_planner.rules import results, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
 
@@ -65,7 +64,7 @@ def _config_edit(
         if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.live(pod):
             continue
         pkg = ctx.index.pod_package(pod)
-        failing = learning.outcome(pod).result == learning.FAILED
+        failing = results.outcome(pod).result == results.FAILED
         if failing and pkg is not None and pkg.stage in _PAST_CONFIG:
             decision.delete_pod(pod, "superseded by a configMap edit")
         else:

@@ -1,7 +1,7 @@
 """One Skyhook's share of a pass: learn from its pods, select nodes, admit them under the
 budget, advance them, and return the node state and status it decided as one `Decision`.
 
-The steps (observe.py, configmaps.py, noderun.py) read a `SkyhookContext` and return their
+The steps (learn.py, configmaps.py, noderun.py) read a `SkyhookContext` and return their
 decisions; `SkyhookPass` merges each one before the next step runs, so every step sees what
 the earlier ones decided.
 """
@@ -25,7 +25,7 @@ from skyhook_planner.model.policy import BatchState, Compartment, Policy
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.spec import Budget, SkyhookSpec
 from skyhook_planner.model.vocabulary import Taint, Toleration
-from skyhook_planner.passes import configmaps, observe
+from skyhook_planner.passes import configmaps, learn
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision
@@ -135,10 +135,10 @@ class SkyhookPass:
             holds=self.holds,
         )
         for pod in ctx.pods():
-            self._take(observe.learn(ctx, pod))
-        self.boot_ids, rebooted = observe.track_reboots(ctx)
+            self._take(learn.from_pod(ctx, pod))
+        self.boot_ids, rebooted = learn.track_reboots(ctx)
         self._take(rebooted)
-        self._take(observe.validate_pods(ctx))
+        self._take(learn.validate_pods(ctx))
         self._take(configmaps.reconcile(ctx))
         self._take(configmaps.clear_on_version_change(ctx))
         node_statuses = self._rollout()

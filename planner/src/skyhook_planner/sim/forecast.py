@@ -27,7 +27,7 @@ from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookVie
 from skyhook_planner.model.vocabulary import JsonDict
 from skyhook_planner.passes.plan import plan
 from skyhook_planner.passes.rollout import tolerated
-from skyhook_planner.rules import budget, gates, ordering
+from skyhook_planner.rules import budget, drain, ordering
 from skyhook_planner.sim.cluster import SimCluster
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS
@@ -329,7 +329,7 @@ def _why(
         untolerated = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in node.taints)
         return f"taints not tolerated: {untolerated}"
     on_node = [p for p in final.pods if p.node == name]
-    holding = gates.check(node, on_node, spec.pod_non_interrupt_labels, settings.namespace).blocking
+    holding = drain.check(node, on_node, spec.pod_non_interrupt_labels, settings.namespace).blocking
     if holding:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in holding)
         return f"non-interrupt pods: {names}"

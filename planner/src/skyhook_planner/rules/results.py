@@ -1,7 +1,9 @@
-"""Learning a stage's result from its pod, as pure functions.
+"""What a stage pod's result means for its package entry, as pure functions (the `learn` step
+applies them).
 
 `outcome(pod)` reads the init container statuses: the first failed container decides, otherwise
-the last one does. `record(...)` folds a finished pod into a node's entries.
+the last one does. `record_success`/`record_failure` fold a finished pod into a node's entries;
+`backoff_s` is how long a failed stage waits before it runs again.
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ from dataclasses import replace
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model.snapshot import PodView
-from skyhook_planner.passes import learning
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import results
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS, INTERRUPT, UNINSTALL
 
 
-def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
+def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     """Fold one of our pods into its node's entries: a finished stage completes or errors, a
     pod with nothing to report any more is deleted."""
     decision = Decision()
@@ -41,17 +41,17 @@ def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
                 else "no matching package entry (stale pod)",
             )
         return decision
-    result = learning.outcome(pod)
+    result = results.outcome(pod)
     label = f"[{pkg.name}:{pkg.version}]"
-    if result.result == learning.SUCCEEDED:
-        entries = learning.record_success(entries, pkg, result.restarts, ctx.spec.packages)
+    if result.result == results.SUCCEEDED:
+        entries = results.record_success(entries, pkg, result.restarts, ctx.spec.packages)
         if ctx.present(pod):
             decision.delete_pod(pod, "stage complete")
         decision.event(
             "Node", node.name, "Apply", f"Package {label} state complete on [skyhook:{ctx.name}]"
         )
-    elif result.result == learning.FAILED:
-        entries = learning.record_failure(entries, pkg, result.restarts)
+    elif result.result == results.FAILED:
+        entries = results.record_failure(entries, pkg, result.restarts)
         if entry.state != ERRORING:
             # A Warning: its own Event on the node, never overwritten by the next Apply.
             decision.event(
@@ -62,7 +62,7 @@ def learn(ctx: SkyhookContext, pod: PodView) -> Decision:
                 type="Warning",
             )
         if pod.phase == "Failed":  # the kubelet gave up: retry after a backoff
-            wait = learning.backoff_s(
+            wait = results.backoff_s(
                 entries[key].restarts,
                 ctx.settings.retry_backoff_base_s,
                 ctx.settings.retry_backoff_max_s,

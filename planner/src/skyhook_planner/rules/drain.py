@@ -1,7 +1,7 @@
-"""May a node be interrupted now?
+"""May a node be interrupted now: is it drained?
 
-A node passes the gate when it is cordoned, no pod matching the Skyhook's
-`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. The gate
+A node is drained when it is cordoned, no pod matching the Skyhook's
+`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. The check
 fails closed: a matching pod in any phase but Succeeded/Failed (Unknown included) blocks, and a
 pod on its way out still counts until it has gone.
 """
@@ -17,7 +17,7 @@ from skyhook_schemas import keys
 
 
 @dataclass(frozen=True)
-class GateResult:
+class Drain:
     cordoned: bool
     blocking: tuple[PodView, ...] = ()  # podNonInterruptLabels pods: wait for them to finish
     to_evict: tuple[PodView, ...] = ()  # evictable pods to evict now
@@ -46,7 +46,7 @@ def _evictable(pod: PodView) -> bool:
 
 def check(
     node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector, namespace: str
-) -> GateResult:
+) -> Drain:
     """The node's drain gate; `namespace` is ours, whose labelled pods are never drained."""
     blocking: list[PodView] = []
     to_evict: list[PodView] = []
@@ -58,4 +58,4 @@ def check(
             blocking.append(pod)
         elif _evictable(pod):
             (terminating if pod.deleting else to_evict).append(pod)
-    return GateResult(node.unschedulable, tuple(blocking), tuple(to_evict), tuple(terminating))
+    return Drain(node.unschedulable, tuple(blocking), tuple(to_evict), tuple(terminating))
