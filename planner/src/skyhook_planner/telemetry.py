@@ -261,7 +261,7 @@ HELD_NODES = "skyhook_held_nodes"
 
 
 def held(plan: Plan) -> Counter[tuple[str, str]]:
-    """Nodes waiting on a hold, per (Skyhook, reason)."""
+    """Nodes waiting on a hold, per (Skyhook, the hold's reason)."""
     return Counter((h.skyhook, h.reason) for h in plan.held)
 
 

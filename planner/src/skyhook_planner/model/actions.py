@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
+from skyhook_planner.model.waiting import Held, Waiting
 from skyhook_schemas import keys
 
 
@@ -140,17 +141,6 @@ Action = (
 
 
 @dataclass(frozen=True)
-class Held:
-    """A node of a Skyhook whose next step waits on a hold (core/holds.py): a closed
-    maintenance window or a firing alert. `reason` is one of holds.REASONS."""
-
-    skyhook: str
-    node: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Plan:
     """The planner's only output: actions to apply in order, and when to plan again.
 
@@ -169,11 +159,22 @@ class Plan:
     # Nodes this plan takes out of progress (they stop holding a budget slot): written before
     # any node the plan starts.
     releasing: frozenset[str] = frozenset()
-    # Nodes waiting on a maintenance window or an alert, for status output and metrics.
-    held: tuple[Held, ...] = ()
+    # Nodes held back this pass and every reason the blockers gave (rules/blockers.py): what
+    # `kubectl skyhook plan` reports and the held-nodes metric counts.
+    waiting: tuple[Waiting, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.actions)
+
+    @property
+    def held(self) -> tuple[Held, ...]:
+        """The waiting nodes held by a closed maintenance window or a firing alert."""
+        return tuple(
+            Held(w.skyhook, w.node, r.hold, r.message)
+            for w in self.waiting
+            for r in w.reasons
+            if r.hold
+        )
 
     @property
     def needs_quiet(self) -> bool:

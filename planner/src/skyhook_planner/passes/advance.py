@@ -10,12 +10,12 @@ from typing import Any
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status
-from skyhook_planner.model.actions import CreatePod, EvictPod, Held
+from skyhook_planner.model.actions import CreatePod, EvictPod
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import drain, interrupts, ordering, stages
+from skyhook_planner.rules import blockers, drain, interrupts, ordering, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -30,7 +30,7 @@ from skyhook_schemas.nodestate import (
     PackageEntry,
 )
 
-GATE_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
+DRAIN_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
 
 
 def advance(ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> Decision:
@@ -54,7 +54,7 @@ class _NodeRun:
         on_node = ctx.index.pods_on_node.get(node.name, ())
         self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
-        self.busy = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
+        self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
         self.created = 0
 
     def run(self) -> Decision:
@@ -105,44 +105,46 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        gate = drain.check(
+        drained = drain.check(
             self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
         )
         if interrupting:
-            self._cordon_and_drain(gate, packages[interrupting[0]])
+            self._cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             # The interrupt goes first: it needs the node to itself, and starting more work now
             # would only delay it (and a reboot would cut that work short).
-            self._interrupt(at_interrupt, gate)
+            self._interrupt(at_interrupt, drained)
             return
         for name in ready:
-            if name in interrupting and not gate.open:
+            if name in interrupting and not drained.open:
                 continue
             self._start(packages[name], due[name])
 
     def _hold(self, hold: Hold) -> None:
-        self.decision.held.append(Held(self.ctx.name, self.node.name, hold.reason, hold.message))
+        self.decision.wait(self.ctx.name, self.node.name, (blockers.hold_reason(hold),))
         self.decision.wake_in(hold.recheck_s)
 
-    def _cordon_and_drain(self, gate: drain.Drain, package: Package) -> None:
+    def _cordon_and_drain(self, drained: drain.Drain, package: Package) -> None:
         out = self.decision.node(self.node.name)
         if not self.node.unschedulable and not self.state.cordoned:
             out.unschedulable = True
             self.state = replace(self.state, cordoned=True)
-        if gate.to_evict:
+        if drained.to_evict:
             self.decision.event(
                 "Node",
                 self.node.name,
                 "Interrupt",
                 f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{self.ctx.name}]",
             )
-            out.actions += [EvictPod(pod.namespace, pod.name, pod.node) for pod in gate.to_evict]
-        if not gate.open:
-            self.decision.wake_in(GATE_POLL_S)
+            out.actions += [EvictPod(pod.namespace, pod.name, pod.node) for pod in drained.to_evict]
+        waits = blockers.drain_reason(drained)
+        if waits is not None:
+            self.decision.wait(self.ctx.name, self.node.name, (waits,))
+            self.decision.wake_in(DRAIN_POLL_S)
 
     def _start(self, package: Package, stage: str) -> None:
         ctx = self.ctx
-        if podbuilder.package_label(package.name, package.version) in self.busy:
+        if podbuilder.package_label(package.name, package.version) in self.running_packages:
             return  # its pod is still running; its result arrives through learning
         if ctx.spec.serial and (self.ours or self.created):
             return
@@ -200,18 +202,18 @@ class _NodeRun:
         if self.ctx.scr not in out.metadata_for:
             out.metadata_for.append(self.ctx.scr)
         out.actions.append(CreatePod(manifest))
-        self.busy.add(meta["labels"][keys.PACKAGE_LABEL])
+        self.running_packages.add(meta["labels"][keys.PACKAGE_LABEL])
         self.created += 1
         return True
 
-    def _interrupt(self, due: list[Package], gate: drain.Drain) -> None:
+    def _interrupt(self, due: list[Package], drained: drain.Drain) -> None:
         """One interrupt pod for every package due for an interrupt, once nothing else of ours
         runs on the node and the node is drained."""
         ctx = self.ctx
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
         if any(ctx.index.is_ours(p) and ctx.present(p) for p in on_node):
             return
-        if self.created or not gate.open:
+        if self.created or not drained.open:
             return
         merged = interrupts.merge(due, ctx.config_updates)
         if merged is None:

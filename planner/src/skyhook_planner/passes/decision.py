@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from skyhook_planner.model.actions import Action, DeletePod, EmitEvent, Held
+from skyhook_planner.model.actions import Action, DeletePod, EmitEvent
 from skyhook_planner.model.nodestate import NodeChanges, NodeState
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
+from skyhook_planner.model.waiting import Reason
 
 PodKey = tuple[str, str]
 
@@ -58,7 +59,8 @@ class Decision:
     starting: set[str] = field(default_factory=set)
     releasing: set[str] = field(default_factory=set)
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
-    held: list[Held] = field(default_factory=list)
+    # (Skyhook, node) -> why the node may not start work now, as the blockers answered
+    waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
     # One Skyhook's working state, as this step leaves it.
     states: dict[str, NodeState] = field(default_factory=dict)
     config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
@@ -80,6 +82,11 @@ class Decision:
 
     def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
         self.events.append(EmitEvent(kind, name, reason, message, type))
+
+    def wait(self, skyhook: str, node: str, reasons: tuple[Reason, ...]) -> None:
+        """Record why `node` waits for `skyhook`, after what was recorded already."""
+        key = (skyhook, node)
+        self.waiting[key] = self.waiting.get(key, ()) + reasons
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(0.5, seconds)
@@ -105,7 +112,8 @@ class Decision:
         self.starting |= other.starting
         self.releasing |= other.releasing
         self.complete.update(other.complete)
-        self.held += other.held
+        for (skyhook, node), reasons in other.waiting.items():
+            self.wait(skyhook, node, reasons)
         self.states.update(other.states)
         if other.config_updates is not None:
             self.config_updates = other.config_updates

@@ -22,7 +22,7 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
     node = ctx.index.nodes.get(pod.node)
-    if pkg is None or pod.deleting or pod.node in ctx.index.busy:
+    if pkg is None or pod.deleting or pod.node in ctx.index.writing:
         return decision  # a busy node's result is learnt once its writes are done
     if node is None or pkg.invalid:
         if ctx.present(pod):
@@ -88,7 +88,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     boot_ids: dict[str, str] = {}
     for node in ctx.matched:
         before = recorded.get(node.name)
-        if node.name in ctx.index.busy:  # decided once its writes are done: keep the record
+        if node.name in ctx.index.writing:  # decided once its writes are done: keep the record
             if before:
                 boot_ids[node.name] = before
             continue

@@ -20,6 +20,7 @@ from skyhook_planner.model.actions import (
 from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
+from skyhook_planner.model.waiting import Waiting
 from skyhook_planner.passes import rollout
 from skyhook_planner.passes.cleanup import cleanup
 from skyhook_planner.passes.context import PassIndex
@@ -97,7 +98,7 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
     """The decision as ordered actions: per node its patch (conditions included), metadata
     ConfigMaps, then pods; SCR-wide actions first and last; events at the very end."""
     actions: list[Action] = list(decision.first)
-    busy = index.busy  # their earlier writes are still going out: nothing more for them yet
+    busy = index.writing  # their earlier writes are still going out: nothing more for them yet
     for name in sorted(decision.nodes.keys() - busy):
         out = decision.nodes[name]
         node = index.nodes.get(name)
@@ -128,7 +129,9 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
         decision.requeue_after,
         starting=frozenset(decision.starting - busy),
         releasing=frozenset(decision.releasing - busy),
-        held=tuple(decision.held),
+        waiting=tuple(
+            Waiting(skyhook, node, reasons) for (skyhook, node), reasons in decision.waiting.items()
+        ),
     )
 
 

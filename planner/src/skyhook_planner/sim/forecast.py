@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from skyhook_planner.model import policy
-from skyhook_planner.model import status as statuses
 from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.settings import PlannerSettings
-from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
+from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.vocabulary import JsonDict
+from skyhook_planner.model.waiting import BUDGET, Reason
 from skyhook_planner.passes.plan import plan
-from skyhook_planner.passes.rollout import tolerated
-from skyhook_planner.rules import budget, drain, ordering
+from skyhook_planner.rules import budget, ordering
 from skyhook_planner.sim.cluster import SimCluster
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS
@@ -79,8 +77,9 @@ class Wave:
 @dataclass(frozen=True)
 class Blocked:
     node: str
-    reason: str
+    reason: str  # the first of `reasons`, as the forecast reads it
     started_s: float | None = None  # its first stage began here (it holds a budget slot)
+    reasons: tuple[Reason, ...] = ()  # every reason the last pass gave
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,12 @@ class Forecast:
                 for w in self.waves
             ],
             "blocked": [
-                {"node": b.node, "reason": b.reason, "startedSeconds": b.started_s}
+                {
+                    "node": b.node,
+                    "reason": b.reason,
+                    "blockers": [r.blocker for r in b.reasons],
+                    "startedSeconds": b.started_s,
+                }
                 for b in self.blocked
             ],
         }
@@ -206,8 +210,10 @@ def forecast(
             pods.expect(key, pod, _time(pod["metadata"].get("creationTimestamp")) or start, start)
 
     now, passes, idle = start, 0, 0
+    waiting: dict[str, tuple[Reason, ...]] = {}
     while pods.offset(now) <= horizon_s:
         result = plan(cluster.snapshot(now), settings)
+        waiting = {w.node: w.reasons for w in result.waiting if w.skyhook == skyhook}
         cluster.apply(result.actions)
         for action in result.actions:
             if isinstance(action, CreatePod):
@@ -226,11 +232,11 @@ def forecast(
             break
     return _result(
         cluster,
-        settings=settings,
         scr=scr,
         selected=selected,
         complete_before=complete_before,
         runs=pods.runs,
+        waiting=waiting,
         now=now,
     )
 
@@ -238,11 +244,11 @@ def forecast(
 def _result(
     cluster: SimCluster,
     *,
-    settings: PlannerSettings,
     scr: SkyhookView,
     selected: list[str],
     complete_before: set[str],
     runs: Mapping[tuple[str, str], StageRun],
+    waiting: Mapping[str, tuple[Reason, ...]],
     now: datetime,
 ) -> Forecast:
     skyhook = scr.name
@@ -263,8 +269,9 @@ def _result(
         blocked=tuple(
             Blocked(
                 n,
-                _why(cluster, settings, final, scr, n),
+                _why(waiting.get(n, ()), _status(cluster, skyhook, n)),
                 by_node[n][0].start_s if n in by_node else None,
+                waiting.get(n, ()),
             )
             for n in stuck
         ),
@@ -300,54 +307,18 @@ def _status(cluster: SimCluster, skyhook: str, node: str) -> str:
     return str(annotations.get(keys.node_status_key(skyhook), ""))
 
 
-def _why(
-    cluster: SimCluster,
-    settings: PlannerSettings,
-    final: ClusterSnapshot,
-    scr: SkyhookView,
-    name: str,
-) -> str:
-    """Why `name` never finishes in the forecast, the most specific reason first."""
-    if scr.spec is None:
-        return "skyhook spec invalid: " + "; ".join(scr.spec_errors)
-    spec = scr.spec
-    for condition in scr.status.get("conditions") or ():
-        if condition.get("type") in statuses.POLICY_BLOCKED_CONDITIONS and (
-            condition.get("status") == "True"
-        ):
-            return f"policy: {condition.get('message', '')}"
-    if scr.annotations.get(keys.DISABLE_ANNOTATION) == "true":
-        return "skyhook disabled"
-    if scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause:
-        return "skyhook paused"
-    node = next(n for n in final.nodes if n.name == name)
-    if node.labels.get(keys.IGNORE_LABEL) == "true":
-        return f"ignored (label {keys.IGNORE_LABEL}=true)"
-    if not node.ready:
-        return "node not Ready"
-    if not tolerated(node, spec, settings.runtime_required_taint):
-        untolerated = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in node.taints)
-        return f"taints not tolerated: {untolerated}"
-    on_node = [p for p in final.pods if p.node == name]
-    holding = drain.check(node, on_node, spec.pod_non_interrupt_labels, settings.namespace).blocking
-    if holding:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in holding)
-        return f"non-interrupt pods: {names}"
-    status = _status(cluster, scr.name, name)
+def _why(reasons: tuple[Reason, ...], status: str) -> str:
+    """Why a node never finishes in the forecast: the first reason the last pass gave for it
+    (a budget whose slots are held at the end is held for good), else the work it was still
+    doing."""
+    if reasons:
+        first = reasons[0]
+        if first.blocker == BUDGET:
+            return f"budget: every slot held by nodes that never finish ({', '.join(first.nodes)})"
+        return first.message
     if status in BUSY:
         return f"still {status} when the forecast ended"
-    stopped = sorted(
-        compartment
-        for compartment, body in (scr.status.get("compartmentStatuses") or {}).items()
-        if isinstance(body, Mapping)
-        and policy.BatchState.from_json(body.get("batchState")).should_stop
-    )
-    if stopped:
-        return f"policy batch: compartment {', '.join(stopped)} stopped after failed batches"
-    holders = sorted(n for n in cluster.nodes if _status(cluster, scr.name, n) in BUSY)
-    if holders:
-        return f"budget: every slot held by nodes that never finish ({', '.join(holders)})"
-    return "never admitted: waits for a Skyhook ahead of it on this node"
+    return "never admitted"
 
 
 def _finish(cluster: SimCluster, key: tuple[str, str], now: datetime) -> None:
