@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from skyhook_schemas.status import CompartmentStatus, SkyhookStatus
+
 FRESH_BATCH_STATE = {
     "currentBatch": 1,
     "consecutiveFailures": 0,
@@ -21,9 +23,8 @@ FRESH_BATCH_STATE = {
 }
 
 
-def compartments(skyhook: Mapping[str, Any]) -> dict[str, Any]:
-    statuses = (skyhook.get("status") or {}).get("compartmentStatuses") or {}
-    return dict(statuses) if isinstance(statuses, Mapping) else {}
+def compartments(skyhook: Mapping[str, Any]) -> dict[str, CompartmentStatus]:
+    return dict(SkyhookStatus.from_json(skyhook.get("status")).compartment_statuses)
 
 
 def reset_patch(skyhook: Mapping[str, Any]) -> dict[str, Any]:

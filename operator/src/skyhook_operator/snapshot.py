@@ -29,6 +29,7 @@ from skyhook_planner.model.snapshot import (
     SkyhookView,
 )
 from skyhook_planner.model.status import merge_patched
+from skyhook_schemas.status import SkyhookStatus
 
 View = TypeVar("View")
 Key = tuple[str, str]  # (namespace or "", name)
@@ -179,10 +180,10 @@ def with_pending_statuses(
         return snapshot
 
     def patched(scr: SkyhookView) -> SkyhookView:
-        status = scr.status
+        status = scr.status.to_json()
         for patch in pending[scr.name]:
             status = merge_patched(status, patch)
-        return replace(scr, status=status)
+        return replace(scr, status=SkyhookStatus.from_json(status))
 
     skyhooks = tuple(patched(s) if s.name in pending else s for s in snapshot.skyhooks)
     return replace(snapshot, skyhooks=skyhooks)

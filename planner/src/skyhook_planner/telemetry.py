@@ -159,7 +159,7 @@ def _skyhook_samples(
     scr: SkyhookView, nodes: Iterable[NodeView], policies: Mapping[str, PolicyView]
 ) -> Iterable[tuple[str, list[Sample]]]:
     name = scr.name
-    current = scr.status.get("status") or UNKNOWN
+    current = scr.status.status or UNKNOWN
     yield "skyhook_status", [Sample((name, s), 1 if s == current else 0) for s in STATUSES]
     spec = scr.spec
     if spec is None:
@@ -187,7 +187,7 @@ def _skyhook_samples(
     yield "skyhook_package_state_count", by_state
     yield "skyhook_package_stage_count", by_stage
     yield "skyhook_package_restarts_count", restarts
-    reported = _mapping(scr.status.get("compartmentStatuses"))
+    reported = _mapping(scr.status.to_json().get("compartmentStatuses"))
     for metric, path in _ROLLOUT_FIELDS:
         rollout = []
         for compartment in compartments(scr, policies):

@@ -35,9 +35,9 @@ def reset(args: tuple[str, ...], confirm: bool) -> None:
         app.say(f"Skyhook {quote(name)} has no compartment statuses to reset")
         return
     with_state = {
-        compartment: status["batchState"]
+        compartment: status.batch_state
         for compartment, status in sorted(compartments.items())
-        if isinstance(status, dict) and status.get("batchState")
+        if status.batch_state
     }
     app.say(f"Skyhook: {name}")
     app.say(f"Compartments: {len(compartments)} total, {len(with_state)} with batch state")

@@ -15,6 +15,7 @@ from skyhook_planner.model.imagecompat import Artifact
 from skyhook_planner.model.policy import Policy, PolicyError, decode_policy
 from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec
 from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
+from skyhook_schemas.status import SkyhookStatus
 
 # --- the input snapshot ----------------------------------------------------------------------
 
@@ -200,7 +201,7 @@ class SkyhookView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     spec: SkyhookSpec | None = None
     spec_errors: tuple[str, ...] = ()
-    status: JsonDict = field(default_factory=dict)
+    status: SkyhookStatus = field(default_factory=SkyhookStatus)
     finalizers: tuple[str, ...] = ()
     deleting: bool = False
 
@@ -220,7 +221,7 @@ class SkyhookView:
             annotations=dict(meta.get("annotations") or {}),
             spec=spec,
             spec_errors=errors,
-            status=dict(obj.get("status") or {}),
+            status=SkyhookStatus.from_json(obj.get("status")),
             finalizers=tuple(meta.get("finalizers") or ()),
             deleting=bool(meta.get("deletionTimestamp")),
         )

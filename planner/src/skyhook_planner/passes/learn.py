@@ -84,7 +84,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     """The boot ids to record, and what a reboot decides: a new boot id completes the interrupt
     a node was waiting on (or, with REAPPLY_ON_REBOOT, starts the node over)."""
     decision = Decision()
-    recorded = ctx.scr.status.get("nodeBootIds") or {}
+    recorded = ctx.scr.status.node_boot_ids
     boot_ids: dict[str, str] = {}
     for node in ctx.matched:
         before = recorded.get(node.name)

@@ -51,10 +51,7 @@ SELECTION_BLOCKERS = frozenset({waiting.STATE, waiting.IGNORED, waiting.TAINTS, 
 
 def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     """What the pass does for `scr`, given what the Skyhooks before it decided."""
-    updates = scr.status.get("configUpdates") or {}
-    decided = Decision(
-        config_updates={k: list(v) for k, v in updates.items() if isinstance(v, list)}
-    )
+    decided = Decision(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
     decided.merge(bookkeeping(index, scr))
     prepared = prepare(index, scr)
     if isinstance(prepared, Unrunnable):
@@ -240,9 +237,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
     """A Skyhook that cannot run at all: status blocked, with a condition saying why and a
     Warning Event when that reason is new; every node it selects waits on it."""
     decided = Decision()
-    previous = next(
-        (c for c in scr.status.get("conditions") or () if c.get("type") == why.condition), None
-    )
+    previous = scr.status.condition(why.condition)
     if (
         previous is None
         or previous.get("status") != "True"
@@ -252,7 +247,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
     wanted = {
         "status": BLOCKED,
         "conditions": statuses.merge_conditions(
-            list(scr.status.get("conditions") or []),
+            list(scr.status.conditions),
             [
                 statuses.condition(why.condition, True, why.reason, why.message, index.now),
                 *statuses.kstatus_conditions(
@@ -261,7 +256,8 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
             ],
         ),
     }
-    patch = statuses.merge_patch({k: scr.status.get(k) for k in wanted}, wanted)
+    stored = scr.status.to_json()
+    patch = statuses.merge_patch({k: stored.get(k) for k in wanted}, wanted)
     if patch:
         decided.last.append(PatchSkyhookStatus(scr.name, patch))
     label = "policy" if why.condition in statuses.POLICY_BLOCKED_CONDITIONS else "image"
@@ -275,14 +271,7 @@ def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Deci
     """Spellings upstream runs that we read differently are reported in a condition, and in a
     Warning Event when they change."""
     decided = Decision()
-    previous = next(
-        (
-            c
-            for c in scr.status.get("conditions") or ()
-            if c.get("type") == statuses.CONDITION_SPEC_WARNING
-        ),
-        None,
-    )
+    previous = scr.status.condition(statuses.CONDITION_SPEC_WARNING)
     message = "; ".join(spec.warnings)
     if not message and (previous is None or previous.get("status") == "False"):
         return decided
@@ -467,7 +456,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
     assert rollout.policy is not None
     scr = ctx.scr
     decided = Decision()
-    previous = scr.status.get("compartmentStatuses") or {}
+    previous = scr.status.compartment_statuses
     occupied = {n.name for n in selection.occupied}
     runs: dict[str, CompartmentRun] = {}
     groups = batches.assign(rollout.policy, rollout.matched, ordering.node_order_key)
@@ -475,7 +464,8 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
         members = {n.name for n in groups[compartment.name]}
         before = None
         if compartment.strategy is not None:
-            before = BatchState.from_json((previous.get(compartment.name) or {}).get("batchState"))
+            stored = previous.get(compartment.name)
+            before = BatchState.from_json(stored.batch_state if stored else None)
         found = batches.Found(
             complete=sum(ctx.complete(ctx.name, n, default=False) for n in members),
             failed=len(members & selection.failed),
@@ -487,7 +477,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
             before,
             len(members),
             found,
-            may_evaluate=scr.status.get("status") != COMPLETE,
+            may_evaluate=scr.status.status != COMPLETE,
             may_start=not (rollout.paused or rollout.disabled),
         )
         if after is not None and after.should_stop and not (before and before.should_stop):
@@ -683,7 +673,7 @@ def status(
     overall status changes."""
     decided = Decision()
     scr = ctx.scr
-    current = scr.status
+    current = scr.status.to_json()
     overall = statuses.skyhook_status(
         node_statuses, paused=rollout.paused, disabled=rollout.disabled
     )
@@ -772,8 +762,9 @@ def compartment_statuses(
     if groups is None or rollout.policy is None:
         found = {keys.DEFAULT_COMPARTMENT: _Group(rollout.spec.budget, list(node_statuses))}
     else:
-        old_status = ctx.scr.status.get("status")
-        old_packages = ctx.scr.status.get("packageList")
+        stored = ctx.scr.status.to_json()
+        old_status = stored.get("status")
+        old_packages = stored.get("packageList")
         # Reset on completion, or once when the package versions change.
         reset = batches.reset_enabled(rollout.spec.reset_batch_state, rollout.policy) and (
             (overall == COMPLETE and old_status != COMPLETE)

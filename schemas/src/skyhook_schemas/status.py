@@ -1,0 +1,108 @@
+"""A Skyhook's `status`, typed: what the operator writes there, with upstream's keys, and what
+the planner, the forecast, the metrics and `kubectl skyhook` read back.
+
+Decoding is lenient on purpose: anyone allowed to edit a status can write anything there, and a
+field of the wrong shape reads as absent (the next pass writes it again) rather than stopping
+the rollout. The stored document is kept beside the fields (`document`), so a writer computes
+its merge patch against exactly what is stored, stray keys included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: object) -> dict[str, str]:
+    return {str(k): v for k, v in _mapping(value).items() if isinstance(v, str)}
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class CompartmentStatus:
+    """One entry of `compartmentStatuses`. `batch_state` is the DeploymentPolicy batch state
+    as stored (the planner's `BatchState` reads it)."""
+
+    matched: int = 0
+    ceiling: int = 0
+    in_progress: int = 0
+    completed: int = 0
+    progress_percent: int = 0
+    batch_state: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, body: object) -> CompartmentStatus:
+        raw = _mapping(body)
+        batch = raw.get("batchState")
+        return cls(
+            matched=_int(raw.get("matched")) or 0,
+            ceiling=_int(raw.get("ceiling")) or 0,
+            in_progress=_int(raw.get("inProgress")) or 0,
+            completed=_int(raw.get("completed")) or 0,
+            progress_percent=_int(raw.get("progressPercent")) or 0,
+            batch_state=batch if isinstance(batch, Mapping) else None,
+        )
+
+
+@dataclass(frozen=True)
+class SkyhookStatus:
+    status: str = ""  # overall: one of nodestate.STATUSES; "" before the first pass
+    observed_generation: int | None = None
+    node_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # JSON entries
+    node_status: Mapping[str, str] = field(default_factory=dict)
+    node_boot_ids: Mapping[str, str] = field(default_factory=dict)
+    config_updates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    complete_nodes: str = ""  # "<complete>/<matched>"
+    nodes_in_progress: int = 0
+    package_list: str = ""
+    compartment_statuses: Mapping[str, CompartmentStatus] = field(default_factory=dict)
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, body: object) -> SkyhookStatus:
+        raw = _mapping(body)
+        status = raw.get("status")
+        return cls(
+            status=status if isinstance(status, str) else "",
+            observed_generation=_int(raw.get("observedGeneration")),
+            node_state={
+                str(node): entries
+                for node, entries in _mapping(raw.get("nodeState")).items()
+                if isinstance(entries, Mapping)
+            },
+            node_status=_strings(raw.get("nodeStatus")),
+            node_boot_ids=_strings(raw.get("nodeBootIds")),
+            config_updates={
+                str(name): tuple(str(k) for k in keys)
+                for name, keys in _mapping(raw.get("configUpdates")).items()
+                if isinstance(keys, list)
+            },
+            complete_nodes=str(raw.get("completeNodes") or ""),
+            nodes_in_progress=_int(raw.get("nodesInProgress")) or 0,
+            package_list=str(raw.get("packageList") or ""),
+            compartment_statuses={
+                str(name): CompartmentStatus.from_json(body)
+                for name, body in _mapping(raw.get("compartmentStatuses")).items()
+            },
+            conditions=tuple(c for c in raw.get("conditions") or () if isinstance(c, Mapping))
+            if isinstance(raw.get("conditions"), list)
+            else (),
+            document=raw,
+        )
+
+    def condition(self, kind: str) -> Mapping[str, Any] | None:
+        """The condition of type `kind`, if the status has one."""
+        return next((c for c in self.conditions if c.get("type") == kind), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The status as stored."""
+        return dict(self.document)
