@@ -18,8 +18,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import AliasChoices
+from pydantic.fields import FieldInfo
 
-from skyhook_operator.settings import load_settings
+from skyhook_operator.settings import Settings, load_settings
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,17 +234,10 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
     }
     # Every name must be one the operator's settings read (a typo would be ignored), and every
     # setting has a value, except the few the chart leaves to the operator on purpose.
-    settings_source = (REPO / "operator/src/skyhook_operator/settings.py").read_text()
-    upstream_names = set(re.findall(r'_meta\(\s*"([A-Z_]+)"', settings_source))
-    fields = re.findall(r"^    (\w+): [\w\[\], ]+ = field\(", settings_source, re.MULTILINE)
-    ours = {f"SKYHOOK_{name.upper()}" for name in fields}
-    assert set(env) - set(WEBHOOK_ENV) <= upstream_names | ours
-    by_field = {
-        name
-        for name in fields
-        if f"SKYHOOK_{name.upper()}" in env or _upstream_env(settings_source, name) in env
-    }
-    assert set(fields) - by_field == LEFT_TO_THE_OPERATOR
+    variables = {name: _variables(info) for name, info in Settings.model_fields.items()}
+    assert set(env) - set(WEBHOOK_ENV) <= {v for names in variables.values() for v in names}
+    by_field = {name for name, names in variables.items() if set(names) & set(env)}
+    assert set(variables) - by_field == LEFT_TO_THE_OPERATOR
     # And the operator accepts every value as the chart spells it.
     load_settings(env)
 
@@ -269,10 +264,11 @@ LEFT_TO_THE_OPERATOR = {
 }
 
 
-def _upstream_env(source: str, field_name: str) -> str | None:
-    match = re.search(rf"^    {field_name}: .*?_meta\(\s*(\"[A-Z_]+\"|None)", source, re.S | re.M)
-    assert match, field_name
-    return match.group(1).strip('"') if match.group(1) != "None" else None
+def _variables(info: FieldInfo) -> list[str]:
+    """The environment variables a setting is read from (ours, then upstream's)."""
+    alias = info.validation_alias
+    assert isinstance(alias, AliasChoices), alias
+    return [choice for choice in alias.choices if isinstance(choice, str)]
 
 
 # --- overrides ------------------------------------------------------------------------------

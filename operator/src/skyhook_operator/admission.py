@@ -21,7 +21,7 @@ import urllib3
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import pod_image_patch
 from skyhook_operator.kube.client import ApiError, Kube
-from skyhook_operator.settings import Settings, parse_bind_address
+from skyhook_operator.settings import Settings
 from skyhook_planner import admission
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ async def choose_pod_image(
 def server(ours: Settings) -> kopf.WebhookServer:
     """kopf's HTTPS server on `webhook_port`, with the certificate files in `webhook_cert_dir`
     (it restarts itself when they change)."""
-    bind = parse_bind_address(ours.webhook_port)
+    bind = ours.webhook_port.bind
     assert bind is not None  # refused by the settings
     host, port = bind
     directory = Path(ours.webhook_cert_dir)

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from skyhook_operator.settings import parse_bind_address
+from skyhook_operator.settings import BindAddress
 from skyhook_planner.model.actions import Plan
 from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.telemetry import (
@@ -222,7 +222,7 @@ class Endpoints:
 
 
 async def _start(app: web.Application, address: str, what: str) -> web.AppRunner | None:
-    bind = parse_bind_address(address)
+    bind = BindAddress(address).bind  # the settings' BindAddress passes as it is
     if bind is None:
         log.info("%s endpoint off", what)
         return None

@@ -2,19 +2,30 @@
 
 Every field is filled by rule: `SKYHOOK_<FIELD NAME IN CAPITALS>` wins, then the environment
 name upstream's operator reads (so an existing deployment manifest keeps working), then the
-default. All problems are collected and reported together; `describe()` gives the effective
-values for the startup log.
+default. A field's type says how its text is parsed and what it must be, so a value is checked
+(and an address split) once, here. Every invalid value is reported at once, naming its
+variable (the lease timings, checked against each other, once all values are valid); `describe()`
+gives the effective values for the startup log.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.vocabulary import Taint
@@ -37,323 +48,6 @@ def _installed_version() -> str:
         return f"v{metadata.version('skyhook-operator')}"
     except metadata.PackageNotFoundError:
         return "dev"
-
-
-def _meta(env: str | None, doc: str) -> dict[str, Any]:
-    return {"upstream_env": env, "doc": doc}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Operator settings; each field's metadata carries its upstream env name and its meaning."""
-
-    namespace: str = field(
-        default="skyhook",
-        metadata=_meta("NAMESPACE", "Namespace for stage pods and the SCRs' ConfigMaps."),
-    )
-    agent_image: str = field(
-        default="ghcr.io/nvidia/skyhook/agent:latest",
-        metadata=_meta(
-            "AGENT_IMAGE",
-            "Image of the agent that runs each stage; must carry a tag (a digest may follow, "
-            "`repo:tag@sha256:...`). The tag is the agentVersion written into node metadata.",
-        ),
-    )
-    pause_image: str = field(
-        default="registry.k8s.io/pause:3.10",
-        metadata=_meta("PAUSE_IMAGE", "Image of the idle container each stage pod ends with."),
-    )
-    copy_dir_root: str = field(
-        default="/var/lib/skyhook",
-        metadata=_meta("COPY_DIR_ROOT", "Host directory where package content is copied."),
-    )
-    agent_log_root: str = field(
-        default="/var/log/skyhook",
-        metadata=_meta("AGENT_LOG_ROOT", "Host directory the agent writes its logs under."),
-    )
-    runtime_required_taint: Taint = field(
-        default=Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required"),
-        metadata=_meta(
-            "RUNTIME_REQUIRED_TAINT",
-            "Taint `key[=value]:Effect` removed from a node once every runtimeRequired SCR "
-            "completed on it.",
-        ),
-    )
-    reapply_on_reboot: bool = field(
-        default=False,
-        metadata=_meta(
-            "REAPPLY_ON_REBOOT",
-            "When a node's bootID changes outside an interrupt, forget its state for every "
-            "SCR so all packages run again.",
-        ),
-    )
-    image_pull_secret: str = field(
-        default="",
-        metadata=_meta("IMAGE_PULL_SECRET", "Pull secret name put on every pod; empty: none."),
-    )
-    default_interval: float = field(
-        default=600.0,
-        metadata=_meta(
-            "DEFAULT_INTERVAL",
-            "Seconds (or a Go duration such as `10m`) between passes when nothing changes; "
-            "at least 60.",
-        ),
-    )
-    pass_debounce: float = field(
-        default=0.05,
-        metadata=_meta(
-            None,
-            "Seconds a pass waits after the first watch event so a burst of events "
-            "becomes one pass; 0 runs at once.",
-        ),
-    )
-    retry_interval: float = field(
-        default=2.0,
-        metadata=_meta(
-            None,
-            "Seconds before the next pass while any SCR is incomplete or a write failed "
-            "(upstream's 2 s requeue).",
-        ),
-    )
-    write_concurrency: int = field(
-        default=16,
-        metadata=_meta(
-            None,
-            "How many API writes one pass sends at once (node patches, pod creations "
-            "and deletions are independent per node).",
-        ),
-    )
-    image_artifact_refresh: float = field(
-        default=30.0,
-        metadata=_meta(
-            None,
-            "Seconds between checks of an image compatibility artifact's source (an OCI "
-            "reference's digest, a ConfigMap); a changed digest is pulled again.",
-        ),
-    )
-    insecure_registries: str = field(
-        default="",
-        metadata=_meta(
-            None,
-            "Comma-separated registry hosts (host:port) that image compatibility artifacts "
-            "are pulled from over plain HTTP.",
-        ),
-    )
-    drain_timeout: float = field(
-        default=600.0,
-        metadata=_meta(
-            None,
-            "Seconds a drain waits for evicted pods to be gone before it reports a "
-            "failure and starts over.",
-        ),
-    )
-    kopf_prefix: str = field(
-        default="operator.skyhook.nvidia.com",
-        metadata=_meta(
-            None,
-            "Annotation prefix under which kopf keeps its own progress and diff-base on "
-            "Skyhook objects.",
-        ),
-    )
-    retry_backoff_base: float = field(
-        default=10.0,
-        metadata=_meta(
-            None,
-            "Seconds before a failed stage pod is retried; doubles with each retry of the "
-            "same stage.",
-        ),
-    )
-    retry_backoff_max: float = field(
-        default=300.0,
-        metadata=_meta(None, "Longest wait, in seconds, before retrying a failed stage pod."),
-    )
-    operator_version: str = field(
-        default_factory=_installed_version,
-        metadata=_meta(
-            None,
-            "The version written into the `version` annotation of each SCR and the "
-            "`version_<scr>` annotation of each node; defaults to the installed operator's.",
-        ),
-    )
-    metrics_port: str = field(
-        default=":8080",
-        metadata=_meta(
-            "METRICS_PORT",
-            "`[host]:port` serving Prometheus metrics at `/metrics` (an empty host: every "
-            "interface); `0` turns the endpoint off.",
-        ),
-    )
-    probe_port: str = field(
-        default=":8081",
-        metadata=_meta(
-            "PROBE_PORT",
-            "`[host]:port` serving `/healthz` (liveness) and `/readyz` (readiness); `0` "
-            "turns the probes off.",
-        ),
-    )
-    leader_election: bool = field(
-        default=False,
-        metadata=_meta(
-            "LEADER_ELECTION",
-            "Run two or more replicas with one leader: only the holder of a coordination.k8s.io "
-            "Lease in the operator namespace plans and writes; the others keep their watches "
-            "warm and take over when it stops (at once) or dies (after `lease_duration`).",
-        ),
-    )
-    lease_name: str = field(
-        default="3c22c1ae.nvidia.com",
-        metadata=_meta(
-            None,
-            "Name of the Lease; upstream's, so an upstream operator and ours never both lead.",
-        ),
-    )
-    lease_duration: float = field(
-        default=15.0,
-        metadata=_meta(
-            None,
-            "Seconds after the holder's last renewal before another replica may take the Lease.",
-        ),
-    )
-    lease_renew_deadline: float = field(
-        default=10.0,
-        metadata=_meta(
-            None,
-            "Seconds after its last successful renewal at which the leader stops writing; "
-            "shorter than `lease_duration`, so it stops before anyone else may start.",
-        ),
-    )
-    lease_retry_period: float = field(
-        default=2.0,
-        metadata=_meta(
-            None,
-            "Seconds between attempts to renew (leader) or take (others) the Lease.",
-        ),
-    )
-    leader_identity: str = field(
-        default_factory=socket.gethostname,
-        metadata=_meta(
-            None,
-            "Name this replica holds the Lease under (a random suffix is added per start); "
-            "default: the host name, which in a pod is the pod's name.",
-        ),
-    )
-    enable_webhooks: bool = field(
-        default=True,
-        metadata=_meta(
-            "ENABLE_WEBHOOKS",
-            "Serve the admission webhooks that refuse an invalid Skyhook or DeploymentPolicy "
-            "at `kubectl apply` and fill in policy defaults.",
-        ),
-    )
-    webhook_port: str = field(
-        default=":9443",
-        metadata=_meta(None, "`[host]:port` the admission webhooks are served on (HTTPS)."),
-    )
-    webhook_certs: str = field(
-        default="operator",
-        metadata=_meta(
-            None,
-            "Where the webhooks' serving certificate comes from: `operator` (a Secret the "
-            "operator creates and renews, its CA put into the webhook configurations) or "
-            "`cert-manager` (mounted at `webhook_cert_dir`; cert-manager injects the CA).",
-        ),
-    )
-    webhook_cert_dir: str = field(
-        default="/tmp/k8s-webhook-server/serving-certs",
-        metadata=_meta(None, "Directory holding the serving certificate `tls.crt` and `tls.key`."),
-    )
-    webhook_secret_name: str = field(
-        default="webhook-cert",
-        metadata=_meta(
-            "WEBHOOK_SECRET_NAME", "Secret in the operator namespace holding the certificate."
-        ),
-    )
-    webhook_service_name: str = field(
-        default="skyhook-operator-webhook-service",
-        metadata=_meta(
-            "WEBHOOK_SERVICE_NAME",
-            "Service the apiserver calls the webhooks through; the certificate is made for it.",
-        ),
-    )
-    webhook_url: str = field(
-        default="",
-        metadata=_meta(
-            None,
-            "Out of the cluster only: the `https://host:port` the apiserver reaches this "
-            "operator at. The operator then creates the webhook configurations itself, calling "
-            "this URL; empty: the chart's configurations call the Service.",
-        ),
-    )
-    webhook_check_interval: float = field(
-        default=60.0,
-        metadata=_meta(
-            None,
-            "Seconds between checks that the certificate is current and the webhook "
-            "configurations carry its CA.",
-        ),
-    )
-    alert_poll_interval: float = field(
-        default=30.0,
-        metadata=_meta(
-            None,
-            "Seconds between reads of the alerts of each Prometheus URL an alertGate names; "
-            "a Skyhook held by an alert looks again this often.",
-        ),
-    )
-    alert_query_timeout: float = field(
-        default=5.0,
-        metadata=_meta(
-            None,
-            "Seconds a read of Prometheus alerts may take; a slower one fails (and holds).",
-        ),
-    )
-    event_interval: float = field(
-        default=30.0,
-        metadata=_meta(
-            None,
-            "Seconds between two writes of one Event object: occurrences in between are "
-            "added to its count and go out together (a new Event is posted at once).",
-        ),
-    )
-    clock_offset_file: str = field(
-        default="",
-        metadata=_meta(
-            None,
-            "TEST HOOK, never set in production: a file holding seconds added to the "
-            "planner's clock, read at every pass, so tests move the operator's time (into a "
-            "maintenance window) instead of waiting. Empty: the real clock.",
-        ),
-    )
-    log_level: str = field(
-        default="info",
-        metadata=_meta("LOG_LEVEL", "debug, info, warning or error."),
-    )
-
-    @property
-    def agent_version(self) -> str:
-        """The agent image's tag, as upstream writes it into node metadata."""
-        return image_tag(self.agent_image)
-
-    def describe(self) -> list[str]:
-        """`name = value` lines for the startup log."""
-        return [f"{f.name} = {getattr(self, f.name)}" for f in dataclasses.fields(self)]
-
-    def for_planner(self) -> PlannerSettings:
-        """The subset the pure planner decides with."""
-        return PlannerSettings(
-            namespace=self.namespace,
-            agent_image=self.agent_image,
-            pause_image=self.pause_image,
-            copy_dir_root=self.copy_dir_root,
-            agent_log_root=self.agent_log_root,
-            runtime_required_taint=self.runtime_required_taint,
-            reapply_on_reboot=self.reapply_on_reboot,
-            image_pull_secret=self.image_pull_secret,
-            retry_backoff_base_s=self.retry_backoff_base,
-            retry_backoff_max_s=self.retry_backoff_max,
-            operator_version=self.operator_version,
-            alert_recheck_s=self.alert_poll_interval,
-        )
 
 
 def parse_seconds(text: str) -> float:
@@ -381,6 +75,20 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
+class BindAddress(str):
+    """A `[host]:port` setting, checked and split once: `bind` is (host, port), or None for `0`
+    (off). It stays the text as written, so it logs and compares as configured."""
+
+    bind: tuple[str, int] | None
+
+    def __new__(cls, text: str) -> BindAddress:
+        if isinstance(text, BindAddress):
+            return text  # already split
+        address = super().__new__(cls, text)
+        address.bind = parse_bind_address(text)
+        return address
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -390,72 +98,487 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true or false)")
 
 
-def _check(name: str, value: Any) -> str | None:
-    """The problem with one parsed value, or None."""
-    if name == "namespace" and not value:
-        return "must not be empty"
-    if name in {"agent_image", "pause_image"} and not image_tag(value):
-        return f"{value!r} must name a tag (image:tag, optionally followed by @sha256:<digest>)"
-    if name in {"copy_dir_root", "agent_log_root"} and not value.startswith("/"):
-        return f"{value!r} must be an absolute path"
-    if name == "default_interval" and value < 60:
-        return f"{value} s is shorter than the minimum of 60 s"
-    if name == "log_level" and value.lower() not in {"debug", "info", "warning", "error"}:
-        return f"{value!r} must be debug, info, warning or error"
-    if name in {
-        "pass_debounce",
-        "retry_interval",
-        "drain_timeout",
-        "retry_backoff_base",
-        "image_artifact_refresh",
-    } and (value < 0):
-        return f"{value} must not be negative"
-    if name in {"alert_poll_interval", "alert_query_timeout", "event_interval"} and value <= 0:
-        return f"{value} must be more than 0"
-    if name == "retry_backoff_max" and value < 1:
-        return f"{value} s is shorter than the minimum of 1 s"
-    if name in {"lease_name", "leader_identity"} and not value:
-        return "must not be empty"
-    if name == "operator_version" and not value:
-        return "must not be empty"
-    if name in {"metrics_port", "probe_port"}:
-        try:
-            parse_bind_address(value)
-        except ValueError as error:
-            return str(error)
-    if name == "webhook_port":
-        try:
-            if parse_bind_address(value) is None:
-                return "the webhooks need a port; turn them off with ENABLE_WEBHOOKS=false"
-        except ValueError as error:
-            return str(error)
-    if name == "webhook_certs" and value not in {"operator", "cert-manager"}:
-        return f"{value!r} must be operator or cert-manager"
-    if name == "webhook_url" and value and not value.startswith("https://"):
-        return f"{value!r} must be an https:// URL (the apiserver only calls webhooks over TLS)"
-    if name == "webhook_check_interval" and value < 1:
-        return f"{value} s is shorter than the minimum of 1 s"
-    if name == "write_concurrency" and value < 1:
-        return f"{value} must be at least 1"
-    return None
+def _from_text(parse: Callable[[str], Any]) -> BeforeValidator:
+    """Environment values are text, parsed by `parse`; a default or an argument is typed already."""
+    return BeforeValidator(lambda value: parse(value) if isinstance(value, str) else value)
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
+def _check(ok: Callable[[Any], object], problem: str) -> AfterValidator:
+    """Refuses a parsed value `ok` says no to; `problem` is formatted with the value."""
+
+    def check(value: Any) -> Any:
+        if not ok(value):
+            raise ValueError(problem.format(value))
+        return value
+
+    return AfterValidator(check)
 
 
-def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
-    if f.type == "Taint":
-        return Taint.parse(raw)
-    if f.type == "bool":
-        return _parse_bool(raw)
-    if f.type == "float":
-        return parse_seconds(raw)
-    if f.type == "int":
-        return int(raw)
-    return raw
+def _minimum_seconds(minimum: int) -> AfterValidator:
+    return _check(lambda s: s >= minimum, f"{{}} s is shorter than the minimum of {minimum} s")
+
+
+# The kinds of setting: how the text is read and what the value must be. A problem names the
+# value; load_settings puts the variable it came from in front.
+NonEmpty = Annotated[str, _check(bool, "must not be empty")]
+Image = Annotated[
+    str,
+    _check(image_tag, "{!r} must name a tag (image:tag, optionally followed by @sha256:<digest>)"),
+]
+HostPath = Annotated[
+    str, _check(lambda path: path.startswith("/"), "{!r} must be an absolute path")
+]
+TaintText = Annotated[Taint, _from_text(Taint.parse)]
+Switch = Annotated[bool, _from_text(_parse_bool)]
+Seconds = Annotated[float, _from_text(parse_seconds)]
+NonNegativeSeconds = Annotated[Seconds, _check(lambda s: s >= 0, "{} must not be negative")]
+PositiveSeconds = Annotated[Seconds, _check(lambda s: s > 0, "{} must be more than 0")]
+AtLeastOneSecond = Annotated[Seconds, _minimum_seconds(1)]
+AtLeastOneMinute = Annotated[Seconds, _minimum_seconds(60)]
+Concurrency = Annotated[int, _from_text(int), _check(lambda n: n >= 1, "{} must be at least 1")]
+Address = Annotated[BindAddress, _from_text(BindAddress)]
+WebhookAddress = Annotated[
+    Address,
+    _check(
+        lambda address: address.bind is not None,
+        "the webhooks need a port; turn them off with ENABLE_WEBHOOKS=false",
+    ),
+]
+WebhookCerts = Annotated[
+    str,
+    _check(lambda v: v in {"operator", "cert-manager"}, "{!r} must be operator or cert-manager"),
+]
+WebhookUrl = Annotated[
+    str,
+    _check(
+        lambda url: not url or url.startswith("https://"),
+        "{!r} must be an https:// URL (the apiserver only calls webhooks over TLS)",
+    ),
+]
+LogLevel = Annotated[
+    str,
+    _check(
+        lambda level: level.lower() in {"debug", "info", "warning", "error"},
+        "{!r} must be debug, info, warning or error",
+    ),
+]
+
+
+# Each field is declared as `name: Kind = field(<our variable>, _meta(<upstream's variable or
+# None>, <doc>), default=...)`.
+def _meta(upstream_env: str | None, doc: str) -> tuple[str | None, str]:
+    """The variable upstream's operator reads for a setting (None: it has none), and what the
+    setting means."""
+    return upstream_env, doc
+
+
+def field(ours: str, meta: tuple[str | None, str], **default: Any) -> Any:
+    """A setting read from `ours`, else from upstream's variable; `default` is `default=` or
+    `default_factory=`."""
+    upstream_env, doc = meta
+    names = (ours, upstream_env) if upstream_env else (ours,)
+    return Field(validation_alias=AliasChoices(*names), description=doc, **default)
+
+
+# The planner's defaults are the operator's: written once, in PlannerSettings.
+_PLANNER = PlannerSettings()
+
+
+class Settings(BaseSettings):
+    """Operator settings; each field's aliases are the variables it is read from, in order."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        # load_settings' overrides name fields, not variables.
+        populate_by_name=True,
+        # BindAddress: `Address` constructs it from text (the check), pydantic checks the type.
+        arbitrary_types_allowed=True,
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings passes the environment it was given (os.environ, or a test's mapping)
+        # as arguments: pydantic-settings' own reader only sees os.environ.
+        return (init_settings,)
+
+    namespace: NonEmpty = field(
+        "SKYHOOK_NAMESPACE",
+        _meta("NAMESPACE", "Namespace for stage pods and the SCRs' ConfigMaps."),
+        default=_PLANNER.namespace,
+    )
+    agent_image: Image = field(
+        "SKYHOOK_AGENT_IMAGE",
+        _meta(
+            "AGENT_IMAGE",
+            "Image of the agent that runs each stage; must carry a tag (a digest may follow, "
+            "`repo:tag@sha256:...`). The tag is the agentVersion written into node metadata.",
+        ),
+        default=_PLANNER.agent_image,
+    )
+    pause_image: Image = field(
+        "SKYHOOK_PAUSE_IMAGE",
+        _meta("PAUSE_IMAGE", "Image of the idle container each stage pod ends with."),
+        default=_PLANNER.pause_image,
+    )
+    copy_dir_root: HostPath = field(
+        "SKYHOOK_COPY_DIR_ROOT",
+        _meta("COPY_DIR_ROOT", "Host directory where package content is copied."),
+        default=_PLANNER.copy_dir_root,
+    )
+    agent_log_root: HostPath = field(
+        "SKYHOOK_AGENT_LOG_ROOT",
+        _meta("AGENT_LOG_ROOT", "Host directory the agent writes its logs under."),
+        default=_PLANNER.agent_log_root,
+    )
+    runtime_required_taint: TaintText = field(
+        "SKYHOOK_RUNTIME_REQUIRED_TAINT",
+        _meta(
+            "RUNTIME_REQUIRED_TAINT",
+            "Taint `key[=value]:Effect` removed from a node once every runtimeRequired SCR "
+            "completed on it.",
+        ),
+        default=_PLANNER.runtime_required_taint,
+    )
+    reapply_on_reboot: Switch = field(
+        "SKYHOOK_REAPPLY_ON_REBOOT",
+        _meta(
+            "REAPPLY_ON_REBOOT",
+            "When a node's bootID changes outside an interrupt, forget its state for every "
+            "SCR so all packages run again.",
+        ),
+        default=_PLANNER.reapply_on_reboot,
+    )
+    image_pull_secret: str = field(
+        "SKYHOOK_IMAGE_PULL_SECRET",
+        _meta("IMAGE_PULL_SECRET", "Pull secret name put on every pod; empty: none."),
+        default=_PLANNER.image_pull_secret,
+    )
+    default_interval: AtLeastOneMinute = field(
+        "SKYHOOK_DEFAULT_INTERVAL",
+        _meta(
+            "DEFAULT_INTERVAL",
+            "Seconds (or a Go duration such as `10m`) between passes when nothing changes; "
+            "at least 60.",
+        ),
+        default=600.0,
+    )
+    pass_debounce: NonNegativeSeconds = field(
+        "SKYHOOK_PASS_DEBOUNCE",
+        _meta(
+            None,
+            "Seconds a pass waits after the first watch event so a burst of events "
+            "becomes one pass; 0 runs at once.",
+        ),
+        default=0.05,
+    )
+    retry_interval: NonNegativeSeconds = field(
+        "SKYHOOK_RETRY_INTERVAL",
+        _meta(
+            None,
+            "Seconds before the next pass while any SCR is incomplete or a write failed "
+            "(upstream's 2 s requeue).",
+        ),
+        default=2.0,
+    )
+    write_concurrency: Concurrency = field(
+        "SKYHOOK_WRITE_CONCURRENCY",
+        _meta(
+            None,
+            "How many API writes the operator sends at once (node patches, pod creations "
+            "and deletions are independent per node).",
+        ),
+        default=16,
+    )
+    image_artifact_refresh: NonNegativeSeconds = field(
+        "SKYHOOK_IMAGE_ARTIFACT_REFRESH",
+        _meta(
+            None,
+            "Seconds between checks of an image compatibility artifact's source (an OCI "
+            "reference's digest, a ConfigMap); a changed digest is pulled again.",
+        ),
+        default=30.0,
+    )
+    insecure_registries: str = field(
+        "SKYHOOK_INSECURE_REGISTRIES",
+        _meta(
+            None,
+            "Comma-separated registry hosts (host:port) that image compatibility artifacts "
+            "are pulled from over plain HTTP.",
+        ),
+        default="",
+    )
+    drain_timeout: NonNegativeSeconds = field(
+        "SKYHOOK_DRAIN_TIMEOUT",
+        _meta(
+            None,
+            "Seconds a drain waits for evicted pods to be gone before it reports a "
+            "failure and starts over.",
+        ),
+        default=600.0,
+    )
+    kopf_prefix: str = field(
+        "SKYHOOK_KOPF_PREFIX",
+        _meta(
+            None,
+            "Annotation prefix under which kopf keeps its own progress and diff-base on "
+            "Skyhook objects.",
+        ),
+        default="operator.skyhook.nvidia.com",
+    )
+    retry_backoff_base: NonNegativeSeconds = field(
+        "SKYHOOK_RETRY_BACKOFF_BASE",
+        _meta(
+            None,
+            "Seconds before a failed stage pod is retried; doubles with each retry of the "
+            "same stage.",
+        ),
+        default=_PLANNER.retry_backoff_base_s,
+    )
+    retry_backoff_max: AtLeastOneSecond = field(
+        "SKYHOOK_RETRY_BACKOFF_MAX",
+        _meta(None, "Longest wait, in seconds, before retrying a failed stage pod."),
+        default=_PLANNER.retry_backoff_max_s,
+    )
+    operator_version: NonEmpty = field(
+        "SKYHOOK_OPERATOR_VERSION",
+        _meta(
+            None,
+            "The version written into the `version` annotation of each SCR and the "
+            "`version_<scr>` annotation of each node; defaults to the installed operator's.",
+        ),
+        default_factory=_installed_version,
+    )
+    metrics_port: Address = field(
+        "SKYHOOK_METRICS_PORT",
+        _meta(
+            "METRICS_PORT",
+            "`[host]:port` serving Prometheus metrics at `/metrics` (an empty host: every "
+            "interface); `0` turns the endpoint off.",
+        ),
+        default=":8080",
+    )
+    probe_port: Address = field(
+        "SKYHOOK_PROBE_PORT",
+        _meta(
+            "PROBE_PORT",
+            "`[host]:port` serving `/healthz` (liveness) and `/readyz` (readiness); `0` "
+            "turns the probes off.",
+        ),
+        default=":8081",
+    )
+    leader_election: Switch = field(
+        "SKYHOOK_LEADER_ELECTION",
+        _meta(
+            "LEADER_ELECTION",
+            "Run two or more replicas with one leader: only the holder of a coordination.k8s.io "
+            "Lease in the operator namespace plans and writes; the others keep their watches "
+            "warm and take over when it stops (at once) or dies (after `lease_duration`).",
+        ),
+        default=False,
+    )
+    lease_name: NonEmpty = field(
+        "SKYHOOK_LEASE_NAME",
+        _meta(
+            None,
+            "Name of the Lease; upstream's, so an upstream operator and ours never both lead.",
+        ),
+        default="3c22c1ae.nvidia.com",
+    )
+    lease_duration: Seconds = field(
+        "SKYHOOK_LEASE_DURATION",
+        _meta(
+            None,
+            "Seconds after the holder's last renewal before another replica may take the Lease.",
+        ),
+        default=15.0,
+    )
+    lease_renew_deadline: Seconds = field(
+        "SKYHOOK_LEASE_RENEW_DEADLINE",
+        _meta(
+            None,
+            "Seconds after its last successful renewal at which the leader stops writing; "
+            "shorter than `lease_duration`, so it stops before anyone else may start.",
+        ),
+        default=10.0,
+    )
+    lease_retry_period: Seconds = field(
+        "SKYHOOK_LEASE_RETRY_PERIOD",
+        _meta(
+            None,
+            "Seconds between attempts to renew (leader) or take (others) the Lease.",
+        ),
+        default=2.0,
+    )
+    leader_identity: NonEmpty = field(
+        "SKYHOOK_LEADER_IDENTITY",
+        _meta(
+            None,
+            "Name this replica holds the Lease under (a random suffix is added per start); "
+            "default: the host name, which in a pod is the pod's name.",
+        ),
+        default_factory=socket.gethostname,
+    )
+    enable_webhooks: Switch = field(
+        "SKYHOOK_ENABLE_WEBHOOKS",
+        _meta(
+            "ENABLE_WEBHOOKS",
+            "Serve the admission webhooks that refuse an invalid Skyhook or DeploymentPolicy "
+            "at `kubectl apply` and fill in policy defaults.",
+        ),
+        default=True,
+    )
+    webhook_port: WebhookAddress = field(
+        "SKYHOOK_WEBHOOK_PORT",
+        _meta(None, "`[host]:port` the admission webhooks are served on (HTTPS)."),
+        default=":9443",
+    )
+    webhook_certs: WebhookCerts = field(
+        "SKYHOOK_WEBHOOK_CERTS",
+        _meta(
+            None,
+            "Where the webhooks' serving certificate comes from: `operator` (a Secret the "
+            "operator creates and renews, its CA put into the webhook configurations) or "
+            "`cert-manager` (mounted at `webhook_cert_dir`; cert-manager injects the CA).",
+        ),
+        default="operator",
+    )
+    webhook_cert_dir: str = field(
+        "SKYHOOK_WEBHOOK_CERT_DIR",
+        _meta(None, "Directory holding the serving certificate `tls.crt` and `tls.key`."),
+        default="/tmp/k8s-webhook-server/serving-certs",
+    )
+    webhook_secret_name: str = field(
+        "SKYHOOK_WEBHOOK_SECRET_NAME",
+        _meta("WEBHOOK_SECRET_NAME", "Secret in the operator namespace holding the certificate."),
+        default="webhook-cert",
+    )
+    webhook_service_name: str = field(
+        "SKYHOOK_WEBHOOK_SERVICE_NAME",
+        _meta(
+            "WEBHOOK_SERVICE_NAME",
+            "Service the apiserver calls the webhooks through; the certificate is made for it.",
+        ),
+        default="skyhook-operator-webhook-service",
+    )
+    webhook_url: WebhookUrl = field(
+        "SKYHOOK_WEBHOOK_URL",
+        _meta(
+            None,
+            "Out of the cluster only: the `https://host:port` the apiserver reaches this "
+            "operator at. The operator then creates the webhook configurations itself, calling "
+            "this URL; empty: the chart's configurations call the Service.",
+        ),
+        default="",
+    )
+    webhook_check_interval: AtLeastOneSecond = field(
+        "SKYHOOK_WEBHOOK_CHECK_INTERVAL",
+        _meta(
+            None,
+            "Seconds between checks that the certificate is current and the webhook "
+            "configurations carry its CA.",
+        ),
+        default=60.0,
+    )
+    alert_poll_interval: PositiveSeconds = field(
+        "SKYHOOK_ALERT_POLL_INTERVAL",
+        _meta(
+            None,
+            "Seconds between reads of the alerts of each Prometheus URL an alertGate names; "
+            "a Skyhook held by an alert looks again this often.",
+        ),
+        default=_PLANNER.alert_recheck_s,
+    )
+    alert_query_timeout: PositiveSeconds = field(
+        "SKYHOOK_ALERT_QUERY_TIMEOUT",
+        _meta(
+            None,
+            "Seconds a read of Prometheus alerts may take; a slower one fails (and holds).",
+        ),
+        default=5.0,
+    )
+    event_interval: PositiveSeconds = field(
+        "SKYHOOK_EVENT_INTERVAL",
+        _meta(
+            None,
+            "Seconds between two writes of one Event object: occurrences in between are "
+            "added to its count and go out together (a new Event is posted at once).",
+        ),
+        default=30.0,
+    )
+    clock_offset_file: str = field(
+        "SKYHOOK_CLOCK_OFFSET_FILE",
+        _meta(
+            None,
+            "TEST HOOK, never set in production: a file holding seconds added to the "
+            "planner's clock, read at every pass, so tests move the operator's time (into a "
+            "maintenance window) instead of waiting. Empty: the real clock.",
+        ),
+        default="",
+    )
+    log_level: LogLevel = field(
+        "SKYHOOK_LOG_LEVEL",
+        _meta("LOG_LEVEL", "debug, info, warning or error."),
+        default="info",
+    )
+
+    @model_validator(mode="after")
+    def _lease_timings_in_order(self) -> Settings:
+        """The lease timings only work in this order: retry < renew deadline < duration."""
+        retry, deadline, duration = (
+            self.lease_retry_period,
+            self.lease_renew_deadline,
+            self.lease_duration,
+        )
+        if not 0 < retry < deadline < duration:
+            raise ValueError(
+                "SKYHOOK_LEASE_RETRY_PERIOD, SKYHOOK_LEASE_RENEW_DEADLINE, SKYHOOK_LEASE_DURATION: "
+                f"need 0 < retry period ({retry}) < renew deadline ({deadline}) < duration "
+                f"({duration})"
+            )
+        return self
+
+    @property
+    def agent_version(self) -> str:
+        """The agent image's tag, as upstream writes it into node metadata."""
+        return image_tag(self.agent_image)
+
+    def describe(self) -> list[str]:
+        """`name = value` lines for the startup log."""
+        return [f"{name} = {getattr(self, name)}" for name in type(self).model_fields]
+
+    def for_planner(self) -> PlannerSettings:
+        """The subset the pure planner decides with."""
+        return PlannerSettings(
+            namespace=self.namespace,
+            agent_image=self.agent_image,
+            pause_image=self.pause_image,
+            copy_dir_root=self.copy_dir_root,
+            agent_log_root=self.agent_log_root,
+            runtime_required_taint=self.runtime_required_taint,
+            reapply_on_reboot=self.reapply_on_reboot,
+            image_pull_secret=self.image_pull_secret,
+            retry_backoff_base_s=self.retry_backoff_base,
+            retry_backoff_max_s=self.retry_backoff_max,
+            operator_version=self.operator_version,
+            alert_recheck_s=self.alert_poll_interval,
+        )
+
+
+# Each field's variables in the order they are read, and the field each variable fills.
+_VARIABLES = {
+    name: [choice for choice in info.validation_alias.choices if isinstance(choice, str)]
+    for name, info in Settings.model_fields.items()
+    if isinstance(info.validation_alias, AliasChoices)
+}
+_FIELD_OF = {variable: name for name, names in _VARIABLES.items() for variable in names}
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -464,44 +587,26 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     Raises SettingsError listing every invalid variable.
     """
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for f in dataclasses.fields(Settings):
-        names = [f"SKYHOOK_{f.name.upper()}"]
-        if f.metadata["upstream_env"]:
-            names.append(f.metadata["upstream_env"])
-        source = next((n for n in names if n in environ), None)
-        if f.name in overrides:
-            value, source = overrides[f.name], f"{f.name} (argument)"
-        elif source is None:
-            value = _default(f)
-        else:
-            try:
-                value = _parse(f, environ[source])
-            except ValueError as error:
-                problems.append(f"{source}: {error}")
-                continue
-        problem = _check(f.name, value)
-        if problem:
-            problems.append(f"{source or f.name}: {problem}")
-        values[f.name] = value
-    problems += _lease_problems(values)
-    if problems:
-        raise SettingsError(problems)
-    return Settings(**values)
+    # Where each value comes from: an argument, else the first of the field's variables that
+    # is set. Only that variable is passed (a second alias of the same field would be extra).
+    sources = {name: f"{name} (argument)" for name in overrides}
+    for name, variables in _VARIABLES.items():
+        variable = next((v for v in variables if v in environ), None)
+        if variable is not None and name not in sources:
+            sources[name] = variable
+    given: dict[str, Any] = {v: environ[v] for name, v in sources.items() if name not in overrides}
+    try:
+        return Settings(**given, **overrides)
+    except ValidationError as error:
+        raise SettingsError([_problem(detail, sources) for detail in error.errors()]) from None
 
 
-def _lease_problems(values: Mapping[str, Any]) -> list[str]:
-    """The lease timings only work in this order: retry < renew deadline < duration."""
-    retry, deadline, duration = (
-        values.get(n) for n in ("lease_retry_period", "lease_renew_deadline", "lease_duration")
-    )
-    if retry is None or deadline is None or duration is None:
-        return []  # already reported
-    if not 0 < retry < deadline < duration:
-        return [
-            "SKYHOOK_LEASE_RETRY_PERIOD, SKYHOOK_LEASE_RENEW_DEADLINE, SKYHOOK_LEASE_DURATION: "
-            f"need 0 < retry period ({retry}) < renew deadline ({deadline}) < duration "
-            f"({duration})"
-        ]
-    return []
+def _problem(detail: ErrorDetails, sources: Mapping[str, str]) -> str:
+    """`<variable>: <what is wrong>`, naming where the value came from."""
+    text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
+    if not detail["loc"]:
+        return text  # a check across settings names its variables itself
+    # A variable, or a field's name: pydantic-settings versions differ in what an argument's
+    # problem is reported under.
+    name = _FIELD_OF.get(str(detail["loc"][0]), str(detail["loc"][0]))
+    return f"{sources.get(name, name)}: {text}"

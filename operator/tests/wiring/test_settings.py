@@ -1,15 +1,21 @@
 """Settings from the environment: our names win, upstream's names work, every error is named."""
 
+import re
+from dataclasses import replace
 from importlib import metadata
+from pathlib import Path
 
 import pytest
+from pydantic import AliasChoices
 
 from skyhook_operator.settings import (
+    Settings,
     SettingsError,
     load_settings,
     parse_bind_address,
     parse_seconds,
 )
+from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.vocabulary import Taint
 
 
@@ -189,3 +195,85 @@ def test_bad_bind_addresses_name_the_variable(text: str) -> None:
         load_settings({"PROBE_PORT": text})
     assert caught.value.problems[0].startswith("PROBE_PORT: ")
     assert "[host]:port" in caught.value.problems[0]
+
+
+def test_every_setting_is_read_from_its_skyhook_name_first() -> None:
+    for name, info in Settings.model_fields.items():
+        assert isinstance(info.validation_alias, AliasChoices), name
+        assert info.validation_alias.choices[0] == f"SKYHOOK_{name.upper()}"
+
+
+def test_addresses_are_split_once_at_load() -> None:
+    settings = load_settings({"PROBE_PORT": "[::1]:8181", "METRICS_PORT": "0"})
+    assert settings.probe_port.bind == ("::1", 8181)
+    assert settings.metrics_port.bind is None
+    assert settings.webhook_port.bind == ("", 9443)
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        pytest.param(
+            {"DEFAULT_INTERVAL": "10s"},
+            "DEFAULT_INTERVAL: 10.0 s is shorter than the minimum of 60 s",
+            id="minimum",
+        ),
+        pytest.param(
+            {"SKYHOOK_WEBHOOK_PORT": "0"},
+            "SKYHOOK_WEBHOOK_PORT: the webhooks need a port; turn them off with "
+            "ENABLE_WEBHOOKS=false",
+            id="webhooks-need-a-port",
+        ),
+        pytest.param(
+            {"SKYHOOK_NAMESPACE": "", "NAMESPACE": "ops"},
+            "SKYHOOK_NAMESPACE: must not be empty",
+            id="ours-is-the-one-read",
+        ),
+        pytest.param(
+            {"LEADER_ELECTION": "maybe"},
+            "LEADER_ELECTION: 'maybe' is not a boolean (true or false)",
+            id="parse-error",
+        ),
+        pytest.param(
+            {"SKYHOOK_RETRY_INTERVAL": "soon"},
+            "SKYHOOK_RETRY_INTERVAL: 'soon' is not a duration such as 90s, 10m or 1h30m",
+            id="duration",
+        ),
+    ],
+)
+def test_a_problem_is_its_variable_then_what_is_wrong(env: dict[str, str], problem: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(env)
+    assert caught.value.problems == [problem]
+
+
+def test_overrides_win_and_are_named_as_arguments() -> None:
+    env = {"SKYHOOK_NAMESPACE": "env", "NAMESPACE": "upstream"}
+    assert load_settings(env, namespace="given").namespace == "given"
+    with pytest.raises(SettingsError) as caught:
+        load_settings(env, namespace="", write_concurrency=0)
+    assert caught.value.problems == [
+        "namespace (argument): must not be empty",
+        "write_concurrency (argument): 0 must be at least 1",
+    ]
+
+
+def test_the_planners_defaults_are_the_operators() -> None:
+    settings = load_settings({})
+    expected = replace(PlannerSettings(), operator_version=settings.operator_version)
+    assert settings.for_planner() == expected
+
+
+def test_the_readme_documents_every_setting() -> None:
+    """operator/README.md's table: each setting's variables and meaning in order, and its
+    default unless computed at start (the installed version, the host name)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| (`SKYHOOK_.*?`) \| (.*?) \| (.*) \|$", readme, re.MULTILINE)
+    documented = []
+    for name, info in Settings.model_fields.items():
+        assert isinstance(info.validation_alias, AliasChoices)
+        variables = " / ".join(f"`{choice}`" for choice in info.validation_alias.choices)
+        documented.append((variables, info.description))
+        if info.default_factory is None:
+            assert (variables, f"`{info.default}`") in [(v, d) for v, d, _ in rows], name
+    assert [(v, m) for v, _, m in rows] == documented

@@ -11,6 +11,8 @@ from skyhook_schemas.images import image_tag
 
 @dataclass(frozen=True)
 class PlannerSettings:
+    """The defaults here are the operator's too: its settings read them from this class."""
+
     namespace: str = "skyhook"
     agent_image: str = "ghcr.io/nvidia/skyhook/agent:latest"
     pause_image: str = "registry.k8s.io/pause:3.10"
