@@ -205,6 +205,11 @@ def test_match_any_needs_one_alternative() -> None:
             id="unknown-op",
         ),
         pytest.param(
+            artifact(candidate("i", {OS_ID: {"op": ["In"]}})),
+            f"matchExpressions.{OS_ID}.op: ['In'] is not one of",
+            id="op-not-a-word",
+        ),
+        pytest.param(
             artifact(candidate("i", {OS_ID: {"op": "In"}})),
             "value: In needs at least one value",
             id="in-without-values",

@@ -14,11 +14,13 @@ a failed read holds interrupts like a firing alert.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 
-from skyhook_planner.model.windows import Problems
+from pydantic import Field, PlainValidator
+
+from skyhook_planner.model.decoding import Closed
 
 FIRING = "firing"
 
@@ -58,38 +60,31 @@ def firing(gate: AlertGate, reading: AlertReading) -> tuple[str, ...]:
     )
 
 
-def _pattern(
-    raw: Mapping[str, object], key: str, path: str, errors: Problems
-) -> re.Pattern[str] | None:
-    value = raw.get(key)
-    if value is None:
-        return None
+def _url(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+def _pattern(value: object) -> re.Pattern[str]:
     if not isinstance(value, str):
-        errors.add(f"{path}.{key}", f"{value!r} is not a string")
-        return None
+        raise ValueError(f"{value!r} is not a string")
     try:
         return re.compile(value)
     except re.error as error:
-        errors.add(f"{path}.{key}", f"{value!r} is not a regular expression: {error}")
-        return None
+        raise ValueError(f"{value!r} is not a regular expression: {error}") from None
 
 
-def decode_gate(raw: object, path: str, errors: Problems) -> AlertGate | None:
-    """`alertGate` at `path` (None when absent); problems go to `errors`."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        errors.add(path, "must be an object with prometheusURL")
-        return None
-    known = {"prometheusURL", "matchAlerts", "ignoreAlerts"}
-    for key in sorted(set(raw) - known):
-        errors.add(f"{path}.{key}", f"unknown field; known: {', '.join(sorted(known))}")
-    url = raw.get("prometheusURL")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        errors.add(f"{path}.prometheusURL", f"{url!r} is not an http:// or https:// URL")
-        url = ""
-    return AlertGate(
-        url.rstrip("/"),
-        _pattern(raw, "matchAlerts", path, errors),
-        _pattern(raw, "ignoreAlerts", path, errors),
-    )
+Regex = Annotated[re.Pattern[str], PlainValidator(_pattern)]
+
+
+class GateWire(Closed):
+    """`alertGate` as written, in a Skyhook or a DeploymentPolicy."""
+
+    checked_when_missing = ("prometheusURL",)
+    prometheus_url: Annotated[str, PlainValidator(_url)] = Field(alias="prometheusURL")
+    match_alerts: Regex | None = None
+    ignore_alerts: Regex | None = None
+
+    def decoded(self) -> AlertGate:
+        return AlertGate(self.prometheus_url, self.match_alerts, self.ignore_alerts)

@@ -340,7 +340,7 @@ def _expression(key: str, body: object, path: str, errors: list[str]) -> Express
         errors.append(f"{path}: expected {{op, value}}")
         return None
     op = body.get("op")
-    if op not in OPERATORS:
+    if not isinstance(op, str) or op not in OPERATORS:
         errors.append(f"{path}.op: {op!r} is not one of {', '.join(OPERATORS)}")
         return None
     raw_values: Any = body.get("value", [])

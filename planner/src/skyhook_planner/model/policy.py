@@ -15,15 +15,28 @@ they keep in the Skyhook's status is `BatchState` here.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Annotated, Any
 
-from skyhook_planner.model.alerts import AlertGate, decode_gate
-from skyhook_planner.model.spec import Budget, _Errors, _optional_int, decode_selector
+from pydantic import StrictBool, StrictInt, ValidationError, field_validator, model_validator
+
+from skyhook_planner.model.alerts import AlertGate, GateWire
+from skyhook_planner.model.decoding import (
+    Closed,
+    FalsyIsUnset,
+    Loc,
+    NonEmpty,
+    SelectorWire,
+    Wire,
+    check,
+    fail,
+    in_range,
+    messages,
+)
+from skyhook_planner.model.spec import Budget
 from skyhook_planner.model.vocabulary import LabelSelector
-from skyhook_planner.model.windows import MaintenanceWindow, decode_window
+from skyhook_planner.model.windows import MaintenanceWindow, WindowWire
 from skyhook_schemas import keys
 
 FIXED, LINEAR, EXPONENTIAL = "fixed", "linear", "exponential"
@@ -77,124 +90,136 @@ class Policy:
         return (*self.compartments, self.default)
 
 
-# --- decoding ---------------------------------------------------------------------------------
-
-
-def _decode_budget(raw: object, path: str, errors: _Errors) -> Budget:
-    if not isinstance(raw, Mapping):
-        errors.add(path, "exactly one of percent or count must be set")
-        return Budget(count=1)
-    percent = _optional_int(raw.get("percent"), f"{path}.percent", errors, 1, 100)
-    count = _optional_int(raw.get("count"), f"{path}.count", errors, 1, None)
-    if (raw.get("percent") is None) == (raw.get("count") is None):
-        errors.add(path, "exactly one of percent or count must be set")
-    return Budget(percent=percent, count=None if percent is not None else count)
-
-
-_RANGES: dict[str, tuple[str, int, int | None, frozenset[str]]] = {
-    # json name: (field, minimum, maximum, kinds it applies to)
-    "initialBatch": ("initial_batch", 1, None, frozenset(STRATEGY_KINDS)),
-    "batchThreshold": ("batch_threshold", 1, 100, frozenset(STRATEGY_KINDS)),
-    "failureThreshold": ("failure_threshold", 1, None, frozenset(STRATEGY_KINDS)),
-    "safetyLimit": ("safety_limit", 1, 100, frozenset(STRATEGY_KINDS)),
-    "delta": ("delta", 1, None, frozenset({LINEAR})),
-    "growthFactor": ("growth_factor", 2, None, frozenset({EXPONENTIAL})),
-}
-
-
-def _decode_strategy(raw: object, path: str, errors: _Errors) -> Strategy | None:
-    present = [k for k in STRATEGY_KINDS if isinstance(raw, Mapping) and raw.get(k) is not None]
-    if len(present) != 1:
-        errors.add(path, "exactly one of fixed, linear, or exponential must be set")
-        return None
-    assert isinstance(raw, Mapping)
-    kind = present[0]
-    body = raw[kind]
-    if not isinstance(body, Mapping):
-        errors.add(f"{path}.{kind}", "must be an object")
-        return None
-    values: dict[str, Any] = {}
-    for json_name, value in body.items():
-        known = _RANGES.get(json_name)
-        if known is None or kind not in known[3]:
-            errors.add(f"{path}.{kind}.{json_name}", f"unknown field for a {kind} strategy")
-            continue
-        field, minimum, maximum, _ = known
-        decoded = _optional_int(value, f"{path}.{kind}.{json_name}", errors, minimum, maximum)
-        if decoded is not None:
-            values[field] = decoded
-    return Strategy(kind, **values)
+# --- the policy as written ---------------------------------------------------------------------
 
 
 def decode_policy(name: str, raw: Mapping[str, Any]) -> Policy:
     """Decode a DeploymentPolicy's `spec` with defaults applied; raises PolicyError listing
     every problem with its field path."""
-    errors = _Errors()
-    if not isinstance(raw, Mapping):
-        raise PolicyError(["spec: must be an object"])
-    default = raw.get("default")
-    if not isinstance(default, Mapping):
-        errors.add("spec.default", "required: an object with budget and strategy")
-        default = {}
-    default_compartment = Compartment(
-        keys.DEFAULT_COMPARTMENT,
-        LabelSelector(),
-        _decode_budget(default.get("budget"), "spec.default.budget", errors),
-        _decode_strategy(default.get("strategy"), "spec.default.strategy", errors),
-    )
-    compartments: list[Compartment] = []
-    raw_compartments = raw.get("compartments") or ()
-    if not isinstance(raw_compartments, list | tuple):
-        errors.add("spec.compartments", "must be a list of compartments")
-        raw_compartments = ()
-    seen: set[str] = set()
-    # Two compartments with the same selector could never both get a node: refuse the second.
-    selectors: dict[str, str] = {}
-    for index, body in enumerate(raw_compartments):
-        path = f"spec.compartments[{index}]"
-        if not isinstance(body, Mapping):
-            errors.add(path, "must be an object with name, selector and budget")
-            continue
-        compartment_name = body.get("name")
-        if not isinstance(compartment_name, str) or not compartment_name:
-            errors.add(f"{path}.name", "required: a non-empty string")
-            compartment_name = ""
-        elif compartment_name == keys.DEFAULT_COMPARTMENT:
-            errors.add(f"{path}.name", f'"{keys.DEFAULT_COMPARTMENT}" is reserved')
-        elif compartment_name in seen:
-            errors.add(f"{path}.name", f'"{compartment_name}" is not unique')
-        seen.add(compartment_name)
-        if body.get("selector") is None:
-            errors.add(f"{path}.selector", "required: a label selector")
-        elif (twin := selectors.get(_frozen(body["selector"]))) is not None:
-            errors.add(f"{path}.selector", f'identical to the selector of compartment "{twin}"')
-        else:
-            selectors[_frozen(body["selector"])] = compartment_name
-        strategy = None
-        if body.get("strategy") is not None:
-            strategy = _decode_strategy(body["strategy"], f"{path}.strategy", errors)
-        compartments.append(
-            Compartment(
-                compartment_name,
-                decode_selector(body.get("selector"), f"{path}.selector", errors),
-                _decode_budget(body.get("budget"), f"{path}.budget", errors),
-                strategy,
-            )
+    try:
+        written = _PolicyWire.model_validate(raw)
+    except ValidationError as error:
+        raise PolicyError(messages(error, "spec")) from None
+    return written.decoded(name)
+
+
+class _BudgetWire(Wire):
+    percent: Annotated[StrictInt, in_range(1, 100)] | None = None
+    count: Annotated[StrictInt, in_range(1)] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _BudgetWire:
+        if (self.percent is None) == (self.count is None):
+            raise ValueError("exactly one of percent or count must be set")
+        return self
+
+    def decoded(self) -> Budget:
+        return Budget(self.percent, self.count)
+
+
+class _FixedWire(Closed):
+    unknown_field = "unknown field for a fixed strategy"
+    initial_batch: Annotated[StrictInt, in_range(1)] = 1
+    batch_threshold: Annotated[StrictInt, in_range(1, 100)] = 100
+    failure_threshold: Annotated[StrictInt, in_range(1)] | None = None
+    safety_limit: Annotated[StrictInt, in_range(1, 100)] = 50
+
+
+class _LinearWire(_FixedWire):
+    unknown_field = "unknown field for a linear strategy"
+    delta: Annotated[StrictInt, in_range(1)] = 1
+
+
+class _ExponentialWire(_FixedWire):
+    unknown_field = "unknown field for an exponential strategy"
+    growth_factor: Annotated[StrictInt, in_range(2)] = 2
+
+
+class _StrategyWire(Wire):
+    fixed: _FixedWire | None = None
+    linear: _LinearWire | None = None
+    exponential: _ExponentialWire | None = None
+
+    @property
+    def given(self) -> list[tuple[str, _FixedWire]]:
+        bodies = ((FIXED, self.fixed), (LINEAR, self.linear), (EXPONENTIAL, self.exponential))
+        return [(kind, body) for kind, body in bodies if body is not None]
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _StrategyWire:
+        if len(self.given) != 1:
+            raise ValueError("exactly one of fixed, linear, or exponential must be set")
+        return self
+
+    def decoded(self) -> Strategy:
+        kind, body = self.given[0]
+        return Strategy(kind, **body.model_dump())
+
+
+def _reserved(name: str) -> str | None:
+    return f'"{name}" is reserved' if name == keys.DEFAULT_COMPARTMENT else None
+
+
+class _CompartmentWire(Wire):
+    name: Annotated[NonEmpty, check(_reserved)]
+    selector: SelectorWire
+    budget: _BudgetWire
+    # None: the budget's ceiling, not the default compartment's strategy.
+    strategy: _StrategyWire | None = None
+
+    def decoded(self) -> Compartment:
+        return Compartment(
+            self.name,
+            self.selector.decoded(),
+            self.budget.decoded(),
+            self.strategy.decoded() if self.strategy else None,
         )
-    reset = raw.get("resetBatchStateOnCompletion")
-    if reset is not None and not isinstance(reset, bool):
-        errors.add("spec.resetBatchStateOnCompletion", f"{reset!r} is not a boolean")
-        reset = None
-    window = decode_window(raw.get("maintenanceWindow"), "spec.maintenanceWindow", errors)
-    gate = decode_gate(raw.get("alertGate"), "spec.alertGate", errors)
-    if errors.messages:
-        raise PolicyError(errors.messages)
-    return Policy(name, default_compartment, tuple(compartments), reset, window, gate)
 
 
-def _frozen(selector: object) -> str:
-    """A selector as it was written, in a form comparable for equality (key order ignored)."""
-    return json.dumps(selector, sort_keys=True, default=str)
+class _DefaultWire(Wire):
+    budget: _BudgetWire
+    strategy: _StrategyWire
+
+
+class _PolicyWire(Wire):
+    default: _DefaultWire
+    compartments: Annotated[tuple[_CompartmentWire, ...], FalsyIsUnset] = ()
+    reset_batch_state_on_completion: StrictBool | None = None
+    maintenance_window: WindowWire | None = None
+    alert_gate: GateWire | None = None
+
+    @field_validator("compartments")
+    @classmethod
+    def _distinct(cls, compartments: tuple[_CompartmentWire, ...]) -> tuple[_CompartmentWire, ...]:
+        if problems := list(_clashes(compartments)):
+            fail(*problems)
+        return compartments
+
+    def decoded(self, name: str) -> Policy:
+        default = Compartment(
+            keys.DEFAULT_COMPARTMENT,
+            LabelSelector(),
+            self.default.budget.decoded(),
+            self.default.strategy.decoded(),
+        )
+        return Policy(
+            name,
+            default,
+            tuple(c.decoded() for c in self.compartments),
+            self.reset_batch_state_on_completion,
+            self.maintenance_window.decoded() if self.maintenance_window else None,
+            self.alert_gate.decoded() if self.alert_gate else None,
+        )
+
+
+def _clashes(compartments: tuple[_CompartmentWire, ...]) -> Iterator[tuple[Loc, str]]:
+    for index, compartment in enumerate(compartments):
+        earlier = compartments[:index]
+        if any(c.name == compartment.name for c in earlier):
+            yield (index, "name"), f'"{compartment.name}" is not unique'
+        # Two compartments with the same selector could never both get a node.
+        if twin := next((c for c in earlier if c.selector == compartment.selector), None):
+            yield (index, "selector"), f'identical to the selector of compartment "{twin.name}"'
 
 
 # --- batch state ----------------------------------------------------------------------------------

@@ -15,12 +15,16 @@ saving changes:
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Protocol
+from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import PlainValidator
+
+from skyhook_planner.model.decoding import Closed, check
 
 DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # Weekday numbers (Monday 0) by full or three-letter name.
@@ -32,12 +36,6 @@ _TIME = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 # A window that is closed now opens within 8 days, unless a daylight saving change swallows
 # it on its only day; two weeks covers that.
 _SEARCH_DAYS = 15
-
-
-class Problems(Protocol):
-    """Where a decoder reports each problem, named by its field path (spec.py's collector)."""
-
-    def add(self, path: str, problem: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -103,54 +101,52 @@ def _instants_reading(wall: datetime, zone: ZoneInfo) -> list[datetime]:
     return [high]
 
 
-def _decode_time(raw: Mapping[str, object], key: str, path: str, errors: Problems) -> time:
-    value = raw.get(key)
+def _weekday(name: object) -> int:
+    number = _DAYS.get(name.lower()) if isinstance(name, str) else None
+    if number is None:
+        raise ValueError(f"{name!r} is not a weekday (mon ... sun)")
+    return number
+
+
+def _time_of_day(value: object) -> time:
     match = _TIME.match(value) if isinstance(value, str) else None
     if match is None:
-        errors.add(f"{path}.{key}", f'{value!r} is not a time of day written "HH:MM" (24-hour)')
-        return time(0, 0)
+        raise ValueError(f'{value!r} is not a time of day written "HH:MM" (24-hour)')
     return time(int(match[1]), int(match[2]))
 
 
-def decode_window(raw: object, path: str, errors: Problems) -> MaintenanceWindow | None:
-    """`maintenanceWindow` at `path` (None when absent); problems go to `errors`."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        errors.add(path, "must be an object with start, end and optionally days and timeZone")
-        return None
-    known = {"days", "start", "end", "timeZone", "appliesTo"}
-    for key in sorted(set(raw) - known):
-        errors.add(f"{path}.{key}", f"unknown field; known: {', '.join(sorted(known))}")
-    days: set[int] = set()
-    raw_days = raw.get("days")
-    if raw_days is None:
-        days = set(range(7))
-    elif not isinstance(raw_days, list) or not raw_days:
-        errors.add(f"{path}.days", "must be a non-empty list of weekdays (mon ... sun)")
-    else:
-        for index, name in enumerate(raw_days):
-            number = _DAYS.get(name.lower()) if isinstance(name, str) else None
-            if number is None:
-                errors.add(f"{path}.days[{index}]", f"{name!r} is not a weekday (mon ... sun)")
-            else:
-                days.add(number)
-    zone_name = raw.get("timeZone", "UTC")
-    zone = ZoneInfo("UTC")
-    try:
-        if not isinstance(zone_name, str):
-            raise ValueError
-        zone = ZoneInfo(zone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        errors.add(f"{path}.timeZone", f"{zone_name!r} is not an IANA time zone name")
-    applies_to = raw.get("appliesTo", INTERRUPTS)
-    if applies_to not in APPLIES_TO:
-        errors.add(f"{path}.appliesTo", f"{applies_to!r} must be one of: {', '.join(APPLIES_TO)}")
-        applies_to = INTERRUPTS
-    return MaintenanceWindow(
-        frozenset(days),
-        _decode_time(raw, "start", path, errors),
-        _decode_time(raw, "end", path, errors),
-        zone,
-        str(applies_to),
-    )
+def _zone(name: object) -> ZoneInfo:
+    if isinstance(name, str):
+        # OSError: a name such as "America" that is a directory of zones.
+        with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+            return ZoneInfo(name)
+    raise ValueError(f"{name!r} is not an IANA time zone name")
+
+
+def _applies_to(value: object) -> str:
+    if value not in APPLIES_TO:
+        raise ValueError(f"{value!r} must be one of: {', '.join(APPLIES_TO)}")
+    return str(value)
+
+
+TimeOfDay = Annotated[time, PlainValidator(_time_of_day)]
+Weekdays = Annotated[
+    tuple[Annotated[int, PlainValidator(_weekday)], ...],
+    check(lambda days: None if days else "must be a non-empty list of weekdays (mon ... sun)"),
+]
+
+
+class WindowWire(Closed):
+    """`maintenanceWindow` as written, in a Skyhook or a DeploymentPolicy."""
+
+    checked_when_missing = ("start", "end")
+    days: Weekdays = tuple(range(7))
+    start: TimeOfDay
+    end: TimeOfDay
+    time_zone: Annotated[ZoneInfo, PlainValidator(_zone)] = ZoneInfo("UTC")
+    applies_to: Annotated[str, PlainValidator(_applies_to)] = INTERRUPTS
+
+    def decoded(self) -> MaintenanceWindow:
+        return MaintenanceWindow(
+            frozenset(self.days), self.start, self.end, self.time_zone, self.applies_to
+        )
