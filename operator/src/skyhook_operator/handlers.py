@@ -33,7 +33,7 @@ from skyhook_operator.kube.writer import Writer
 from skyhook_operator.observability import Telemetry, serve
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
-from skyhook_operator.snapshot import ClusterStore, Versioned, versioned
+from skyhook_operator.store import ClusterStore, Versioned, versioned
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_planner.passes.plan import plan
 from skyhook_schemas import keys

@@ -42,7 +42,7 @@ from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
-from skyhook_operator.snapshot import ClusterStore, with_pending_statuses
+from skyhook_operator.store import ClusterStore, with_pending_statuses
 from skyhook_planner.model.actions import Plan
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot

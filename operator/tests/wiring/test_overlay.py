@@ -1,6 +1,6 @@
 """Read-your-writes: the snapshot prefers our newer writes until the watch catches up."""
 
-from skyhook_operator.snapshot import Overlay, versioned
+from skyhook_operator.store import Overlay, versioned
 from skyhook_planner.model.snapshot import NodeView, PodView
 
 

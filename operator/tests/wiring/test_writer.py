@@ -12,7 +12,7 @@ from skyhook_dev.harness import WaitTimeout, wait_until
 from skyhook_operator.kube.client import Kube
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.writer import Writer
-from skyhook_operator.snapshot import ClusterStore
+from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
 
 

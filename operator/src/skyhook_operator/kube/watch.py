@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic
 
 from skyhook_operator.kube.client import ApiError, Json, Kube
-from skyhook_operator.snapshot import Key, Versioned, View, versioned
+from skyhook_operator.store import Key, Versioned, View, versioned
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from skyhook_operator.kube.client import (
     Kube,
 )
 from skyhook_operator.kube.drain import Evictor
-from skyhook_operator.snapshot import ClusterStore
+from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import (
     Action,
     AddFinalizer,

@@ -1,4 +1,4 @@
-"""The ClusterSnapshot a pass decides from: in-memory indexes plus our own recent writes.
+"""The store a pass reads its ClusterSnapshot from: in-memory indexes plus our own recent writes.
 
 No LIST call on the hot path: one watch per kind (kopf's for Skyhooks and policies, our own
 kube/watch.py for nodes, pods and ConfigMaps) turns every object into the planner's view
