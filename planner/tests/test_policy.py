@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skyhook_planner.model.policy import (
-    BatchState,
     Compartment,
     Policy,
     PolicyError,
@@ -25,6 +24,7 @@ from skyhook_planner.model.spec import Budget
 from skyhook_planner.model.vocabulary import LabelSelector
 from skyhook_planner.rules.batches import assign, batch_size, evaluate, reset_enabled
 from skyhook_planner.rules.ordering import node_order_key
+from skyhook_schemas.status import BatchState
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

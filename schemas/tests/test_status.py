@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from skyhook_schemas.status import CompartmentStatus, SkyhookStatus
+from skyhook_schemas.status import BatchState, CompartmentStatus, SkyhookStatus
 
 WRITTEN: dict[str, Any] = {
     "status": "in_progress",
@@ -42,11 +42,29 @@ def test_what_the_operator_writes_reads_back_field_by_field() -> None:
     assert status.config_updates == {"pk": ("a.sh",)}
     assert status.nodes_in_progress == 1
     assert status.compartment_statuses["__default__"] == CompartmentStatus(
-        matched=1, ceiling=1, in_progress=1, batch_state={"currentBatch": 2}
+        matched=1, ceiling=1, in_progress=1, batch_state=BatchState(current_batch=2)
     )
     assert status.condition("Ready") == {"type": "Ready", "status": "False"}
     assert status.condition("Stalled") is None
     assert status.to_json() == WRITTEN
+
+
+def test_a_batch_state_leaves_out_zeros_unless_a_reset_must_spell_them() -> None:
+    state = BatchState(current_batch=3, failed_nodes=1, should_stop=True)
+    assert state.to_json() == {"currentBatch": 3, "failedNodes": 1, "shouldStop": True}
+    assert BatchState.from_json(state.to_json()) == state
+    assert BatchState().to_json(explicit=True) == {
+        "currentBatch": 1,
+        "consecutiveFailures": 0,
+        "completedNodes": 0,
+        "failedNodes": 0,
+        "shouldStop": False,
+        "lastBatchSize": 0,
+        "lastBatchFailed": False,
+    }
+    assert BatchState.from_json({"currentBatch": -2, "shouldStop": "yes"}) == BatchState(
+        current_batch=0
+    )
 
 
 @pytest.mark.parametrize(

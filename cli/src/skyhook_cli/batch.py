@@ -10,17 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from skyhook_schemas.status import CompartmentStatus, SkyhookStatus
-
-FRESH_BATCH_STATE = {
-    "currentBatch": 1,
-    "consecutiveFailures": 0,
-    "completedNodes": 0,
-    "failedNodes": 0,
-    "shouldStop": False,
-    "lastBatchSize": 0,
-    "lastBatchFailed": False,
-}
+from skyhook_schemas.status import BatchState, CompartmentStatus, SkyhookStatus
 
 
 def compartments(skyhook: Mapping[str, Any]) -> dict[str, CompartmentStatus]:
@@ -32,7 +22,8 @@ def reset_patch(skyhook: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "status": {
             "compartmentStatuses": {
-                name: {"batchState": dict(FRESH_BATCH_STATE)} for name in compartments(skyhook)
+                name: {"batchState": BatchState().to_json(explicit=True)}
+                for name in compartments(skyhook)
             }
         }
     }

@@ -22,8 +22,6 @@ from skyhook_cli.patterns import quote as _q
 from skyhook_schemas import keys
 from skyhook_schemas.durations import parse_duration as parse_go_duration
 
-MERGE_PATCH = "application/merge-patch+json"
-
 
 class KubeError(Exception):
     """A failed API call or an unusable kubeconfig; the message is one line for the user."""
@@ -186,6 +184,9 @@ class Kube:
             )["items"]
         )
 
+    # Patches go out as the client chooses for a dict body: merge patches for Skyhooks, a
+    # strategic merge patch for nodes, the same as a merge patch for the maps and the
+    # unschedulable flag the plugin patches.
     def patch_skyhook(self, name: str, patch: Mapping[str, Any]) -> None:
         self._call(
             f"patching skyhook {_q(name)}",
@@ -195,7 +196,6 @@ class Kube:
             keys.PLURAL,
             name,
             dict(patch),
-            _content_type=MERGE_PATCH,
         )
 
     def patch_skyhook_status(self, name: str, patch: Mapping[str, Any]) -> None:
@@ -207,7 +207,6 @@ class Kube:
             keys.PLURAL,
             name,
             dict(patch),
-            _content_type=MERGE_PATCH,
         )
 
     # Nodes.
@@ -221,7 +220,6 @@ class Kube:
             self.core.patch_node,
             name,
             dict(patch),
-            _content_type=MERGE_PATCH,
         )
 
     # Pods and deployments in the operator's namespace.

@@ -53,7 +53,6 @@ def set_compartments(custom: client.CustomObjectsApi, name: str, statuses: dict[
         keys.PLURAL,
         name,
         {"status": {"compartmentStatuses": statuses}},
-        _content_type="application/merge-patch+json",
     )
 
 
@@ -149,7 +148,6 @@ def test_lifecycle_refuses_operators_before_annotations(
         keys.PLURAL,
         label,
         {"metadata": {"annotations": {keys.SKYHOOK_VERSION_ANNOTATION: "v0.7.2"}}},
-        _content_type="application/merge-patch+json",
     )
     paused = cli("pause", label, "-y")
     assert (paused.code, paused.err) == (

@@ -12,10 +12,9 @@ All are pure: the exporter lives outside the core.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import nodestate
@@ -30,6 +29,7 @@ from skyhook_planner.model.snapshot import (
 from skyhook_planner.rules import results
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import STAGES, STATES, STATUSES, UNKNOWN
+from skyhook_schemas.status import CompartmentStatus
 
 # A Skyhook without a deploymentPolicy rolls out as one fixed-strategy compartment.
 LEGACY_POLICY = "legacy"
@@ -109,17 +109,26 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
 )
 
-# Rollout gauges and the path of the compartmentStatuses field each one reports (a missing
-# batchState reads as 0).
-_ROLLOUT_FIELDS = (
-    ("skyhook_rollout_matched_nodes", ("matched",)),
-    ("skyhook_rollout_ceiling", ("ceiling",)),
-    ("skyhook_rollout_in_progress", ("inProgress",)),
-    ("skyhook_rollout_completed", ("completed",)),
-    ("skyhook_rollout_progress_percent", ("progressPercent",)),
-    ("skyhook_rollout_current_batch", ("batchState", "currentBatch")),
-    ("skyhook_rollout_consecutive_failures", ("batchState", "consecutiveFailures")),
-    ("skyhook_rollout_should_stop", ("batchState", "shouldStop")),
+# Rollout gauges and the compartmentStatuses field each one reports (a compartment or a
+# batchState the status does not have reads as 0).
+_ROLLOUT_FIELDS: tuple[tuple[str, Callable[[CompartmentStatus], float]], ...] = (
+    ("skyhook_rollout_matched_nodes", lambda c: c.matched),
+    ("skyhook_rollout_ceiling", lambda c: c.ceiling),
+    ("skyhook_rollout_in_progress", lambda c: c.in_progress),
+    ("skyhook_rollout_completed", lambda c: c.completed),
+    ("skyhook_rollout_progress_percent", lambda c: c.progress_percent),
+    (
+        "skyhook_rollout_current_batch",
+        lambda c: c.batch_state.current_batch if c.batch_state else 0,
+    ),
+    (
+        "skyhook_rollout_consecutive_failures",
+        lambda c: c.batch_state.consecutive_failures if c.batch_state else 0,
+    ),
+    (
+        "skyhook_rollout_should_stop",
+        lambda c: int(c.batch_state.should_stop) if c.batch_state else 0,
+    ),
 )
 
 
@@ -187,31 +196,18 @@ def _skyhook_samples(
     yield "skyhook_package_state_count", by_state
     yield "skyhook_package_stage_count", by_stage
     yield "skyhook_package_restarts_count", restarts
-    reported = _mapping(scr.status.to_json().get("compartmentStatuses"))
-    for metric, path in _ROLLOUT_FIELDS:
+    reported = scr.status.compartment_statuses
+    for metric, read in _ROLLOUT_FIELDS:
         rollout = []
         for compartment in compartments(scr, policies):
-            value: Any = reported.get(compartment.name)
-            for key in path:
-                value = _mapping(value).get(key)
+            found = reported.get(compartment.name) or CompartmentStatus()
             rollout.append(
                 Sample(
                     (name, compartment.policy, compartment.name, compartment.strategy),
-                    _number(value),
+                    read(found),
                 )
             )
         yield metric, rollout
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _number(value: Any) -> float:
-    """A status field as a gauge value: numbers as they are, true as 1, anything else 0."""
-    if isinstance(value, bool):
-        return 1 if value else 0
-    return value if isinstance(value, int | float) else 0
 
 
 def handoff_delays(

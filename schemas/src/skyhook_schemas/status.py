@@ -10,7 +10,7 @@ its merge patch against exactly what is stored, stray keys included.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -27,16 +27,59 @@ def _int(value: object) -> int | None:
 
 
 @dataclass(frozen=True)
+class BatchState:
+    """One DeploymentPolicy compartment's progress, kept in
+    status.compartmentStatuses.<name>.batchState with upstream's keys."""
+
+    current_batch: int = 1
+    consecutive_failures: int = 0
+    completed_nodes: int = 0
+    failed_nodes: int = 0
+    should_stop: bool = False
+    last_batch_size: int = 0
+    last_batch_failed: bool = False
+
+    @classmethod
+    def from_json(cls, raw: object) -> BatchState:
+        """Read what a pass wrote; a missing or malformed field takes its initial value."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = _mapping(raw).get(_camel(f.name))
+            wanted = bool if f.type in {"bool", bool} else int
+            if isinstance(value, wanted) and (wanted is bool or not isinstance(value, bool)):
+                values[f.name] = value if wanted is bool or value >= 0 else 0
+        return cls(**values)
+
+    def to_json(self, *, explicit: bool = False) -> dict[str, Any]:
+        """The stored form: zero and false values left out, or every field (`explicit`), as a
+        merge patch must spell a reset so that it overwrites `shouldStop: true`."""
+        return {
+            _camel(f.name): getattr(self, f.name)
+            for f in fields(self)
+            if explicit or getattr(self, f.name)
+        }
+
+    def progress(self, nodes: int) -> int:
+        """Percent of the compartment's nodes processed (complete or failed)."""
+        return (self.completed_nodes + self.failed_nodes) * 100 // nodes if nodes else 0
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+@dataclass(frozen=True)
 class CompartmentStatus:
-    """One entry of `compartmentStatuses`. `batch_state` is the DeploymentPolicy batch state
-    as stored (the planner's `BatchState` reads it)."""
+    """One entry of `compartmentStatuses`; `batch_state` None when it has none (a compartment
+    without a strategy)."""
 
     matched: int = 0
     ceiling: int = 0
     in_progress: int = 0
     completed: int = 0
     progress_percent: int = 0
-    batch_state: Mapping[str, Any] | None = None
+    batch_state: BatchState | None = None
 
     @classmethod
     def from_json(cls, body: object) -> CompartmentStatus:
@@ -48,7 +91,7 @@ class CompartmentStatus:
             in_progress=_int(raw.get("inProgress")) or 0,
             completed=_int(raw.get("completed")) or 0,
             progress_percent=_int(raw.get("progressPercent")) or 0,
-            batch_state=batch if isinstance(batch, Mapping) else None,
+            batch_state=BatchState.from_json(batch) if isinstance(batch, Mapping) else None,
         )
 
 

@@ -45,8 +45,8 @@ def reset(args: tuple[str, ...], confirm: bool) -> None:
         app.say("\nCurrent batch state:")
         for compartment, state in with_state.items():
             app.say(
-                f"  - {compartment}: batch {state.get('currentBatch', 0)}, "
-                f"{state.get('completedNodes', 0)} completed, {state.get('failedNodes', 0)} failed"
+                f"  - {compartment}: batch {state.current_batch}, "
+                f"{state.completed_nodes} completed, {state.failed_nodes} failed"
             )
     if app.dry_run:
         app.say("\n[dry-run] Would reset batch state to:")

@@ -16,7 +16,7 @@ they keep in the Skyhook's status is `BatchState` here.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import StrictBool, StrictInt, ValidationError, field_validator, model_validator
@@ -220,47 +220,3 @@ def _clashes(compartments: tuple[_CompartmentWire, ...]) -> Iterator[tuple[Loc, 
         # Two compartments with the same selector could never both get a node.
         if twin := next((c for c in earlier if c.selector == compartment.selector), None):
             yield (index, "selector"), f'identical to the selector of compartment "{twin.name}"'
-
-
-# --- batch state ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BatchState:
-    """One compartment's progress, kept in status.compartmentStatuses.<name>.batchState with
-    upstream's keys (zero and false values left out)."""
-
-    current_batch: int = 1
-    consecutive_failures: int = 0
-    completed_nodes: int = 0
-    failed_nodes: int = 0
-    should_stop: bool = False
-    last_batch_size: int = 0
-    last_batch_failed: bool = False
-
-    @classmethod
-    def from_json(cls, raw: object) -> BatchState:
-        """Read what a pass wrote; a missing or malformed field takes its initial value."""
-        if not isinstance(raw, Mapping):
-            return cls()
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = raw.get(_camel(f.name))
-            wanted = bool if f.type in {"bool", bool} else int
-            if isinstance(value, wanted) and (wanted is bool or not isinstance(value, bool)):
-                values[f.name] = value if wanted is bool or value >= 0 else 0
-        return cls(**values)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            _camel(f.name): getattr(self, f.name) for f in fields(self) if getattr(self, f.name)
-        }
-
-    def progress(self, nodes: int) -> int:
-        """Percent of the compartment's nodes processed (complete or failed)."""
-        return (self.completed_nodes + self.failed_nodes) * 100 // nodes if nodes else 0
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)

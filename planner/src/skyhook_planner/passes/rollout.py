@@ -25,7 +25,7 @@ from skyhook_planner.model import nodestate, waiting
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model.actions import AddFinalizer, AnnotateSkyhook, PatchSkyhookStatus
 from skyhook_planner.model.nodestate import NodeState
-from skyhook_planner.model.policy import BatchState, Compartment, Policy
+from skyhook_planner.model.policy import Compartment, Policy
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.spec import Budget, SkyhookSpec
 from skyhook_planner.model.waiting import Reason
@@ -44,6 +44,7 @@ from skyhook_schemas.nodestate import (
     UNINSTALL,
     UNKNOWN,
 )
+from skyhook_schemas.status import BatchState
 
 # Blockers that make a node's status `blocked` (the rest only make it wait).
 SELECTION_BLOCKERS = frozenset({waiting.STATE, waiting.IGNORED, waiting.TAINTS, waiting.IMAGE})
@@ -465,7 +466,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
         before = None
         if compartment.strategy is not None:
             stored = previous.get(compartment.name)
-            before = BatchState.from_json(stored.batch_state if stored else None)
+            before = (stored.batch_state if stored else None) or BatchState()
         found = batches.Found(
             complete=sum(ctx.complete(ctx.name, n, default=False) for n in members),
             failed=len(members & selection.failed),

@@ -31,13 +31,13 @@ from skyhook_planner.model.policy import (
     EXPONENTIAL,
     FIXED,
     LINEAR,
-    BatchState,
     Compartment,
     Policy,
     Strategy,
 )
 from skyhook_planner.model.spec import Budget
 from skyhook_planner.rules import budget as budgets
+from skyhook_schemas.status import BatchState
 
 _SAFETY = {FIXED: 0, LINEAR: 1, EXPONENTIAL: 2}
 
