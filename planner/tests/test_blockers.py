@@ -18,7 +18,7 @@ PLAIN = {"pk": package()}
 
 
 def reasons(result: Plan, skyhook: str = "scr") -> dict[str, tuple[Reason, ...]]:
-    return {w.node: w.reasons for w in result.waiting if w.skyhook == skyhook}
+    return {node: why for (scr, node), why in result.waiting.items() if scr == skyhook}
 
 
 def blockers_of(result: Plan, skyhook: str = "scr") -> dict[str, list[str]]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
-from skyhook_planner.model.waiting import Held, Waiting
+from skyhook_planner.model.waiting import Held, Reason
 from skyhook_schemas import keys
 
 
@@ -161,7 +161,7 @@ class Plan:
     releasing: frozenset[str] = frozenset()
     # Nodes held back this pass and every reason the blockers gave (rules/blockers.py): what
     # `kubectl skyhook plan` reports and the held-nodes metric counts.
-    waiting: tuple[Waiting, ...] = ()
+    waiting: Mapping[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.actions)
@@ -170,9 +170,9 @@ class Plan:
     def held(self) -> tuple[Held, ...]:
         """The waiting nodes held by a closed maintenance window or a firing alert."""
         return tuple(
-            Held(w.skyhook, w.node, r.hold, r.message)
-            for w in self.waiting
-            for r in w.reasons
+            Held(skyhook, node, r.hold, r.message)
+            for (skyhook, node), reasons in self.waiting.items()
+            for r in reasons
             if r.hold
         )
 

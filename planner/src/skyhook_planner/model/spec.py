@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import cached_property
 from typing import Annotated, Any
 
 from pydantic import (
@@ -123,7 +124,7 @@ class Package:
     # The full image reference chosen for one node from image_compatibility (pods pull it).
     chosen_image: str = ""
 
-    @property
+    @cached_property  # read for every node in every pass
     def key(self) -> str:
         """The nodeState key `<name>|<version>`."""
         return keys.package_key(self.name, self.version)

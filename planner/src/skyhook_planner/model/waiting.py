@@ -1,5 +1,5 @@
 """Why a node waits: the `Reason` a blocker (rules/blockers.py) gives for a node that may not
-start work now, and the record of them a plan carries for each waiting node (`Plan.waiting`).
+start work now; a plan carries them per (Skyhook, node) in `Plan.waiting`.
 """
 
 from __future__ import annotations
@@ -34,15 +34,6 @@ class Reason:
     message: str
     nodes: tuple[str, ...] = ()
     hold: str = ""
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A node of a Skyhook held back this pass, with every reason the pass found."""
-
-    skyhook: str
-    node: str
-    reasons: tuple[Reason, ...]
 
 
 @dataclass(frozen=True)

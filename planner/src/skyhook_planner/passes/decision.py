@@ -112,8 +112,11 @@ class Decision:
         self.starting |= other.starting
         self.releasing |= other.releasing
         self.complete.update(other.complete)
-        for (skyhook, node), reasons in other.waiting.items():
-            self.wait(skyhook, node, reasons)
+        if not self.waiting:
+            self.waiting = dict(other.waiting)
+        else:
+            for (skyhook, node), reasons in other.waiting.items():
+                self.wait(skyhook, node, reasons)
         self.states.update(other.states)
         if other.config_updates is not None:
             self.config_updates = other.config_updates

@@ -20,7 +20,6 @@ from skyhook_planner.model.actions import (
 from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
-from skyhook_planner.model.waiting import Waiting
 from skyhook_planner.passes import rollout
 from skyhook_planner.passes.cleanup import cleanup
 from skyhook_planner.passes.context import PassIndex
@@ -129,9 +128,7 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
         decision.requeue_after,
         starting=frozenset(decision.starting - busy),
         releasing=frozenset(decision.releasing - busy),
-        waiting=tuple(
-            Waiting(skyhook, node, reasons) for (skyhook, node), reasons in decision.waiting.items()
-        ),
+        waiting=decision.waiting,
     )
 
 

@@ -76,7 +76,9 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     decided.merge(configmaps.reconcile(ctx))
     decided.merge(configmaps.clear_on_version_change(ctx))
     for node in rollout.matched:
-        decided.merge(tidy(ctx, node))
+        tidied = tidy(ctx, node)
+        if tidied is not None:
+            decided.states[node.name] = tidied
     selection = select(ctx, rollout)
     decided.merge(selection.decided)
     groups = compartments(ctx, rollout, selection) if rollout.policy is not None else None
@@ -98,7 +100,8 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
             decided.wait(scr.name, node.name, (switched_off,))
         node_status, finished = finish(ctx, rollout, node, running=running, blocked=blocked)
         node_statuses[node.name] = node_status
-        decided.merge(finished)
+        if finished is not None:
+            decided.merge(finished)
     decided.merge(selection_conditions(ctx, rollout, selection))
     matched_names = {n.name for n in rollout.matched}
     for node in index.snap.nodes:  # left the selector: give back a cordon we hold
@@ -294,12 +297,12 @@ def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Deci
 # --- nodes ------------------------------------------------------------------------------------
 
 
-def tidy(ctx: SkyhookContext, node: NodeView) -> Decision:
-    """Re-key same-version entries spelled differently, drop finished uninstall markers of
-    packages that are gone, and note on the node why no candidate image matches (dropping
-    such notes once one does). What ran is recorded when a stage starts (advance.py)."""
-    decided = Decision()
-    state = ctx.state(node)
+def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
+    """The node's state with same-version entries spelled differently re-keyed, finished
+    uninstall markers of packages that are gone dropped, and a note why no candidate image
+    matches (dropped once one does); None when nothing changes. What ran is recorded when a
+    stage starts (advance.py)."""
+    state = before = ctx.state(node)
     packages = ctx.spec.packages
     if not all(
         e.name in packages and e.version == packages[e.name].version
@@ -323,7 +326,7 @@ def tidy(ctx: SkyhookContext, node: NodeView) -> Decision:
                 del entries[key]
                 changed = True
         if changed:
-            state = decided.states[node.name] = replace(state, entries=entries, error="")
+            state = replace(state, entries=entries, error="")
     selection = ctx.node_packages(node)
     images = {k: dict(v) for k, v in (state.images or {}).items()}
     for name in packages:
@@ -337,8 +340,8 @@ def tidy(ctx: SkyhookContext, node: NodeView) -> Decision:
             else:
                 del images[name]
     if images != (state.images or {}):
-        decided.states[node.name] = replace(state, images=images)
-    return decided
+        state = replace(state, images=images)
+    return None if state is before else state
 
 
 @dataclass(frozen=True)
@@ -388,21 +391,14 @@ def select(ctx: SkyhookContext, rollout: Rollout) -> Selection:
         work[node.name] = node_work
         done = node_work.complete and not state.error
         decided.complete[(name, node.name)] = done
-        found = list(blockers.reasons(selection_blockers, node))
+        found = blockers.reasons(selection_blockers, node)
         if state.error:
-            found.insert(0, Reason(waiting.STATE, f"node state unreadable: {state.error}"))
+            found = (Reason(waiting.STATE, f"node state unreadable: {state.error}"), *found)
         if node_packages.unmatched:
-            found.append(
-                Reason(
-                    waiting.IMAGE,
-                    "no compatible image for "
-                    + ", ".join(
-                        f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items())
-                    ),
-                )
-            )
+            listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
+            found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
         if found:
-            reasons[node.name] = tuple(found)
+            reasons[node.name] = found
         holding = node.name in index.holding  # being started or released
         if done and not holding:
             continue
@@ -522,7 +518,10 @@ def admit(
     running = {n.name for n in selection.occupied}
     started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
     for node in started:
-        found = blockers.reasons(gates, node) or blockers.reasons((capacity,), node)
+        found = blockers.reasons(gates, node)
+        if not found:
+            full = capacity.check(node)
+            found = () if full is None else (full,)
         if found:
             decided.wait(ctx.name, node.name, found)
             continue
@@ -543,10 +542,10 @@ def _started(ctx: SkyhookContext, node: NodeView) -> bool:
 
 def finish(
     ctx: SkyhookContext, rollout: Rollout, node: NodeView, *, running: bool, blocked: bool
-) -> tuple[str, Decision]:
-    """The node's status for this Skyhook after the pass, its conditions, and its cordon
-    given back once it is complete."""
-    decided = Decision()
+) -> tuple[str, Decision | None]:
+    """The node's status for this Skyhook after the pass, and what that decides (None for
+    most nodes: nothing): its conditions, its state, its cordon given back once complete."""
+    decided = None
     state = ctx.state(node)
     complete = ctx.complete(ctx.name, node.name, default=False)
     erroring = any(e.state in {ERRORING, UNKNOWN} for e in state.packages.values())
@@ -559,9 +558,11 @@ def finish(
         disabled=rollout.disabled,
     )
     if complete and state.cordoned:
+        decided = decided or Decision()
         decided.node(node.name).unschedulable = False
         state = replace(state, cordoned=False)
     if complete and state.status != COMPLETE and state.entries is not None:
+        decided = decided or Decision()
         decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
     # Most nodes are as their annotations and status label say: nothing to save for them.
     if not (
@@ -569,10 +570,12 @@ def finish(
         and state.status == value
         and node.labels.get(keys.node_status_key(ctx.name)) == value
     ):
+        decided = decided or Decision()
         decided.states[node.name] = replace(state, status=value)
     wanted = nodestate.conditions_for(ctx.name, complete, erroring)
     stale = nodestate.stale_conditions(node, wanted)
     if stale:
+        decided = decided or Decision()
         decided.node(node.name).conditions += stale
     return value, decided
 

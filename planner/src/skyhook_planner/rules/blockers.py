@@ -89,6 +89,8 @@ class Taints:
         return [t for t in node.taints if not any(o.tolerates(t) for o in self.tolerations)]
 
     def check(self, node: NodeView) -> Reason | None:
+        if not node.taints:
+            return None
         untolerated = self.untolerated(node)
         if not untolerated:
             return None
@@ -221,11 +223,11 @@ def reasons(
 ) -> tuple[Reason, ...]:
     """The reasons `blockers` give for `node`, in their order: every one, or only the first
     (for blockers that are costly to ask once one has answered)."""
-    found = []
+    found: tuple[Reason, ...] = ()
     for blocker in blockers:
         reason = blocker.check(node)
         if reason is not None:
-            found.append(reason)
+            found += (reason,)
             if first_only:
                 break
-    return tuple(found)
+    return found

@@ -213,7 +213,7 @@ def forecast(
     waiting: dict[str, tuple[Reason, ...]] = {}
     while pods.offset(now) <= horizon_s:
         result = plan(cluster.snapshot(now), settings)
-        waiting = {w.node: w.reasons for w in result.waiting if w.skyhook == skyhook}
+        waiting = {node: why for (scr, node), why in result.waiting.items() if scr == skyhook}
         cluster.apply(result.actions)
         for action in result.actions:
             if isinstance(action, CreatePod):
