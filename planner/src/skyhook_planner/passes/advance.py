@@ -73,7 +73,7 @@ class _NodeRun:
         else:
             self._spec_work()
         images = self.images if self.images or self.state.images is not None else None
-        self.decision.states[self.node.name] = replace(
+        self.decision.work.states[self.node.name] = replace(
             self.state, entries=self.entries, error="", images=images
         )
         return self.decision
@@ -182,7 +182,7 @@ class _NodeRun:
             "Apply",
             f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
         )
-        self.decision.conditions.append(
+        self.decision.work.conditions.append(
             status.condition(
                 keys.CONDITION_APPLY_PACKAGE,
                 True,

@@ -12,7 +12,7 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.decision import Decision, SkyhookWork
 from skyhook_planner.rules import results, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
@@ -23,7 +23,9 @@ _PAST_CONFIG = {CONFIG, INTERRUPT, POST_INTERRUPT}
 def reconcile(ctx: SkyhookContext) -> Decision:
     """Create missing package ConfigMaps, take in configMap edits, delete ConfigMaps of
     packages and nodes this Skyhook no longer has."""
-    decision = Decision(config_updates={k: list(v) for k, v in ctx.config_updates.items()})
+    decision = Decision(
+        work=SkyhookWork(config_updates={k: list(v) for k, v in ctx.config_updates.items()})
+    )
     wanted_names = set()
     for package in ctx.spec.packages.values():
         if not package.config_map:
@@ -56,9 +58,13 @@ def _config_edit(
     `so_far` is what `reconcile` decided for the packages before this one."""
 
     def state(node: NodeView) -> NodeState:
-        return decision.states.get(node.name) or so_far.states.get(node.name) or ctx.state(node)
+        return (
+            decision.work.states.get(node.name)
+            or so_far.work.states.get(node.name)
+            or ctx.state(node)
+        )
 
-    decision = Decision(stale_config={package.name})
+    decision = Decision(work=SkyhookWork(stale_config={package.name}))
     label = podbuilder.package_label(package.name, package.version)
     for pod in ctx.pods():
         if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.live(pod):
@@ -69,18 +75,18 @@ def _config_edit(
             decision.delete_pod(pod, "superseded by a configMap edit")
         else:
             return decision  # wait for it: the edit must not change files under a running stage
-    updates = dict(so_far.config_updates or {})
+    updates = dict(so_far.work.config_updates or {})
     old = dict(current.data)
     changed = sorted(k for k, v in package.config_map.items() if old.get(k) != v)
     all_done = all(stages.is_complete(package, state(n).packages, updates) for n in ctx.matched)
     previous = [] if all_done else updates.get(package.name, [])
     updates[package.name] = sorted(set(previous) | set(changed))
-    decision.config_updates = updates
+    decision.work.config_updates = updates
     for node in ctx.matched:
         entry = state(node).packages.get(package.key)
         if entry is not None and entry.stage in _PAST_CONFIG:
             restarted = replace(entry, stage=CONFIG, state=IN_PROGRESS, restarts=0)
-            decision.states[node.name] = replace(
+            decision.work.states[node.name] = replace(
                 state(node), entries={**state(node).packages, package.key: restarted}, error=""
             )
     decision.last.append(
@@ -100,4 +106,4 @@ def clear_on_version_change(ctx: SkyhookContext) -> Decision:
             for e in ctx.state(n).packages.values()
         ):
             del updates[name]
-    return Decision(config_updates=updates)
+    return Decision(work=SkyhookWork(config_updates=updates))

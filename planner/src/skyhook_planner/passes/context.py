@@ -120,7 +120,7 @@ class SkyhookContext:
 
     def state(self, node: NodeView) -> NodeState:
         """The state as this Skyhook's steps have left it so far."""
-        return self._so_far.states.get(node.name) or self.before(node)
+        return self._so_far.work.states.get(node.name) or self.before(node)
 
     def entries(self, node: NodeView) -> dict[str, PackageEntry]:
         """A copy of the node's package entries, for a step to change and return."""
@@ -173,11 +173,11 @@ class SkyhookContext:
 
     @property
     def config_updates(self) -> dict[str, list[str]]:
-        return self._so_far.config_updates or {}
+        return self._so_far.work.config_updates or {}
 
     @property
     def stale_config(self) -> set[str]:
-        return self._so_far.stale_config
+        return self._so_far.work.stale_config
 
     def complete(self, scr: str, node: str, default: bool) -> bool:
         """Has `scr` (this Skyhook or an earlier one) nothing left to do on `node`?"""

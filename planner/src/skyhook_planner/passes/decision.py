@@ -3,10 +3,12 @@ merges it into its own with `Decision.merge`. No step writes into its caller's s
 
 A decision carries two kinds of things:
 - output for the plan: per-node work (`NodeOut`), actions that go first or last, events, pods
-  deleted, when to plan again, nodes that start, which (Skyhook, node) pairs are complete;
-- one Skyhook's working state as changed by the step: node states, config updates, packages
-  whose ConfigMap must be rewritten first, and status conditions. The Skyhook's pass reads
-  them back (through its context) when it runs the next step.
+  deleted, when to plan again, nodes that start and release, which (Skyhook, node) pairs are
+  complete, which nodes wait and why;
+- `work`, one Skyhook's working state as the step changed it (`SkyhookWork`): node states,
+  config updates, packages whose ConfigMap must be rewritten first, status conditions. The
+  Skyhook's share of the pass reads it back (through its context) in its next steps, and
+  drops it once it has become node changes and status (`released`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,23 @@ class NodeOut:
 
 
 @dataclass
+class SkyhookWork:
+    """One Skyhook's working state in a pass, as its steps leave it."""
+
+    states: dict[str, NodeState] = field(default_factory=dict)
+    config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
+    stale_config: set[str] = field(default_factory=set)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+    def merge(self, other: SkyhookWork) -> None:
+        self.states.update(other.states)
+        if other.config_updates is not None:
+            self.config_updates = other.config_updates
+        self.stale_config |= other.stale_config
+        self.conditions += other.conditions
+
+
+@dataclass
 class Decision:
     nodes: dict[str, NodeOut] = field(default_factory=dict)
     first: list[Action] = field(default_factory=list)  # finalizers, new package ConfigMaps
@@ -61,11 +80,7 @@ class Decision:
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
-    # One Skyhook's working state, as this step leaves it.
-    states: dict[str, NodeState] = field(default_factory=dict)
-    config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
-    stale_config: set[str] = field(default_factory=set)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
+    work: SkyhookWork = field(default_factory=SkyhookWork)
 
     def node(self, name: str) -> NodeOut:
         """This decision's work on `name` (created empty on first use)."""
@@ -97,7 +112,7 @@ class Decision:
         """This decision without the working state of the Skyhook that made it: by the end of
         a Skyhook's share that state has become node changes and status, and what the next
         Skyhook may read of it is `complete` and `deleted`."""
-        return replace(self, states={}, config_updates=None, stale_config=set(), conditions=[])
+        return replace(self, work=SkyhookWork())
 
     def merge(self, other: Decision) -> Decision:
         """Fold `other` (a later step's decision) into this one; returns self."""
@@ -117,9 +132,5 @@ class Decision:
         else:
             for (skyhook, node), reasons in other.waiting.items():
                 self.wait(skyhook, node, reasons)
-        self.states.update(other.states)
-        if other.config_updates is not None:
-            self.config_updates = other.config_updates
-        self.stale_config |= other.stale_config
-        self.conditions += other.conditions
+        self.work.merge(other.work)
         return self

@@ -76,7 +76,7 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
                 decision.wake_in(wait - since)
     else:
         return decision
-    decision.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
     return decision
 
 
@@ -101,7 +101,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
         # Our own reboot interrupt never counts as "a reboot to reapply after": that would
         # reinstall, reboot again, and loop.
         if ctx.settings.reapply_on_reboot and not waiting:
-            decision.states[node.name] = replace(ctx.state(node), entries={}, error="")
+            decision.work.states[node.name] = replace(ctx.state(node), entries={}, error="")
             decision.event(
                 "Node",
                 node.name,
@@ -119,7 +119,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
             continue
         for key, entry in waiting.items():
             entries[key] = replace(entry, state=COMPLETE)
-        decision.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+        decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
         for pod in ctx.ours_on(node.name):
             if keys.INTERRUPT_LABEL in pod.labels:
                 decision.delete_pod(pod, "reboot detected: interrupt done")
@@ -144,7 +144,7 @@ def validate_pods(ctx: SkyhookContext) -> Decision:
         if pkg is None or node is None:
             continue
         key = pkg.key
-        state = decision.states.get(node.name) or ctx.state(node)
+        state = decision.work.states.get(node.name) or ctx.state(node)
         entry = state.packages.get(key)
         if entry is None or entry.stage != pkg.stage:
             decision.delete_pod(pod, "stale: the node records another stage")
@@ -155,5 +155,5 @@ def validate_pods(ctx: SkyhookContext) -> Decision:
         manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, wanted, node.name, pkg.stage)
         if not podbuilder.matches(pod, manifest):
             decision.delete_pod(pod, "the package spec changed")
-            decision.states[node.name] = state.with_entry(replace(entry, state=IN_PROGRESS))
+            decision.work.states[node.name] = state.with_entry(replace(entry, state=IN_PROGRESS))
     return decision

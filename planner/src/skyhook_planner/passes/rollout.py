@@ -32,7 +32,7 @@ from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes import configmaps, learn
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
-from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.decision import Decision, SkyhookWork
 from skyhook_planner.rules import batches, blockers, budget, holds, ordering, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -52,7 +52,9 @@ SELECTION_BLOCKERS = frozenset({waiting.STATE, waiting.IGNORED, waiting.TAINTS, 
 
 def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     """What the pass does for `scr`, given what the Skyhooks before it decided."""
-    decided = Decision(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
+    decided = Decision(
+        work=SkyhookWork(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
+    )
     decided.merge(bookkeeping(index, scr))
     prepared = prepare(index, scr)
     if isinstance(prepared, Unrunnable):
@@ -78,7 +80,7 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     for node in rollout.matched:
         tidied = tidy(ctx, node)
         if tidied is not None:
-            decided.states[node.name] = tidied
+            decided.work.states[node.name] = tidied
     selection = select(ctx, rollout)
     decided.merge(selection.decided)
     groups = compartments(ctx, rollout, selection) if rollout.policy is not None else None
@@ -107,7 +109,7 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     for node in index.snap.nodes:  # left the selector: give back a cordon we hold
         if node.name not in matched_names:
             decided.merge(release_unselected(ctx, node))
-    decided.merge(save(ctx, decided.states))
+    decided.merge(save(ctx, decided.work.states))
     decided.merge(
         status(
             ctx,
@@ -115,8 +117,8 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
             node_statuses,
             boot_ids=boot_ids,
             groups=groups,
-            conditions=decided.conditions,
-            config_updates=decided.config_updates or {},
+            conditions=decided.work.conditions,
+            config_updates=decided.work.config_updates or {},
         )
     )
     return decided.released()
@@ -209,7 +211,7 @@ def prepare(index: PassIndex, scr: SkyhookView) -> Rollout | Unrunnable:
         alert_recheck_s=index.settings.alert_recheck_s,
         generation=scr.generation,
     )
-    decided.conditions += found_holds.conditions
+    decided.work.conditions += found_holds.conditions
     return Rollout(
         spec=spec,
         policy=policy,
@@ -281,7 +283,7 @@ def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Deci
         return decided
     if message and (previous is None or previous.get("message") != message):
         decided.event("Skyhook", scr.name, "SpecWarning", message, type="Warning")
-    decided.conditions.append(
+    decided.work.conditions.append(
         statuses.condition(
             statuses.CONDITION_SPEC_WARNING,
             bool(message),
@@ -528,7 +530,7 @@ def admit(
         running.add(node.name)
         state = ctx.state(node)
         if state.version is None:
-            decided.states[node.name] = replace(state, version=ctx.settings.operator_version)
+            decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
     if rollout.holds.stages is not None and started:
         decided.wake_in(rollout.holds.stages.recheck_s)
     return Admission(frozenset(running), decided)
@@ -571,7 +573,7 @@ def finish(
         and node.labels.get(keys.node_status_key(ctx.name)) == value
     ):
         decided = decided or Decision()
-        decided.states[node.name] = replace(state, status=value)
+        decided.work.states[node.name] = replace(state, status=value)
     wanted = nodestate.conditions_for(ctx.name, complete, erroring)
     stale = nodestate.stale_conditions(node, wanted)
     if stale:
@@ -591,7 +593,7 @@ def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision:
     )
     if state.cordoned and not has_pods:
         decided.node(node.name).unschedulable = False
-        decided.states[node.name] = replace(state, cordoned=False)
+        decided.work.states[node.name] = replace(state, cordoned=False)
     return decided
 
 
@@ -602,7 +604,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
     ignored = selection.with_reason(waiting.IGNORED)
     untolerated = selection.with_reason(waiting.TAINTS)
     unmatched = selection.with_reason(waiting.IMAGE)
-    decided.conditions.append(
+    decided.work.conditions.append(
         statuses.condition(
             keys.CONDITION_NODES_IGNORED,
             bool(ignored),
@@ -613,7 +615,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
             now,
         )
     )
-    decided.conditions.append(
+    decided.work.conditions.append(
         statuses.condition(
             keys.CONDITION_TAINT_NOT_TOLERABLE,
             bool(untolerated),
@@ -625,7 +627,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
         )
     )
     if unmatched or any(p.image_compatibility for p in rollout.spec.packages.values()):
-        decided.conditions.append(
+        decided.work.conditions.append(
             statuses.condition(
                 statuses.CONDITION_NO_COMPATIBLE_IMAGE,
                 bool(unmatched),
