@@ -108,7 +108,9 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     matched_names = {n.name for n in rollout.matched}
     for node in index.snap.nodes:  # left the selector: give back a cordon we hold
         if node.name not in matched_names:
-            decided.merge(release_unselected(ctx, node))
+            released = release_unselected(ctx, node)
+            if released is not None:
+                decided.merge(released)
     decided.merge(save(ctx, decided.work.states))
     decided.merge(
         status(
@@ -582,18 +584,18 @@ def finish(
     return value, decided
 
 
-def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision:
+def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
     """A node the Skyhook no longer selects gets back the cordon we put on it, once no pod of
-    ours runs there."""
-    decided = Decision()
+    ours runs there; None when there is nothing to give back."""
     state = ctx.state(node)
-    has_pods = any(
+    if not state.cordoned or any(
         p.labels.get(keys.NAME_LABEL) == ctx.name and ctx.index.is_ours(p) and ctx.live(p)
         for p in ctx.index.pods_on_node.get(node.name, ())
-    )
-    if state.cordoned and not has_pods:
-        decided.node(node.name).unschedulable = False
-        decided.work.states[node.name] = replace(state, cordoned=False)
+    ):
+        return None
+    decided = Decision()
+    decided.node(node.name).unschedulable = False
+    decided.work.states[node.name] = replace(state, cordoned=False)
     return decided
 
 
