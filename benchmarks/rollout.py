@@ -21,7 +21,11 @@ The same figures go to a JSON file (`--json`, default benchmarks/results/<commit
 runs can be compared across commits. SKYHOOK_PROFILE=<file> makes the operator write a
 cProfile of the run there.
 
+`--no-leases` starts the nodes without Lease renewals (Sandbox's lease_renewals): what is left
+is the operator's own cost, which a real fleet's heartbeats on the same two cores would hide.
+
     python benchmarks/rollout.py --fake 2 --nodes 100,1000 --packages 1,3 --budgets 10%,50
+    python benchmarks/rollout.py --fake 2 --no-leases --nodes 1000
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Figures:
     budget_nodes: int
     stage_seconds: float
     fake_kubelet: bool
+    lease_renewals: bool = True
     seconds: float = 0.0
     lower_bound: float = 0.0
     ratio: float = 0.0
@@ -100,6 +105,11 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=0, help="one count (older spelling)")
     parser.add_argument(
         "--fake", type=float, default=None, metavar="T", help="fake kubelet: stage pods take T s"
+    )
+    parser.add_argument(
+        "--no-leases",
+        action="store_true",
+        help="nodes never renew their Lease: the operator's own cost without the fleet's heartbeats",
     )
     parser.add_argument("--sleep", type=float, default=5.0, help="SLEEP_LEN without --fake, s")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many s")
@@ -139,11 +149,17 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
     spec_budget, per_wave = _budget_nodes(nodes, budget)
     fake = args.fake is not None
     stage_seconds = args.fake if fake else AGENT_CONTAINERS_PER_STAGE * args.sleep
-    figures = Figures(nodes, packages, budget, per_wave, stage_seconds, fake)
+    figures = Figures(
+        nodes, packages, budget, per_wave, stage_seconds, fake, lease_renewals=not args.no_leases
+    )
     figures.lower_bound = math.ceil(nodes / per_wave) * packages * len(STAGES) * stage_seconds
     print(f"\n--- {nodes} nodes, {packages} package(s), budget {budget} ---", flush=True)
     with tempfile.TemporaryDirectory(prefix="skyhook-bench-", dir="/var/tmp") as workdir:
-        sandbox = Sandbox(Path(workdir) / "sandbox", fake_pod_seconds=args.fake).start()
+        sandbox = Sandbox(
+            Path(workdir) / "sandbox",
+            fake_pod_seconds=args.fake,
+            lease_renewals=not args.no_leases,
+        ).start()
         try:
             started = time.monotonic()
             names = sandbox.add_nodes(
@@ -202,7 +218,8 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
 
 def _print(f: Figures) -> None:
     print(f"nodes {f.nodes}, packages {f.packages}, budget {f.budget} ({f.budget_nodes} nodes), "
-          f"stage pod {f.stage_seconds:g} s{' (fake kubelet)' if f.fake_kubelet else ''}")  # fmt: skip
+          f"stage pod {f.stage_seconds:g} s{' (fake kubelet)' if f.fake_kubelet else ''}, "
+          f"node leases {'renewed' if f.lease_renewals else 'never renewed'}")  # fmt: skip
     print(f"rollout time       {f.seconds:8.1f} s")
     print(f"lower bound        {f.lower_bound:8.1f} s")
     print(f"ratio              {f.ratio:8.3f}  (target <= 1.15 at 1,000 nodes)")
@@ -373,9 +390,11 @@ def _pass_stats(log: str) -> str:
         return "passes             none logged"
     waits = sorted(r[1] for r in rows)
     plans = sorted(r[2] for r in rows)
+    p95 = plans[min(len(plans) - 1, len(plans) * 95 // 100)]
     return (
         f"passes             {len(rows)} that wrote ({sum(r[0] for r in rows)} actions); "
-        f"plan median {plans[len(plans) // 2] * 1000:.0f} ms, max {plans[-1] * 1000:.0f} ms; "
+        f"plan median {plans[len(plans) // 2] * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
+        f"max {plans[-1] * 1000:.0f} ms; "
         f"waited on writes median {waits[len(waits) // 2] * 1000:.0f} ms, "
         f"max {waits[-1] * 1000:.0f} ms"
     )

@@ -4,6 +4,7 @@ controller-manager duties, the kubeconfig, the CLI."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -11,7 +12,9 @@ from helpers import NAMESPACE, pod_manifest, shell, wait_for, wait_phase
 from kubernetes.client import CoordinationV1Api
 
 from skyhook_sandbox.cli import main
-from skyhook_sandbox.kubeapi import NOT_READY_TAINT
+from skyhook_sandbox.kubeapi import NOT_READY_TAINT, core_v1
+from skyhook_sandbox.node import LEASE_SECONDS
+from skyhook_sandbox.sandbox import NO_LEASE_GRACE_S, Sandbox
 from skyhook_sandbox.versions import KUBERNETES_VERSION
 
 
@@ -130,3 +133,23 @@ def test_cli_up_status_down_beside_another_sandbox(sandbox, tmp_path):
     status = runner.invoke(main, ["status", *state])
     assert status.exit_code != 0
     assert "no sandbox in" in status.output
+
+
+def test_without_lease_renewals_a_node_writes_its_lease_once_and_stays_ready(tmp_path):
+    """What a benchmark of the operator's own cost runs: no heartbeat traffic, nodes still
+    Ready because the node lifecycle controller waits longer than the run."""
+    with Sandbox(tmp_path / "quiet", lease_renewals=False) as quiet:
+        (name,) = quiet.add_nodes(1, prefix="quiet")
+        api = core_v1(quiet)
+        leases = CoordinationV1Api(api.api_client)
+        written = leases.read_namespaced_lease(name, "kube-node-lease").spec.renew_time
+        time.sleep(LEASE_SECONDS / 4 + 2)  # a renewing node writes its Lease again by now
+        assert leases.read_namespaced_lease(name, "kube-node-lease").spec.renew_time == written
+        ready = next(c for c in api.read_node(name).status.conditions if c.type == "Ready")
+        assert ready.status == "True"
+        assert quiet.control_plane is not None
+        manager = next(
+            p for p in quiet.control_plane.processes if p.name == "kube-controller-manager"
+        )
+        argv = Path(f"/proc/{manager.pid}/cmdline").read_bytes().split(b"\0")
+        assert f"--node-monitor-grace-period={NO_LEASE_GRACE_S}s".encode() in argv

@@ -104,8 +104,15 @@ def apiserver_argv(binaries: ControlPlaneBinaries, pki: Pki, ports: Endpoints) -
 
 
 def controller_manager_argv(
-    binaries: ControlPlaneBinaries, pki: Pki, kubeconfig: Path, port: int
+    binaries: ControlPlaneBinaries,
+    pki: Pki,
+    kubeconfig: Path,
+    port: int,
+    node_monitor_grace_s: int | None = None,
 ) -> list[str]:
+    # Nodes that never renew their Lease (see Sandbox's lease_renewals) stay Ready only if the
+    # node lifecycle controller waits longer than the run before calling them unreachable.
+    grace = [f"--node-monitor-grace-period={node_monitor_grace_s}s"] if node_monitor_grace_s else []
     return [
         str(binaries.kube_controller_manager),
         f"--kubeconfig={kubeconfig}",
@@ -123,6 +130,7 @@ def controller_manager_argv(
         "--kube-api-qps=200",
         "--kube-api-burst=400",
         "--profiling=false",
+        *grace,
     ]
 
 
@@ -145,7 +153,10 @@ class ControlPlaneState:
 
 
 def start_control_plane(
-    state_dir: Path, binaries: ControlPlaneBinaries, timeout: float = 120.0
+    state_dir: Path,
+    binaries: ControlPlaneBinaries,
+    timeout: float = 120.0,
+    node_monitor_grace_s: int | None = None,
 ) -> ControlPlaneState:
     pki = ensure_pki(state_dir / "pki")
     ports = Endpoints(processes.free_port(), processes.free_port(), processes.free_port())
@@ -169,7 +180,9 @@ def start_control_plane(
         _wait_ready(ports.server, pki, [etcd, apiserver], timeout)
         kcm = processes.spawn(
             "kube-controller-manager",
-            controller_manager_argv(binaries, pki, kcm_kubeconfig, processes.free_port()),
+            controller_manager_argv(
+                binaries, pki, kcm_kubeconfig, processes.free_port(), node_monitor_grace_s
+            ),
             logs / "kube-controller-manager.log",
         )
         started.append(kcm)

@@ -48,6 +48,8 @@ class NodeSettings:
     reboot_downtime: float = 1.0
     # A fake kubelet: pods run no process; their init containers together take this long.
     fake_pod_seconds: float | None = None
+    # False: the Lease is created once and never renewed (Sandbox's lease_renewals).
+    lease_renewals: bool = True
     capacity: dict[str, str] = field(
         default_factory=lambda: {
             "cpu": "8",
@@ -190,7 +192,8 @@ class SimulatedNode:
         self.uid = created["metadata"]["uid"]
         await self.post_status()
         await self._renew_lease()
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name=f"lease {self.name}"))
+        if self.settings.lease_renewals:
+            self._tasks.append(asyncio.create_task(self._heartbeat(), name=f"lease {self.name}"))
 
     def _lease(self) -> JsonDict:
         return {

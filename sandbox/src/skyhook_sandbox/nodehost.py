@@ -50,6 +50,7 @@ class NodeHostConfig:
     reboot_grace: float = 2.0
     reboot_downtime: float = 1.0
     fake_pod_seconds: float | None = None
+    lease_renewals: bool = True
 
 
 @dataclass
@@ -76,6 +77,7 @@ class NodeHost:
             reboot_grace=config.reboot_grace,
             reboot_downtime=config.reboot_downtime,
             fake_pod_seconds=config.fake_pod_seconds,
+            lease_renewals=config.lease_renewals,
         )
         self.nodes: dict[str, SimulatedNode] = {}
         self.records: dict[str, NodeRecord] = {}

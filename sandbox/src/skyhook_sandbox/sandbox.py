@@ -10,6 +10,11 @@
 containers finish (exit 0) 2 s after it starts, together, and its app containers run until
 it is deleted, without a process, volume or image behind them.
 
+`Sandbox(lease_renewals=False)` makes each node create its Lease once and never renew it, and
+has the node lifecycle controller wait a day before calling a node unreachable: a benchmark
+then sees the operator's own requests, without a real fleet's heartbeats (one Lease write per
+node every 10 s) on the same two cores.
+
 Everything runs in processes of its own (etcd, kube-apiserver, kube-controller-manager and
 the node host), so tests may block freely while nodes keep running pods.
 """
@@ -44,6 +49,8 @@ from skyhook_sandbox.progress import BuildProgress
 
 JsonDict = dict[str, Any]
 STATE_FILE = "sandbox.json"
+# With lease renewals off: longer than any run, so no node is called unreachable (a day).
+NO_LEASE_GRACE_S = 86400
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -79,6 +86,7 @@ class Sandbox:
         reboot_grace: float = 2.0,
         reboot_downtime: float = 1.0,
         fake_pod_seconds: float | None = None,
+        lease_renewals: bool = True,
         progress: BuildProgress | None = None,
     ) -> None:
         self.state_dir = _check_state_dir(Path(state_dir) if state_dir else default_state_dir())
@@ -86,6 +94,7 @@ class Sandbox:
         self.backoff = (backoff_initial, backoff_max)
         self.reboot_timing = (reboot_grace, reboot_downtime)
         self.fake_pod_seconds = fake_pod_seconds
+        self.lease_renewals = lease_renewals
         self.progress = progress or BuildProgress()
         self.control_plane: ControlPlaneState | None = None
         self.nodehost: ManagedProcess | None = None
@@ -117,7 +126,12 @@ class Sandbox:
                 shutil.rmtree(target)
             else:
                 target.unlink(missing_ok=True)
-        self.control_plane = start_control_plane(self.state_dir, binaries, timeout)
+        self.control_plane = start_control_plane(
+            self.state_dir,
+            binaries,
+            timeout,
+            node_monitor_grace_s=None if self.lease_renewals else NO_LEASE_GRACE_S,
+        )
         self._save()
         try:
             self._start_nodehost(timeout)
@@ -143,6 +157,7 @@ class Sandbox:
             reboot_grace=self.reboot_timing[0],
             reboot_downtime=self.reboot_timing[1],
             fake_pod_seconds=self.fake_pod_seconds,
+            lease_renewals=self.lease_renewals,
         )
         (self.state_dir / CONFIG_NAME).write_text(json.dumps(asdict(config), indent=1))
         self.nodehost = processes.spawn(
