@@ -1,0 +1,142 @@
+"""Which candidates start now: `compartments` evaluates a DeploymentPolicy's finished batches
+and sizes the next, `admit` asks the holds, the pause and then the capacity (the batches, else the
+budget) about each candidate in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from skyhook_planner.model.policy import Compartment
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.prepare import Rollout
+from skyhook_planner.passes.select import Selection
+from skyhook_planner.rules import batches, blockers, budget, ordering
+from skyhook_schemas.nodestate import (
+    COMPLETE,
+    ERRORING,
+    IN_PROGRESS,
+    SKIPPED,
+)
+from skyhook_schemas.status import BatchState
+
+
+@dataclass(frozen=True)
+class CompartmentRun:
+    """One compartment this pass: its nodes, its batch state after the pass, and how many more
+    of its nodes may start."""
+
+    compartment: Compartment
+    members: tuple[str, ...]
+    batch: BatchState | None
+    room: int
+
+
+@dataclass(frozen=True)
+class Compartments:
+    runs: Mapping[str, CompartmentRun]
+    decided: Decision
+
+    def blocker(self) -> blockers.Batches:
+        return blockers.Batches(
+            compartment_of={n: name for name, run in self.runs.items() for n in run.members},
+            room={name: run.room for name, run in self.runs.items()},
+            stopped=frozenset(
+                name for name, run in self.runs.items() if run.batch and run.batch.should_stop
+            ),
+        )
+
+
+def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Compartments:
+    """Each compartment evaluates its finished batch and sizes the next (rules/batches.py)."""
+    assert rollout.policy is not None
+    scr = ctx.scr
+    decided = Decision()
+    previous = scr.status.compartment_statuses
+    occupied = {n.name for n in selection.occupied}
+    runs: dict[str, CompartmentRun] = {}
+    groups = batches.assign(rollout.policy, rollout.matched, ordering.node_order_key)
+    for compartment in rollout.policy.all:
+        members = {n.name for n in groups[compartment.name]}
+        before = None
+        if compartment.strategy is not None:
+            stored = previous.get(compartment.name)
+            before = (stored.batch_state if stored else None) or BatchState()
+        found = batches.Found(
+            complete=sum(ctx.complete(ctx.name, n, default=False) for n in members),
+            failed=len(members & selection.failed),
+            active=len((members & occupied) - selection.failed),
+            occupied=len(members & occupied),
+        )
+        after, room = batches.next_batch(
+            compartment,
+            before,
+            len(members),
+            found,
+            may_evaluate=scr.status.status != COMPLETE,
+            may_start=not (rollout.paused or rollout.disabled),
+        )
+        if after is not None and after.should_stop and not (before and before.should_stop):
+            decided.event(
+                "Skyhook",
+                ctx.name,
+                "RolloutStopped",
+                f'Compartment "{compartment.name}" stopped after '
+                f"{after.consecutive_failures} failed batches in a row.",
+                type="Warning",
+            )
+        runs[compartment.name] = CompartmentRun(
+            compartment, tuple(n.name for n in groups[compartment.name]), after, room
+        )
+    return Compartments(runs, decided)
+
+
+@dataclass(frozen=True)
+class Admission:
+    running: frozenset[str]  # occupied before this pass, or admitted by it
+    decided: Decision
+
+
+def admit(
+    ctx: SkyhookContext, rollout: Rollout, selection: Selection, groups: Compartments | None
+) -> Admission:
+    """The candidates that start now. Each is asked of the holds and the pause first, then of
+    the capacity (the policy's batches, else the budget) in order: nodes left half-way (a pause,
+    an external status edit) before fresh ones, then node order."""
+    decided = Decision()
+    capacity: blockers.Blocker
+    if groups is not None:
+        capacity = groups.blocker()
+    else:
+        limit = budget.ceiling(rollout.spec.budget, len(rollout.matched))
+        capacity = blockers.Budget(limit, tuple(n.name for n in selection.occupied))
+    gates = (
+        blockers.Held(rollout.holds.stages),
+        blockers.SwitchedOff(rollout.paused, rollout.disabled),
+    )
+    running = {n.name for n in selection.occupied}
+    started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
+    for node in started:
+        found = blockers.reasons(gates, node)
+        if not found:
+            full = capacity.check(node)
+            found = () if full is None else (full,)
+        if found:
+            decided.wait(ctx.name, node.name, found)
+            continue
+        running.add(node.name)
+        state = ctx.state(node)
+        if state.version is None:
+            decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
+    if rollout.holds.stages is not None and started:
+        decided.wake_in(rollout.holds.stages.recheck_s)
+    return Admission(frozenset(running), decided)
+
+
+def _started(ctx: SkyhookContext, node: NodeView) -> bool:
+    return any(
+        e.state in {IN_PROGRESS, ERRORING, SKIPPED} for e in ctx.state(node).packages.values()
+    )

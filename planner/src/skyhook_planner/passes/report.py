@@ -1,0 +1,283 @@
+"""What a Skyhook's share of the pass writes: each node's status, conditions and given-back
+cordon (`finish`, `release_unselected`), the selection conditions, node states as annotation
+changes (`save`), and the Skyhook's status (`status`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from skyhook_planner.model import nodestate, waiting
+from skyhook_planner.model import status as statuses
+from skyhook_planner.model.actions import PatchSkyhookStatus
+from skyhook_planner.model.nodestate import NodeState
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.spec import Budget
+from skyhook_planner.passes.admit import Compartments
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.prepare import Rollout
+from skyhook_planner.passes.select import Selection
+from skyhook_planner.rules import batches, budget, holds
+from skyhook_schemas import keys
+from skyhook_schemas.nodestate import (
+    COMPLETE,
+    ERRORING,
+    IN_PROGRESS,
+    UNKNOWN,
+)
+from skyhook_schemas.status import BatchState
+
+
+def finish(
+    ctx: SkyhookContext, rollout: Rollout, node: NodeView, *, running: bool, blocked: bool
+) -> tuple[str, Decision | None]:
+    """The node's status for this Skyhook after the pass, and what that decides (None for
+    most nodes: nothing): its conditions, its state, its cordon given back once complete."""
+    decided = None
+    state = ctx.state(node)
+    complete = ctx.complete(ctx.name, node.name, default=False)
+    erroring = any(e.state in {ERRORING, UNKNOWN} for e in state.packages.values())
+    value = statuses.node_status(
+        complete=complete,
+        blocked=blocked,
+        erroring=erroring,
+        in_progress=running,
+        paused=rollout.paused,
+        disabled=rollout.disabled,
+    )
+    if complete and state.cordoned:
+        decided = decided or Decision()
+        decided.node(node.name).unschedulable = False
+        state = replace(state, cordoned=False)
+    if complete and state.status != COMPLETE and state.entries is not None:
+        decided = decided or Decision()
+        decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
+    # Most nodes are as their annotations and status label say: nothing to save for them.
+    if not (
+        state is ctx.before(node)
+        and state.status == value
+        and node.labels.get(keys.node_status_key(ctx.name)) == value
+    ):
+        decided = decided or Decision()
+        decided.work.states[node.name] = replace(state, status=value)
+    wanted = nodestate.conditions_for(ctx.name, complete, erroring)
+    stale = nodestate.stale_conditions(node, wanted)
+    if stale:
+        decided = decided or Decision()
+        decided.node(node.name).conditions += stale
+    return value, decided
+
+
+def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
+    """A node the Skyhook no longer selects gets back the cordon we put on it, once no pod of
+    ours runs there; None when there is nothing to give back."""
+    state = ctx.state(node)
+    if not state.cordoned or any(
+        p.labels.get(keys.NAME_LABEL) == ctx.name and ctx.index.is_ours(p) and ctx.live(p)
+        for p in ctx.index.pods_on_node.get(node.name, ())
+    ):
+        return None
+    decided = Decision()
+    decided.node(node.name).unschedulable = False
+    decided.work.states[node.name] = replace(state, cordoned=False)
+    return decided
+
+
+def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Decision:
+    """The status conditions naming ignored, untolerating and unmatched nodes."""
+    decided = Decision()
+    now = ctx.now
+    ignored = selection.with_reason(waiting.IGNORED)
+    untolerated = selection.with_reason(waiting.TAINTS)
+    unmatched = selection.with_reason(waiting.IMAGE)
+    decided.work.conditions.append(
+        statuses.condition(
+            keys.CONDITION_NODES_IGNORED,
+            bool(ignored),
+            "NodesIgnored",
+            f"Node [{', '.join(ignored)}] has ignore label set. Skipping."
+            if ignored
+            else "No nodes have ignore label set.",
+            now,
+        )
+    )
+    decided.work.conditions.append(
+        statuses.condition(
+            keys.CONDITION_TAINT_NOT_TOLERABLE,
+            bool(untolerated),
+            "TaintNotTolerable",
+            f"Node [{', '.join(untolerated)}] has taints that are not tolerable. Skipping."
+            if untolerated
+            else "All nodes have tolerable taints.",
+            now,
+        )
+    )
+    if unmatched or any(p.image_compatibility for p in rollout.spec.packages.values()):
+        decided.work.conditions.append(
+            statuses.condition(
+                statuses.CONDITION_NO_COMPATIBLE_IMAGE,
+                bool(unmatched),
+                "NoCompatibleImage",
+                f"Node [{', '.join(unmatched)}] matches no candidate of an image compatibility "
+                "artifact (reason in its skyhook.nvidia.com/imageSelection_ annotation). Skipping."
+                if unmatched
+                else "Every node matches a candidate image.",
+                now,
+            )
+        )
+    return decided
+
+
+def _holds_slot(state: NodeState) -> bool:
+    return state.status in {IN_PROGRESS, ERRORING} or state.cordoned
+
+
+def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:
+    """Node states become annotation and label changes; a node whose status turns in_progress
+    from anything else is one this pass starts, one that stops holding a budget slot one it
+    releases."""
+    decided = Decision()
+    for name, after in states.items():
+        node = ctx.index.nodes[name]
+        before = ctx.before(node)
+        decided.node(name).changes.merge(nodestate.diff(node, ctx.name, before, after))
+        if after.status == IN_PROGRESS and before.status != IN_PROGRESS:
+            decided.starting.add(name)
+        if _holds_slot(before) and not _holds_slot(after):
+            decided.releasing.add(name)
+    return decided
+
+
+def status(
+    ctx: SkyhookContext,
+    rollout: Rollout,
+    node_statuses: Mapping[str, str],
+    *,
+    boot_ids: Mapping[str, str],
+    groups: Compartments | None,
+    conditions: Sequence[dict[str, Any]],
+    config_updates: Mapping[str, list[str]],
+) -> Decision:
+    """The Skyhook's status as a merge patch, with a Transition condition and Event when its
+    overall status changes."""
+    decided = Decision()
+    scr = ctx.scr
+    current = scr.status.to_json()
+    overall = statuses.skyhook_status(
+        node_statuses, paused=rollout.paused, disabled=rollout.disabled
+    )
+    complete, in_progress = statuses.counts(node_statuses)
+    found = list(conditions)
+    # A gate removed from the spec takes its condition with it.
+    dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in rollout.holds.conditions}
+    old_status = current.get("status")
+    if old_status != overall:
+        found.append(
+            statuses.condition(
+                keys.CONDITION_TRANSITION,
+                overall == COMPLETE,
+                overall,
+                f"Transitioned [{old_status or ''}] -> [{overall}]",
+                ctx.now,
+                generation=scr.generation,
+            )
+        )
+        decided.event(
+            "Skyhook",
+            ctx.name,
+            "State",
+            f"Skyhook transitioned [{old_status or ''}] -> [{overall}]",
+        )
+    found += statuses.kstatus_conditions(
+        overall,
+        ctx.now,
+        generation=scr.generation,
+        message=statuses.erroring_message(node_statuses),
+    )
+    node_state = {
+        n.name: {k: e.to_json() for k, e in sorted(ctx.state(n).packages.items())}
+        for n in rollout.matched
+        if ctx.state(n).entries is not None
+    }
+    desired: dict[str, Any] = {
+        "status": overall,
+        "nodeState": node_state,
+        "nodeStatus": dict(node_statuses),
+        "nodeBootIds": dict(boot_ids),
+        "configUpdates": {k: v for k, v in config_updates.items() if v},
+        "completeNodes": f"{complete}/{len(rollout.matched)}",
+        "nodesInProgress": in_progress,
+        "packageList": statuses.package_list(rollout.spec.packages),
+        "compartmentStatuses": compartment_statuses(ctx, rollout, node_statuses, overall, groups),
+        "conditions": statuses.merge_conditions(
+            [
+                c
+                for c in current.get("conditions") or []
+                if c.get("type") not in statuses.POLICY_BLOCKED_CONDITIONS
+                and c.get("type") not in dropped
+            ],
+            found,
+        ),
+    }
+    if overall == COMPLETE:
+        desired["observedGeneration"] = scr.generation
+    elif "observedGeneration" in current:
+        desired["observedGeneration"] = current["observedGeneration"]
+    keep = {k: current[k] for k in desired if k in current}
+    patch = statuses.merge_patch(keep, desired)
+    if patch:
+        decided.last.append(PatchSkyhookStatus(ctx.name, patch))
+    return decided
+
+
+@dataclass(frozen=True)
+class _Group:
+    budget: Budget
+    members: Sequence[str]
+    batch: BatchState | None = None
+    reset: bool = False
+
+
+def compartment_statuses(
+    ctx: SkyhookContext,
+    rollout: Rollout,
+    node_statuses: Mapping[str, str],
+    overall: str,
+    groups: Compartments | None,
+) -> dict[str, dict[str, Any]]:
+    """status.compartmentStatuses: per compartment its nodes and batch state; a legacy Skyhook
+    reports all its nodes in `__default__`."""
+    found: dict[str, _Group]
+    if groups is None or rollout.policy is None:
+        found = {keys.DEFAULT_COMPARTMENT: _Group(rollout.spec.budget, list(node_statuses))}
+    else:
+        stored = ctx.scr.status.to_json()
+        old_status = stored.get("status")
+        old_packages = stored.get("packageList")
+        # Reset on completion, or once when the package versions change.
+        reset = batches.reset_enabled(rollout.spec.reset_batch_state, rollout.policy) and (
+            (overall == COMPLETE and old_status != COMPLETE)
+            or old_packages not in (None, statuses.package_list(rollout.spec.packages))
+        )
+        found = {
+            name: _Group(run.compartment.budget, run.members, run.batch, reset)
+            for name, run in groups.runs.items()
+        }
+    result: dict[str, dict[str, Any]] = {}
+    for name, group in found.items():
+        matched = len(group.members)
+        complete = sum(node_statuses[n] == COMPLETE for n in group.members)
+        entry: dict[str, Any] = {
+            "matched": matched,
+            "ceiling": budget.reported_ceiling(group.budget, matched),
+            "inProgress": sum(node_statuses[n] == IN_PROGRESS for n in group.members),
+            "completed": complete,
+            "progressPercent": complete * 100 // matched if matched else 0,
+        }
+        if group.batch is not None:
+            entry["batchState"] = (BatchState() if group.reset else group.batch).to_json()
+        result[name] = entry
+    return result
