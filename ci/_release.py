@@ -28,7 +28,7 @@ from skyhook_schemas.versions import VersionError, parse_version
 
 REPO = Path(__file__).resolve().parent.parent
 # Components released from their own pyproject.toml; `cli` once the repository has one.
-PROJECTS = ("operator", "planner", "agent", "schemas", "sandbox", "cli")
+PROJECTS = ("operator", "agent", "schemas", "planner", "sandbox", "cli")
 LEVELS = ("patch", "minor", "major")
 BREAKING_GROUP = "<!-- 0 -->Breaking changes"
 FEATURES_GROUP = "<!-- 1 -->Features"
