@@ -151,8 +151,6 @@ def parsed(parse: Callable[[str], T]) -> PlainValidator:
 
 # A string that must be given and not empty ("required" either way).
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]
-LabelKey = Annotated[StrictStr, check(label_key_problem)]
-LabelValue = Annotated[StrictStr, check(label_value_problem)]
 
 # Our words for pydantic's structural errors; anything else keeps pydantic's message.
 _WORDS = {
@@ -212,8 +210,21 @@ class _RequirementWire(Wire):
 class SelectorWire(Wire):
     """A Kubernetes label selector, with the label syntax the apiserver checks."""
 
-    match_labels: Annotated[dict[LabelKey, LabelValue], FalsyIsUnset] = Field(default_factory=dict)
+    match_labels: Annotated[dict[StrictStr, StrictStr], FalsyIsUnset] = Field(default_factory=dict)
     match_expressions: Annotated[tuple[_RequirementWire, ...], FalsyIsUnset] = ()
+
+    @model_validator(mode="after")
+    def _labels_are_labels(self) -> SelectorWire:
+        # Reported at matchLabels, each problem naming the key or value it is about.
+        problems = [
+            problem
+            for key, value in self.match_labels.items()
+            for problem in (label_key_problem(key), label_value_problem(value))
+            if problem
+        ]
+        if problems:
+            fail(*((("matchLabels",), problem) for problem in problems))
+        return self
 
     def decoded(self) -> LabelSelector:
         return LabelSelector(
