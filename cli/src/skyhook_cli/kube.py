@@ -60,9 +60,9 @@ def connect(flags: ConnectionFlags) -> Kube:
     configuration = client.Configuration()
     try:
         if flags.kubeconfig is None and not flags.server and _in_cluster():
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
+            config.load_kube_config(
                 config_file=flags.kubeconfig,
                 context=flags.context,
                 client_configuration=configuration,
@@ -79,12 +79,10 @@ def connect(flags: ConnectionFlags) -> Kube:
         headers["Impersonate-Uid"] = flags.impersonate_uid
     api_client = client.ApiClient(configuration)
     for name, value in headers.items():
-        api_client.set_default_header(name, value)  # type: ignore[no-untyped-call]
+        api_client.set_default_header(name, value)
     if flags.impersonate_groups:
         # Several groups in one header, comma-separated, as HTTP allows for repeated headers.
-        api_client.set_default_header(  # type: ignore[no-untyped-call]
-            "Impersonate-Group", ", ".join(flags.impersonate_groups)
-        )
+        api_client.set_default_header("Impersonate-Group", ", ".join(flags.impersonate_groups))
     try:
         timeout = parse_duration(flags.request_timeout)
     except ValueError as error:
@@ -250,7 +248,7 @@ class Kube:
 
     def as_json(self, obj: Any) -> dict[str, Any]:
         """A client model as the API's JSON (camelCase keys, RFC 3339 times)."""
-        return dict(self.api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+        return dict(self.api.sanitize_for_serialization(obj))
 
     def pod_log(
         self, namespace: str, pod: str, container: str, follow: bool, tail: int | None

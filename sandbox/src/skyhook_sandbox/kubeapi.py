@@ -60,5 +60,5 @@ def ready_nodes(sandbox: ClusterAccess) -> set[str]:
 
 def core_v1(sandbox: ClusterAccess) -> Any:
     """A kubernetes.client.CoreV1Api bound to the sandbox's kubeconfig."""
-    api_client = config.new_client_from_config(config_file=str(sandbox.kubeconfig))  # type: ignore[no-untyped-call]
+    api_client = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
     return client.CoreV1Api(api_client)

@@ -210,11 +210,11 @@ def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:
     configuration = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_kube_config(config_file=path, client_configuration=configuration)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_incluster_config(client_configuration=configuration)
     else:
-        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return Kube(configuration)
 
