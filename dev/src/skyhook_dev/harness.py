@@ -269,11 +269,35 @@ class OperatorProcess:
                         kube.request(
                             "DELETE", f"{ADMISSION_API}/{kind}/{configuration['metadata']['name']}"
                         )
+        _wait_until_webhooks_are_not_called(kube)
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _wait_until_webhooks_are_not_called(kube: Kube, seconds: float = 10.0) -> None:
+    """The apiserver drops a deleted webhook configuration from its cache a moment after the
+    DELETE: until then every Skyhook write still calls the stopped process and fails. A
+    dry-run create shows when it no longer does (any answer but a failed webhook call)."""
+    probe = {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.KIND,
+        "metadata": {"name": "harness-webhook-probe"},
+        "spec": {"packages": {}},
+    }
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            kube.request("POST", kube.skyhook_path(), probe, query={"dryRun": "All"})
+            return
+        except ApiError as error:
+            if "failed calling webhook" not in error.reason or time.monotonic() > deadline:
+                return
+        except urllib3.exceptions.HTTPError:  # the sandbox is gone already
+            return
+        time.sleep(0.1)
 
 
 def free_port() -> int:
