@@ -17,6 +17,8 @@ from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.vocabulary import NodeCondition
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
+    ERRORING,
+    IN_PROGRESS,
     NodeStateError,
     PackageEntry,
     decode_entries,
@@ -40,6 +42,11 @@ class NodeState:
     # Ours (image compatibility): per package, {"image", "matched"} of the image its pods were
     # last started with, or {"unmatched": reason}. None means "no such annotation".
     images: Mapping[str, Mapping[str, str]] | None = None
+
+    @property
+    def holds_slot(self) -> bool:
+        """In progress (erroring included) or cordoned by us: the node holds a budget slot."""
+        return self.status in {IN_PROGRESS, ERRORING} or self.cordoned
 
     @property
     def packages(self) -> Mapping[str, PackageEntry]:

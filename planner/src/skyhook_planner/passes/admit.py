@@ -114,7 +114,7 @@ def admit(
         limit = budget.ceiling(rollout.spec.budget, len(rollout.matched))
         capacity = blockers.Budget(limit, tuple(n.name for n in selection.occupied))
     gates = (
-        blockers.Held(rollout.holds.stages),
+        blockers.OnHold(rollout.holds.stages),
         blockers.SwitchedOff(rollout.paused, rollout.disabled),
     )
     running = {n.name for n in selection.occupied}

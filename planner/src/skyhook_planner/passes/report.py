@@ -131,10 +131,6 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
     return decided
 
 
-def _holds_slot(state: NodeState) -> bool:
-    return state.status in {IN_PROGRESS, ERRORING} or state.cordoned
-
-
 def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:
     """Node states become annotation and label changes; a node whose status turns in_progress
     from anything else is one this pass starts, one that stops holding a budget slot one it
@@ -146,7 +142,7 @@ def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:
         decided.node(name).changes.merge(nodestate.diff(node, ctx.name, before, after))
         if after.status == IN_PROGRESS and before.status != IN_PROGRESS:
             decided.starting.add(name)
-        if _holds_slot(before) and not _holds_slot(after):
+        if before.holds_slot and not after.holds_slot:
             decided.releasing.add(name)
     return decided
 

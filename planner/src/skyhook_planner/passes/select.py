@@ -137,8 +137,7 @@ def select(ctx: SkyhookContext, rollout: Rollout) -> Selection:
             for e in state.packages.values()
         ):
             failed.add(node.name)
-        in_progress = state.status in {IN_PROGRESS, ERRORING} or state.cordoned
-        if in_progress or ctx.ours_on(node.name) or holding:
+        if state.holds_slot or ctx.ours_on(node.name) or holding:
             occupied.append(node)
         elif node.name not in index.writing and not found:
             waits = blockers.reasons(readiness, node, first_only=True)

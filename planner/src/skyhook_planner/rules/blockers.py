@@ -140,7 +140,7 @@ class EarlierSkyhooks:
 
 
 @dataclass(frozen=True)
-class Held:
+class OnHold:
     """A hold (closed window, firing alert) on the work it holds back."""
 
     hold: Hold | None
