@@ -1,6 +1,6 @@
-"""Reading the per-node package state the operator writes (`nodeState_<skyhook>`), and rolling
-a node's packages up into one status, as upstream's plugin does. The annotation's format is
-`skyhook_schemas.nodestate`, the same codec the operator writes with.
+"""A node's packages rolled up into one status, as upstream's plugin does, and our image
+selection record; the annotations themselves are read with `skyhook_schemas.nodestate`, the
+codec the operator writes with.
 """
 
 from __future__ import annotations
@@ -18,26 +18,12 @@ from skyhook_schemas.nodestate import (
     INTERRUPT,
     POST_INTERRUPT,
     UNKNOWN,
-    PackageEntry,
-    decode_entries,
+    Entries,
     decode_image_selections,
-    encode_entries,
 )
 
 # The stages a user may rerun or read logs of; uninstall and upgrade belong to the operator.
 USER_STAGES = (APPLY, CONFIG, INTERRUPT, POST_INTERRUPT)
-
-NodeState = dict[str, PackageEntry]
-
-
-def decode(text: str) -> NodeState:
-    """Decode one annotation value; ValueError (NodeStateError) says what is wrong with it."""
-    return decode_entries(text)
-
-
-def encode(state: NodeState) -> str:
-    """The annotation as the operator writes it."""
-    return encode_entries(state)
 
 
 @dataclass(frozen=True)
@@ -48,7 +34,7 @@ class Rollup:
     restarts: int
 
 
-def rollup(state: NodeState) -> Rollup:
+def rollup(state: Entries) -> Rollup:
     """One status for a node's packages: erroring, complete, in_progress, else unknown."""
     states = [package.state for package in state.values()]
     complete = states.count(COMPLETE)

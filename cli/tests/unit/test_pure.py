@@ -15,6 +15,7 @@ from skyhook_cli.commands.package import runs_package
 from skyhook_cli.kube import parse_duration
 from skyhook_cli.patterns import PatternError, is_regex, match_nodes
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import decode_entries, encode_entries
 
 NODES = ["worker-1", "worker-2", "worker-10", "gpu-a", "node.example.com", "nodeXexample.com"]
 
@@ -104,7 +105,7 @@ def entry(name: str, state: str, restarts: int = 0) -> dict[str, object]:
 )
 def test_rollup(states: list[str], expected: str) -> None:
     raw = {f"p{i}|1.0.0": entry(f"p{i}", s, restarts=i) for i, s in enumerate(states)}
-    rolled = nodestate.rollup(nodestate.decode(json.dumps(raw)))
+    rolled = nodestate.rollup(decode_entries(json.dumps(raw)))
     assert (rolled.status, rolled.total, rolled.restarts) == (
         expected,
         len(states),
@@ -122,12 +123,12 @@ def test_rollup(states: list[str], expected: str) -> None:
 )
 def test_decode_rejects_bad_annotations(text: str) -> None:
     with pytest.raises(ValueError):
-        nodestate.decode(text)
+        decode_entries(text)
 
 
 def test_encode_round_trips_the_operator_shape() -> None:
     text = '{"a|1.0.0":{"name":"a","version":"1.0.0","image":"i","containerSHA":"sha256:x","stage":"config","state":"complete","restarts":2},"b|2.0.0":{"name":"b","version":"2.0.0","image":"i","stage":"apply"}}'
-    assert nodestate.encode(nodestate.decode(text)) == text
+    assert encode_entries(decode_entries(text)) == text
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from skyhook_cli.commands.reset import ask, report, reset_nodes
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import COMPLETE, ERRORING, states_on_node
+from skyhook_schemas.nodestate import COMPLETE, ERRORING, Entries, decode_entries, states_on_node
 
 
 @click.group("node", invoke_without_command=True)
@@ -40,9 +40,9 @@ def matching(patterns: list[str], names: list[str]) -> list[str]:
 
 def decoded(
     app: App, node: str, skyhook: str, text: str, shown_skyhook: bool = False
-) -> nodestate.NodeState | None:
+) -> Entries | None:
     try:
-        return nodestate.decode(text)
+        return decode_entries(text)
     except ValueError as error:
         which = f" skyhook {quote(skyhook)}" if shown_skyhook else ""
         app.note(f"Warning: skipping node {quote(node)}{which} - invalid annotation: {error}")
@@ -256,11 +256,11 @@ def reset(patterns: tuple[str, ...], skyhook: str, confirm: bool) -> None:
         annotations, labels = node.metadata.annotations or {}, node.metadata.labels or {}
         if not cleanup.has_state(annotations, labels, skyhook):
             continue
-        state: nodestate.NodeState = {}
+        state: Entries = {}
         text = annotations.get(keys.node_state_key(skyhook))
         if text is not None:
             try:
-                state = nodestate.decode(text)
+                state = decode_entries(text)
             except ValueError as error:
                 app.note(
                     f"Warning: node {quote(name)} has invalid node state annotation; "

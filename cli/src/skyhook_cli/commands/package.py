@@ -15,7 +15,7 @@ from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import IN_PROGRESS
+from skyhook_schemas.nodestate import IN_PROGRESS, Entries, decode_entries, encode_entries
 
 # The operator cuts package names to this length in container names (63 with the suffix).
 CONTAINER_PREFIX_LENGTH = 43
@@ -45,17 +45,17 @@ def matching(patterns: list[str], names: list[str]) -> list[str]:
         raise CliError(f"matching nodes: {error}") from None
 
 
-def states(skyhook: str) -> tuple[dict[str, nodestate.NodeState], list[Any]]:
+def states(skyhook: str) -> tuple[dict[str, Entries], list[Any]]:
     """Decoded nodeState of `skyhook` per node name (nodes without it left out)."""
     app = current_app()
-    found: dict[str, nodestate.NodeState] = {}
+    found: dict[str, Entries] = {}
     nodes = app.kube.list_nodes()
     for node in nodes:
         text = (node.metadata.annotations or {}).get(keys.node_state_key(skyhook))
         if text is None:
             continue
         try:
-            found[node.metadata.name] = nodestate.decode(text)
+            found[node.metadata.name] = decode_entries(text)
         except ValueError as error:
             app.note(
                 f"Warning: skipping node {quote(node.metadata.name)} - invalid annotation: {error}"
@@ -190,7 +190,7 @@ def rerun(
         raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be updated")
 
 
-def rerun_state(state: nodestate.NodeState, key: str, stage: str) -> nodestate.NodeState:
+def rerun_state(state: Entries, key: str, stage: str) -> Entries:
     """The node's state after a rerun: the entry back at `stage` in progress, or gone."""
     state = dict(state)
     if stage:
@@ -200,16 +200,14 @@ def rerun_state(state: nodestate.NodeState, key: str, stage: str) -> nodestate.N
     return state
 
 
-def apply_rerun(
-    skyhook: str, states: dict[str, nodestate.NodeState], key: str, stage: str
-) -> list[str]:
+def apply_rerun(skyhook: str, states: dict[str, Entries], key: str, stage: str) -> list[str]:
     """Write each node's new state (an empty state removes the annotation); the failures."""
     kube = current_app().kube
     annotation = keys.node_state_key(skyhook)
     failures = []
     for node, state in states.items():
         after = rerun_state(state, key, stage)
-        value = nodestate.encode(after) if after else None
+        value = encode_entries(after) if after else None
         try:
             kube.patch_node(node, {"metadata": {"annotations": {annotation: value}}})
         except KubeError as error:

@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 
-from skyhook_cli import batch, cleanup, nodestate, prompts
+from skyhook_cli import batch, cleanup, prompts
 from skyhook_cli.app import App, CliError, current_app, exactly_one, global_flags
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
+from skyhook_schemas.nodestate import decode_entries
 
 
 def ask(app: App, lines: Sequence[str]) -> bool:
@@ -93,7 +94,7 @@ def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool) -> Non
         if text is None:
             continue
         try:
-            chosen.append((node, len(nodestate.decode(text))))
+            chosen.append((node, len(decode_entries(text))))
         except ValueError as error:
             app.note(
                 f"Warning: skipping node {quote(node.metadata.name)} - invalid annotation: {error}"
