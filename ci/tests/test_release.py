@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci"))
 from _release import ReleaseError, changelog_text, check_requested  # noqa: E402
 
-CI_FILES = ("release", "_release.py", "_project.py", "_helm.py", "cliff.toml")
+CI_FILES = ("release", "_release.py", "_project.py", "_helm.py", "_gotool.py", "cliff.toml")
 CI_BUILDERS = ("build-image", "build-package", "_buildx.py")
 COPIED = (
     "chart",

@@ -1,0 +1,157 @@
+"""A pinned Go tool, built from the Go module proxy once and cached (helm, actionlint).
+
+No release binaries are downloadable here, so `go install <package>@<version>` builds the tool,
+niced because a build can take minutes of CPU. It lands in
+~/.cache/skyhook/bin/<name>/<version>/<name> ($SKYHOOK_CACHE_DIR replaces ~/.cache/skyhook);
+a file lock stops two test runs from building at once, and the binary appears whole or not at
+all. `$SKYHOOK_<NAME>` pointing at an executable skips the build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+Say = Callable[[str], None]
+
+
+class GoToolBuildError(RuntimeError):
+    """The tool could not be built; the message says which step failed and how."""
+
+
+@dataclass(frozen=True)
+class GoTool:
+    name: str  # the binary's name, and its cache directory
+    module: str  # the module `go mod download` fetches, e.g. helm.sh/helm/v3
+    package: str  # the main package `go install` builds, inside the module
+    version: str  # the module version, e.g. v3.21.4
+    version_args: tuple[str, ...]  # the arguments that make the binary print its version
+    # From the module's go.mod text to the -ldflags value; None builds without any.
+    link_flags: Callable[[str], str] | None = None
+
+    @property
+    def override_variable(self) -> str:
+        return f"SKYHOOK_{self.name.upper()}"
+
+    def cached_path(self) -> Path:
+        return cache_root() / "bin" / self.name / self.version / self.name
+
+    def ensure(self, say: Say = print) -> Path:
+        """The cached binary, built first when missing. `say` receives progress lines."""
+        override = os.environ.get(self.override_variable)
+        if override:
+            if not _usable(Path(override)):
+                raise GoToolBuildError(
+                    f"{self.override_variable}={override} is not an executable file"
+                )
+            return Path(override)
+        target = self.cached_path()
+        if _usable(target):
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _lock(target.parent / ".build.lock"):
+            if not _usable(target):  # another process may have built it while we waited
+                self._build(target, say)
+        return target
+
+    def _build(self, target: Path, say: Say) -> None:
+        go = shutil.which("go")
+        if go is None:
+            raise GoToolBuildError(
+                f"building {self.name} needs Go on PATH (https://go.dev/dl), "
+                f"or set {self.override_variable}"
+            )
+        module = f"{self.module}@{self.version}"
+        say(f"building {self.name} {self.version} from the Go module proxy (first run only)")
+        with tempfile.TemporaryDirectory(prefix=f"skyhook-{self.name}-") as work:
+            command = ["nice", "-n", "19", go, "install", "-v"]
+            if self.link_flags is not None:
+                command += ["-ldflags", self.link_flags(self._go_mod(go, module, Path(work)))]
+            command.append(f"{self.package}@{self.version}")
+            gobin = Path(work) / "bin"
+            self._install(command, Path(work), {**_go_env(), "GOBIN": str(gobin)}, say)
+            built = gobin / self.name
+            reported = subprocess.run(
+                [str(built), *self.version_args], capture_output=True, text=True
+            ).stdout.split()
+            if self.version not in reported[:1]:
+                raise GoToolBuildError(
+                    f"built {self.name} reports version {' '.join(reported[:1])!r}, "
+                    f"not {self.version}"
+                )
+            partial = target.with_name(target.name + ".partial")
+            shutil.copy2(built, partial)
+            partial.replace(target)  # atomic: a reader sees no binary or a whole one
+        say(f"{self.name} {self.version} cached at {target}")
+
+    @staticmethod
+    def _go_mod(go: str, module: str, work: Path) -> str:
+        download = subprocess.run(
+            [go, "mod", "download", "-json", module],
+            cwd=work,
+            env=_go_env(),
+            capture_output=True,
+            text=True,
+        )
+        if download.returncode != 0:
+            raise GoToolBuildError(f"go mod download {module} failed:\n{download.stderr.strip()}")
+        return Path(json.loads(download.stdout)["GoMod"]).read_text()
+
+    def _install(self, command: list[str], cwd: Path, env: dict[str, str], say: Say) -> None:
+        """Run `go install -v`, reporting downloads and every 50th compiled package."""
+        started = time.monotonic()
+        tail: list[str] = []
+        compiled = 0
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.rstrip()
+            tail = [*tail[-19:], line]
+            elapsed = f"{time.monotonic() - started:5.0f}s"
+            if line.startswith("go: downloading"):
+                say(f"[{self.name} build {elapsed}] {line}")
+            elif line and not line.startswith(("#", "go:")):
+                compiled += 1
+                if compiled % 50 == 0:
+                    say(f"[{self.name} build {elapsed}] {compiled} packages compiled, now {line}")
+        if process.wait() != 0:
+            raise GoToolBuildError(
+                f"go install of {self.name} failed; last output:\n" + "\n".join(tail)
+            )
+
+
+def cache_root() -> Path:
+    override = os.environ.get("SKYHOOK_CACHE_DIR")
+    return Path(override) if override else Path.home() / ".cache" / "skyhook"
+
+
+def _usable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOFLAGS"] = "-mod=mod"
+    env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+    return env
