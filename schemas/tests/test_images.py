@@ -43,6 +43,11 @@ def test_split_image(reference: str, repository: str, tag: str | None, digest: s
         pytest.param("host:5000/", "repository 'host:5000/' is not valid", id="no-path"),
         pytest.param("repo@sha256", "digest 'sha256' is not valid", id="digest-without-hex"),
         pytest.param("repo@", "digest '' is not valid", id="empty-digest"),
+        pytest.param("repo@md5:" + "ab" * 16, "algorithm sha256", id="digest-unknown-algorithm"),
+        pytest.param("repo@sha256:abc", "sha256 takes 64 lowercase hex", id="digest-too-short"),
+        pytest.param("repo@sha256:" + "AB" * 32, "sha256 takes 64", id="digest-uppercase"),
+        pytest.param("repo@sha512:" + "ab" * 32, "sha512 takes 128", id="digest-wrong-length"),
+        pytest.param("a/" * 127 + "ab", "at most 255", id="repository-too-long"),
         pytest.param("repo name", "repository 'repo name' is not valid", id="space"),
     ],
 )

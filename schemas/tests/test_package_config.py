@@ -109,6 +109,30 @@ BROKEN_CASES = [
         id="tuned-no-expected-files",
     ),
     pytest.param(
+        tuned,
+        lambda d: d.update(expected_config_files=["ok.conf", "../../etc/shadow"]),
+        "expected_config_files[1]: '../../etc/shadow' points outside configmaps/",
+        id="expected-file-escapes-with-dotdot",
+    ),
+    pytest.param(
+        tuned,
+        lambda d: d.update(expected_config_files=["a/../../b"]),
+        "expected_config_files[0]: 'a/../../b' points outside configmaps/",
+        id="expected-file-escapes-after-normalising",
+    ),
+    pytest.param(
+        tuned,
+        lambda d: d.update(expected_config_files=["/etc/passwd"]),
+        "expected_config_files[0]: '/etc/passwd' points outside configmaps/",
+        id="expected-file-absolute",
+    ),
+    pytest.param(
+        tuned,
+        lambda d: d.update(expected_config_files=[""]),
+        "expected_config_files[0]: '' names no file",
+        id="expected-file-empty",
+    ),
+    pytest.param(
         shellscript,
         lambda d: d.update(schema_version="latest"),
         "schema_version: unknown schema version 'latest'",

@@ -3,7 +3,8 @@
 A colon before the last ``/`` belongs to a registry port (``host:5000/repo``), never to a tag;
 the digest follows ``@``. The grammar is the one container registries use (repository path
 components are lowercase, a tag is at most 128 characters), so a reference that splits here is
-one a kubelet can pull.
+one a kubelet can pull. A digest is checked as the kubelet's parser checks it: an algorithm it
+knows, with exactly that algorithm's number of lowercase hex digits.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ _DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*", re.ASCII)
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", re.ASCII)
-_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}", re.ASCII)
+# The longest repository (registry and path) a registry accepts.
+MAX_REPOSITORY = 255
+# The digest algorithms image references may use, with the length of their hex encoding.
+DIGEST_HEX_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
 
 
 class ImageError(ValueError):
@@ -37,6 +41,11 @@ def split_image(reference: str) -> ImageReference:
     if not isinstance(reference, str) or not reference:
         raise ImageError(f"{reference!r} is not an image reference: expected e.g. ghcr.io/org/pkg")
     repository, tag, digest = _parts(reference)
+    if len(repository) > MAX_REPOSITORY:
+        raise ImageError(
+            f"{reference!r}: repository is {len(repository)} characters; at most "
+            f"{MAX_REPOSITORY} are allowed"
+        )
     if not _REPOSITORY.fullmatch(repository):
         raise ImageError(
             f"{reference!r}: repository {repository!r} is not valid (lowercase path parts of "
@@ -47,9 +56,21 @@ def split_image(reference: str) -> ImageReference:
             f"{reference!r}: tag {tag!r} is not valid (up to 128 letters, digits, _ . -, "
             "not starting with . or -)"
         )
-    if digest is not None and not _DIGEST.fullmatch(digest):
-        raise ImageError(f"{reference!r}: digest {digest!r} is not valid (e.g. sha256:<hex>)")
+    if digest is not None and (problem := digest_problem(digest)):
+        raise ImageError(f"{reference!r}: {problem}")
     return ImageReference(repository, tag, digest)
+
+
+def digest_problem(digest: str) -> str | None:
+    """Why ``digest`` (``algorithm:hex``) is not one a kubelet can pull by, or None."""
+    algorithm, colon, encoded = digest.partition(":")
+    length = DIGEST_HEX_LENGTHS.get(algorithm)
+    if not colon or length is None:
+        known = ", ".join(DIGEST_HEX_LENGTHS)
+        return f"digest {digest!r} is not valid: expected <algorithm>:<hex> with algorithm {known}"
+    if len(encoded) != length or not re.fullmatch(r"[0-9a-f]*", encoded):
+        return f"digest {digest!r} is not valid: {algorithm} takes {length} lowercase hex digits"
+    return None
 
 
 def image_tag(reference: str) -> str:

@@ -13,6 +13,7 @@ packages' directories too: pass them as ``base_dirs``, bottom layer first, as th
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -47,6 +48,8 @@ LEGACY_STEP_KEYS = ("requires_interrupt",)
 
 CONFIG_FILE = "config.json"
 STEP_DIR = "skyhook_dir"
+# Where the agent finds the package's configMap files, one per key.
+CONFIG_MAP_DIR = "configmaps"
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def validate_config(
     if errors:
         return sorted(set(errors), key=_error_order)
     errors.extend(_mode_rules(document["modes"]))
+    errors.extend(_expected_file_rules(document["expected_config_files"]))
     if package_dir is not None:
         layers = [package_dir, *reversed(base_dirs)]
         errors.extend(_missing_step_files(document["modes"], [d / STEP_DIR for d in layers]))
@@ -259,6 +263,19 @@ def _mode_rules(modes: Mapping[str, list[Mapping[str, Any]]]) -> Iterator[FieldE
                     f"modes.{mode}[{index}].arguments",
                     "an upgrade step receives '<previous> <current>' versions and declares none",
                 )
+
+
+def _expected_file_rules(names: Sequence[str]) -> Iterator[FieldError]:
+    """Each expected config file must name a file inside the package's `configmaps/`."""
+    for index, name in enumerate(names):
+        normal = posixpath.normpath(name) if name else ""
+        if normal in {"", "."} or name.endswith("/"):
+            yield FieldError(f"expected_config_files[{index}]", f"{name!r} names no file")
+        elif posixpath.isabs(normal) or normal == ".." or normal.startswith("../"):
+            yield FieldError(
+                f"expected_config_files[{index}]",
+                f"{name!r} points outside {CONFIG_MAP_DIR}/ (give a path relative to it)",
+            )
 
 
 def _missing_step_files(
