@@ -16,6 +16,7 @@ from skyhook_schemas import keys
 from skyhook_schemas.podpackage import PodPackage
 
 SETTINGS = PlannerSettings()
+DIGEST = "sha256:" + "ab" * 32
 
 
 def scr(**package: object) -> SkyhookView:
@@ -88,7 +89,7 @@ def test_stage_pod_shape() -> None:
 
 def test_resources_and_sha_and_override() -> None:
     view = scr(
-        containerSHA="sha256:abc",
+        containerSHA=DIGEST,
         agentImageOverride="example/agent:9",
         resources={
             "cpuRequest": "100m",
@@ -99,7 +100,7 @@ def test_resources_and_sha_and_override() -> None:
     )
     pod = podbuilder.build_stage_pod(SETTINGS, view, view.spec.packages["dexter"], "n", "config")  # type: ignore[union-attr]
     init = pod["spec"]["initContainers"]
-    assert init[0]["image"] == "ghcr.io/nvidia/skyhook/agentless@sha256:abc"
+    assert init[0]["image"] == f"ghcr.io/nvidia/skyhook/agentless@{DIGEST}"
     assert init[1]["image"] == "example/agent:9"
     for container in init:
         assert container["resources"] == {

@@ -156,7 +156,7 @@ def test_demo_scr_decodes() -> None:
                     "cc": pkg(dependsOn={"aa": "1.0.0"}),
                 }
             },
-            "spec.packages: dependsOn cycle: aa -> bb -> cc -> aa",
+            "spec.packages.aa.dependsOn: dependsOn cycle: aa -> bb -> cc -> aa",
             id="depends-cycle",
         ),
         pytest.param(

@@ -6,7 +6,8 @@ the CRD's schema in pydantic; every problem is reported, each named by its field
 `SpecError`. The rules are upstream's CRD and webhook rules, plus ours: strict SemVer 2.0
 versions and `dependsOn` cycles rejected (docs/upstream-differences.md). A rule across fields
 (a package's configInterrupts against its configMap, `dependsOn`) is checked once the fields it
-compares have decoded.
+compares have decoded. Values copied into the pods and ConfigMaps the operator creates follow
+Kubernetes' own rules for them (apirules.py), so what is admitted is what the apiserver takes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from skyhook_planner.model.alerts import AlertGate, GateWire
+from skyhook_planner.model.apirules import (
+    MAX_CONFIG_MAP_BYTES,
+    config_map_key_problem,
+    config_map_size,
+    env_var_problems,
+    toleration_problems,
+)
 from skyhook_planner.model.decoding import (
     Closed,
     FalsyIsUnset,
@@ -54,7 +62,12 @@ from skyhook_planner.model.vocabulary import TAINT_EFFECTS, LabelSelector, Toler
 from skyhook_planner.model.windows import MaintenanceWindow, WindowWire
 from skyhook_schemas import keys
 from skyhook_schemas.durations import parse_duration
-from skyhook_schemas.images import ImageReference, split_image, tag_mismatch_warning
+from skyhook_schemas.images import (
+    ImageReference,
+    digest_problem,
+    split_image,
+    tag_mismatch_warning,
+)
 from skyhook_schemas.versions import SpecVersion, parse_spec_version
 
 PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
@@ -175,7 +188,22 @@ def decode_spec(raw: Mapping[str, Any]) -> SkyhookSpec:
 
 class _InterruptWire(Wire):
     type: Annotated[StrictStr, one_of(INTERRUPT_TYPES)]
-    services: Annotated[tuple[StrictStr, ...], FalsyIsUnset] = ()
+    services: Annotated[tuple[NonEmpty, ...], FalsyIsUnset] = ()
+
+    @model_validator(mode="after")
+    def _services_fit_the_type(self) -> _InterruptWire:
+        # Only a service interrupt restarts services: one without any would restart nothing,
+        # and the agent refuses services on any other type, so the interrupt would never run.
+        if self.type == "service" and not self.services:
+            fail((("services",), "required when type is service: the systemd units to restart"))
+        if self.type != "service" and self.services:
+            fail(
+                (
+                    ("services",),
+                    f"must be empty when type is {self.type}; only service restarts services",
+                )
+            )
+        return self
 
     def decoded(self) -> Interrupt:
         return Interrupt(self.type, self.services)
@@ -288,20 +316,52 @@ def _seconds(text: object) -> int | None:
     return None if seconds is None else int(seconds)
 
 
-EnvVar = Annotated[
-    dict[str, Any],
-    check(lambda env: None if env.get("name") else "must be a {name, value | valueFrom} object"),
-]
+def _env_var(env: dict[str, Any]) -> dict[str, Any]:
+    if problems := list(env_var_problems(env)):
+        fail(*problems)
+    return env
+
+
+# Kept as written: the stage pods carry it verbatim.
+EnvVar = Annotated[dict[str, Any], AfterValidator(_env_var)]
+
+
+def _pullable(image: str) -> str:
+    """An image a pod runs as written: a full reference (`repo:tag`, `repo@digest`)."""
+    if image:
+        split_image(image)
+    return image
+
+
+def _config_map(data: dict[str, str]) -> dict[str, str]:
+    problems: list[tuple[Loc, str]] = [
+        ((key,), problem) for key in data if (problem := config_map_key_problem(key))
+    ]
+    if (size := config_map_size(data)) > MAX_CONFIG_MAP_BYTES:
+        problems.append(
+            (
+                (),
+                f"keys and values come to {size} bytes; the package's ConfigMap holds at most "
+                f"{MAX_CONFIG_MAP_BYTES} (1 MiB)",
+            )
+        )
+    if problems:
+        fail(*problems)
+    return data
 
 
 class _PackageWire(Wire):
     name: StrictStr = ""
     version: Annotated[SpecVersion, parsed(parse_spec_version)]
     image: Annotated[ImageReference, parsed(_repository)]
-    container_sha: StrictStr = Field("", alias="containerSHA")
-    agent_image_override: StrictStr = ""
+    container_sha: Annotated[StrictStr, check(lambda sha: digest_problem(sha) if sha else None)] = (
+        Field("", alias="containerSHA")
+    )
+    agent_image_override: Annotated[StrictStr, AfterValidator(_pullable)] = ""
     interrupt: _InterruptWire | None = None
-    config_map: Annotated[dict[StrictStr, StrictStr], FalsyIsUnset] = Field(default_factory=dict)
+    config_map: Annotated[dict[StrictStr, StrictStr], FalsyIsUnset, AfterValidator(_config_map)] = (
+        Field(default_factory=dict)
+    )
     config_interrupts: Annotated[dict[StrictStr, _InterruptWire], FalsyIsUnset] = Field(
         default_factory=dict
     )
@@ -351,9 +411,12 @@ class _TolerationWire(Wire):
     ] = None
 
     @model_validator(mode="after")
-    def _exists_has_no_value(self) -> _TolerationWire:
-        if self.operator == "Exists" and self.value:
-            fail((("value",), "must be empty when operator is Exists"))
+    def _kubernetes_takes_it(self) -> _TolerationWire:
+        problems = toleration_problems(
+            self.key, self.operator, self.value, self.effect, self.toleration_seconds
+        )
+        if found := list(problems):
+            fail(*found)
         return self
 
     def decoded(self) -> Toleration:
@@ -432,12 +495,22 @@ class _SpecWire(Wire):
             priority=self.priority,
             serial=self.serial,
             pause=self.pause,
-            warnings=tuple(w for name in names for w in self.packages[name].warnings(name)),
+            warnings=tuple(self._warnings(names)),
             maintenance_window=self.maintenance_window.decoded()
             if self.maintenance_window
             else None,
             alert_gate=self.alert_gate.decoded() if self.alert_gate else None,
         )
+
+    def _warnings(self, names: list[str]) -> Iterator[str]:
+        for name in names:
+            yield from self.packages[name].warnings(name)
+        # Upstream admits it too and ignores it; SCRs written for upstream may carry it.
+        if self.auto_taint_new_nodes and not self.runtime_required:
+            yield (
+                "spec.autoTaintNewNodes: has no effect without spec.runtimeRequired: true "
+                "(new nodes are only tainted for runtime-required Skyhooks)"
+            )
 
 
 def _disagreements(packages: Mapping[str, _PackageWire]) -> Iterator[tuple[Loc, str]]:
@@ -466,7 +539,7 @@ def _disagreements(packages: Mapping[str, _PackageWire]) -> Iterator[tuple[Loc, 
                 )
     graph = {name: tuple(d for d in p.depends_on if d in packages) for name, p in packages.items()}
     if cycle := find_cycle(graph):
-        yield (), f"dependsOn cycle: {' -> '.join(cycle)}"
+        yield (cycle[0], "dependsOn"), f"dependsOn cycle: {' -> '.join(cycle)}"
 
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]i?|Ki)?$")
