@@ -17,6 +17,7 @@ from typing import Any
 import jsonpatch
 import kopf
 import urllib3
+from aiohttp import web
 
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import pod_image_patch
@@ -157,6 +158,21 @@ async def choose_pod_image(
     patch.fns.append(lambda body: jsonpatch.apply_patch(body, operations, in_place=True))
 
 
+# The largest admission review read. The apiserver takes objects of up to 3 MiB and an update's
+# review carries two (new and old); aiohttp's default of 1 MiB answered a large Skyhook with
+# 413, so kubectl showed a failed webhook call instead of the field that is too large.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+
+
+class _WebhookServer(kopf.WebhookServer):
+    """kopf's webhook server, reading reviews of up to MAX_REVIEW_BYTES."""
+
+    @staticmethod
+    async def _serve(fn: Any, request: web.Request) -> web.Response:
+        larger = request.clone(client_max_size=MAX_REVIEW_BYTES)
+        return await kopf.WebhookServer._serve(fn, larger)
+
+
 def server(ours: Settings) -> kopf.WebhookServer:
     """kopf's HTTPS server on `webhook_port`, with the certificate files in `webhook_cert_dir`
     (it restarts itself when they change)."""
@@ -164,7 +180,7 @@ def server(ours: Settings) -> kopf.WebhookServer:
     assert bind is not None  # refused by the settings
     host, port = bind
     directory = Path(ours.webhook_cert_dir)
-    return kopf.WebhookServer(
+    return _WebhookServer(
         addr=host or None,
         port=port,
         certfile=str(directory / "tls.crt"),
