@@ -17,6 +17,7 @@ from skyhook_planner.model.apirules import (
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_planner.model.spec import SpecError, decode_spec
+from skyhook_planner.sim.driver import Driver
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 
@@ -231,6 +232,20 @@ def test_values_kubernetes_refuses_are_refused_naming_the_field(
     with pytest.raises(SpecError) as refused:
         decode_spec(raw)
     assert any(line.startswith(expected) for line in refused.value.messages), refused.value.messages
+
+
+@pytest.mark.parametrize(("raw", "expected"), BAD)
+def test_with_the_webhooks_off_the_planner_reports_them_and_runs_nothing(
+    raw: dict[str, Any], expected: str
+) -> None:
+    driver = Driver(1)
+    driver.sim.add_skyhook("scr", raw)
+    driver.run()
+    assert driver.sim.created_pods == []
+    status = driver.status("scr")
+    assert status["status"] == "blocked"
+    invalid = [c["message"] for c in status["conditions"] if c["type"].endswith("SpecInvalid")]
+    assert expected in invalid[0]
 
 
 @pytest.mark.parametrize(
