@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ def helm(pytestconfig: pytest.Config) -> Path:
 
     if not SKYHOOK_CRD_PATH.is_file():
         pytest.fail(
-            f"{SKYHOOK_CRD_PATH.relative_to(REPO)} is missing; chart/crds/ links to it, so helm "
+            f"{SKYHOOK_CRD_PATH.relative_to(REPO)} is missing; chart/files/crds/ links to it, so helm "
             "cannot load the chart until the Skyhook CRD is written there"
         )
     return ensure_helm(say)
@@ -139,7 +141,7 @@ WEBHOOK_SERVICE = "skyhook-operator-webhook-service"
 VALIDATING = "skyhook-operator-validating-webhook"
 MUTATING = "skyhook-operator-mutating-webhook"
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
-CLUSTER_SCOPED |= {"MutatingWebhookConfiguration"}
+CLUSTER_SCOPED |= {"MutatingWebhookConfiguration", "CustomResourceDefinition"}
 
 
 def names(objects: list[Obj]) -> list[tuple[str, str]]:
@@ -160,6 +162,8 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
             ("ClusterRole", f"{FULLNAME}-editor"),
             *((kind, CLEANUP) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
             *((kind, CLEANUP) for kind in ("Role", "RoleBinding", "Job")),
+            ("PodDisruptionBudget", FULLNAME),
+            *(("CustomResourceDefinition", path.name.removesuffix(".yaml")) for path in CRD_PATHS),
         ]
     )
     for obj in objects:
@@ -167,12 +171,13 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
-def test_deployment_runs_one_elected_operator_replica_rolled_out_new_first(
+def test_deployment_runs_two_elected_operator_replicas_rolled_out_new_first(
     render: Callable[..., list[Obj]],
 ) -> None:
     objects = render()
     deployment = only(objects, "Deployment")
-    assert deployment["spec"]["replicas"] == 1
+    # Two, as upstream runs: a stand-by takes the Lease over when the leader's node drains.
+    assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     pod = deployment["spec"]["template"]
     assert (
@@ -193,8 +198,11 @@ def test_deployment_runs_one_elected_operator_replica_rolled_out_new_first(
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    budget = only(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
     # One replica: a disruption budget would only block node drains.
-    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    single = render({"operator": {"replicas": 1}})
+    assert not [o for o in single if o["kind"] == "PodDisruptionBudget"]
     assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
     assert "imagePullSecrets" not in pod["spec"]
 
@@ -638,30 +646,46 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
 # --- CRD ------------------------------------------------------------------------------------
 
 
-def test_chart_crds_are_the_schemas_crds(helm: Path) -> None:
+def crds_of(objects: list[Obj]) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "CustomResourceDefinition"}
+
+
+def schemas_crds(annotated: bool = True) -> dict[str, Obj]:
+    """The schemas package's CRDs, as the chart installs them (kept on uninstall)."""
+    crds = {}
     for path in CRD_PATHS:
-        link = CHART / "crds" / path.name
-        assert link.is_symlink(), "chart/crds must link to the schemas CRDs, not hold copies"
+        crd = yaml.safe_load(path.read_text())
+        if annotated:
+            crd["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"
+        crds[crd["metadata"]["name"]] = crd
+    return crds
+
+
+def test_chart_crds_are_the_schemas_crds(helm: Path, render: Callable[..., list[Obj]]) -> None:
+    links = CHART / "files" / "crds"
+    for path in CRD_PATHS:
+        link = links / path.name
+        assert link.is_symlink(), "chart/files/crds must link to the schemas CRDs, not hold copies"
         assert link.resolve() == path.resolve()
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(p.name for p in CRD_PATHS)
+    assert sorted(p.name for p in links.iterdir()) == sorted(p.name for p in CRD_PATHS)
+    assert crds_of(render()) == schemas_crds()
+    # Templates, not crds/: helm installs crds/ once and never upgrades them.
+    assert not (CHART / "crds").exists()
     shown = run_helm(helm, "show", "crds", str(CHART))
-    assert shown.returncode == 0, shown.stderr
-    rendered = [doc for doc in yaml.safe_load_all(shown.stdout) if doc]
-    expected = [yaml.safe_load(p.read_text()) for p in CRD_PATHS]
-    key = lambda doc: doc["metadata"]["name"]  # noqa: E731
-    assert sorted(rendered, key=key) == sorted(expected, key=key)
+    assert shown.returncode == 0 and not shown.stdout.strip(), shown.stdout + shown.stderr
+    assert not crds_of(render({"crds": {"install": False}}))
 
 
 def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> None:
     packaged = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert packaged.returncode == 0, packaged.stderr
-    archive = tmp_path / "skyhook-operator-0.1.0.tgz"
-    shown = run_helm(helm, "show", "crds", str(archive))
-    assert shown.returncode == 0, shown.stderr
-    rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(shown.stdout) if d}
-    assert rendered == {
-        doc["metadata"]["name"]: doc for doc in (yaml.safe_load(p.read_text()) for p in CRD_PATHS)
-    }
+    archive = (
+        tmp_path
+        / f"skyhook-operator-{yaml.safe_load((CHART / 'Chart.yaml').read_text())['version']}.tgz"
+    )
+    rendered = run_helm(helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE)
+    assert rendered.returncode == 0, rendered.stderr
+    assert crds_of([d for d in yaml.safe_load_all(rendered.stdout) if d]) == schemas_crds()
 
 
 # --- validation -----------------------------------------------------------------------------
@@ -738,6 +762,108 @@ def test_every_bad_value_is_reported_at_once(render_error: Callable[[Obj], str])
     assert "invalid values for the skyhook-operator chart" in error
     for path in ("copyDirRoot:", "agentLogRoot:", "operator.logLevel:"):
         assert f"- {path}" in error
+
+
+# upstream Skyhook's values.yaml layout, with its defaults: installing it here must not quietly
+# ignore them, so each key is refused with the name it has in this chart.
+UPSTREAM_VALUES: Obj = {
+    "controllerManager": {
+        "tolerations": [],
+        "selectors": {},
+        "nodeAffinity": {"matchExpressions": []},
+        "manager": {
+            "containerSecurityContext": {"allowPrivilegeEscalation": False},
+            "env": {
+                "copyDirRoot": "/var/lib/skyhook",
+                "agentLogRoot": "/var/log/skyhook",
+                "leaderElection": "true",
+                "logLevel": "info",
+                "metricsPort": ":8443",
+                "probePort": ":8081",
+                "reapplyOnReboot": "false",
+                "runtimeRequiredTaint": "skyhook.nvidia.com=runtime-required:NoSchedule",
+                "pauseImage": "registry.k8s.io/pause:3.10",
+            },
+            "image": {"repository": "ghcr.io/nvidia/skyhook/operator", "tag": "v0.13.0"},
+            "agent": {"repository": "ghcr.io/nvidia/skyhook/agent", "tag": "v6.4.1"},
+        },
+        "replicas": 2,
+        "podDisruptionBudget": {"minAvailable": 1},
+        "serviceAccount": {"annotations": {}},
+    },
+    "kubernetesClusterDomain": "cluster.local",
+    "metricsService": {"type": "ClusterIP"},
+    "webhookService": {"type": "ClusterIP"},
+    "rbac": {"createSkyhookViewerRole": False, "createSkyhookEditorRole": False},
+    "imagePullSecret": "",
+    "useHostNetwork": False,
+    "estimatedPackageCount": 1,
+    "estimatedNodeCount": 1,
+    "webhook": {"secretName": "webhook-cert", "enable": True, "removalImage": "bitnami/kubectl"},
+    "cleanup": {"enabled": True, "jobTimeoutSeconds": 120},
+    "metrics": {"addServiceAccountBinding": False},
+    "limitRange": {"default": {"cpu": "500m", "memory": "512Mi"}},
+}
+# What each refused key is called here; the keys both charts share (webhook.enable,
+# cleanup.*, limitRange) install with the same meaning.
+UPSTREAM_NEW_NAMES = {
+    "controllerManager.tolerations": "operator.tolerations",
+    "controllerManager.selectors": "operator.nodeSelector",
+    "controllerManager.nodeAffinity.matchExpressions": "operator.nodeAffinity",
+    "controllerManager.manager.containerSecurityContext.allowPrivilegeEscalation": (
+        "operator.securityContext.allowPrivilegeEscalation"
+    ),
+    "controllerManager.manager.env.copyDirRoot": "copyDirRoot",
+    "controllerManager.manager.env.agentLogRoot": "agentLogRoot",
+    "controllerManager.manager.env.leaderElection": "operator.leaderElection",
+    "controllerManager.manager.env.logLevel": "operator.logLevel",
+    "controllerManager.manager.env.metricsPort": "metrics.port",
+    "controllerManager.manager.env.probePort": "operator.probePort",
+    "controllerManager.manager.env.reapplyOnReboot": "reapplyOnReboot",
+    "controllerManager.manager.env.runtimeRequiredTaint": "runtimeRequiredTaint",
+    "controllerManager.manager.env.pauseImage": "pauseImage",
+    "controllerManager.manager.image.repository": "operator.image.repository",
+    "controllerManager.manager.image.tag": "operator.image.tag",
+    "controllerManager.manager.agent.repository": "agent.image.repository",
+    "controllerManager.manager.agent.tag": "agent.image.tag",
+    "controllerManager.replicas": "operator.replicas",
+    "controllerManager.podDisruptionBudget.minAvailable": "operator.podDisruptionBudget.maxUnavailable",
+    "controllerManager.serviceAccount.annotations": "serviceAccount.annotations",
+    "metricsService.type": "metrics.port and metrics.service.enabled",
+    "webhookService.type": "webhook.port",
+    "rbac.createSkyhookViewerRole": "rbac.createViewerRole",
+    "rbac.createSkyhookEditorRole": "rbac.createEditorRole",
+    "imagePullSecret": "imagePullSecrets",
+    "estimatedPackageCount": "operator.resources",
+    "estimatedNodeCount": "operator.resources",
+    "webhook.removalImage": "cleanup.image",
+}
+UPSTREAM_UNUSED = {"kubernetesClusterDomain", "useHostNetwork", "metrics.addServiceAccountBinding"}
+
+
+def test_upstream_values_are_refused_naming_each_key_and_its_new_name(
+    render_error: Callable[[Obj], str],
+) -> None:
+    error = render_error(UPSTREAM_VALUES)
+    lines = {
+        line[2:].partition(": ")[0]: line for line in error.splitlines() if line.startswith("- ")
+    }
+    assert set(lines) == set(UPSTREAM_NEW_NAMES) | UPSTREAM_UNUSED
+    for key, new in UPSTREAM_NEW_NAMES.items():
+        assert f"upstream Skyhook's name; here it is {new}" in lines[key]
+    for key in UPSTREAM_UNUSED:
+        assert "upstream Skyhook's value, not used here (" in lines[key]
+
+
+def test_the_keys_both_layouts_share_install_with_the_same_meaning(
+    render: Callable[..., list[Obj]],
+) -> None:
+    shared = {key: UPSTREAM_VALUES[key] for key in ("cleanup", "limitRange")}
+    shared["webhook"] = {"secretName": "sky-cert", "enable": False}
+    objects = render(shared)
+    assert named(objects, "Job", CLEANUP)["spec"]["activeDeadlineSeconds"] == 120
+    assert only(objects, "LimitRange")["spec"]["limits"][0]["default"]["cpu"] == "500m"
+    assert env_of(objects)["ENABLE_WEBHOOKS"] == "false"
 
 
 def split_duration(hours: int, minutes: int, seconds: int) -> str:
@@ -888,7 +1014,7 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
     # Webhooks off: with no operator to answer them they would block the shared apiserver.
     rendered = run_helm(
         helm,
-        *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE, "--include-crds"),
+        *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE),
         *("--set", "webhook.enable=false,argocdHealth.enabled=true,operator.replicas=2"),
     )
     assert rendered.returncode == 0, rendered.stderr
@@ -1029,18 +1155,22 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
                 "operator": {"replicas": 2, "logLevel": "debug"},
                 "metrics": {"port": 9090},
                 "limitRange": None,
+                "crds": {"install": False},
             }
         )
     )
     try:
-        # The CRDs are the session's; the apiserver validates every object the chart installs.
-        helm_on_sandbox("install", LIFE_RELEASE, str(CHART), "--create-namespace", "--skip-crds")
+        # The CRDs are the session's (applied by the RBAC test above); the apiserver validates
+        # every object the chart installs.
+        helm_on_sandbox(
+            "install", LIFE_RELEASE, str(CHART), "--create-namespace", "--set", "crds.install=false"
+        )
         installed = ours(sandbox_kubeconfig)
         assert (
             f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
         )
         assert f"limitrange/{LIFE_FULLNAME}" in installed
-        helm_on_sandbox("upgrade", LIFE_RELEASE, str(CHART), "-f", str(changed), "--skip-crds")
+        helm_on_sandbox("upgrade", LIFE_RELEASE, str(CHART), "-f", str(changed))
         upgraded = ours(sandbox_kubeconfig)
         assert not [n for n in upgraded if "webhook" in n or n.startswith("limitrange/")]
         deployment = json.loads(
@@ -1112,6 +1242,75 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
             "--ignore-not-found",
             "--wait=false",
         )
+
+
+UPGRADE_RELEASE = "crd-upgrade"
+UPGRADE_NAMESPACE = "chart-crd-upgrade"
+CRD_NAMES = [path.name.removesuffix(".yaml") for path in CRD_PATHS]
+SERIAL_SKYHOOK: Obj = {
+    "apiVersion": "skyhook.nvidia.com/v1alpha1",
+    "kind": "Skyhook",
+    "metadata": {"name": "crd-upgrade"},
+    "spec": {
+        "nodeSelectors": {"matchLabels": {"chart-crd-upgrade": "yes"}},
+        "serial": True,
+        "packages": {"tuning": {"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook/agentless"}},
+    },
+}
+
+
+def keeps_serial(kubeconfig: Path) -> bool:
+    """Apply an SCR with spec.serial and read it back: an unknown field is pruned."""
+    kubectl(kubeconfig, "apply", "--validate=false", "-f", "-", stdin=json.dumps(SERIAL_SKYHOOK))
+    stored = json.loads(kubectl(kubeconfig, "get", "skyhook", "crd-upgrade", "-o", "json"))
+    return "serial" in stored["spec"]
+
+
+@pytest.mark.sandbox
+def test_helm_upgrade_serves_the_new_crd_fields_and_uninstall_keeps_the_crds(
+    helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
+) -> None:
+    def helm_on_sandbox(*args: str) -> None:
+        result = run_helm(
+            helm, *args, "-n", UPGRADE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig)
+        )
+        assert result.returncode == 0, result.stderr
+
+    # An older release of the chart: this one, with a Skyhook CRD that lacks spec.serial.
+    old_chart = tmp_path / "old-chart"
+    shutil.copytree(CHART, old_chart)  # the CRD links become files
+    old_crd = yaml.safe_load(SKYHOOK_CRD_PATH.read_text())
+    schema = old_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    del schema["properties"]["spec"]["properties"]["serial"]
+    (old_chart / "files" / "crds" / SKYHOOK_CRD_PATH.name).write_text(yaml.safe_dump(old_crd))
+    # No operator runs here to answer webhooks; the CRDs start as this release's own.
+    values = ("--set", "webhook.enable=false")
+    kubectl(sandbox_kubeconfig, "delete", "crd", *CRD_NAMES, "--ignore-not-found", "--wait")
+    try:
+        helm_on_sandbox("install", UPGRADE_RELEASE, str(old_chart), "--create-namespace", *values)
+        kubectl(sandbox_kubeconfig, "wait", "--for=condition=Established", "crd", *CRD_NAMES)
+        assert not keeps_serial(sandbox_kubeconfig), "the old CRD should prune spec.serial"
+        helm_on_sandbox("upgrade", UPGRADE_RELEASE, str(CHART), *values)
+        # The apiserver takes the new schema up shortly after the update.
+        deadline = time.monotonic() + 30
+        while not keeps_serial(sandbox_kubeconfig):
+            assert time.monotonic() < deadline, "spec.serial still pruned after helm upgrade"
+            time.sleep(0.2)
+        helm_on_sandbox("uninstall", UPGRADE_RELEASE, "--no-hooks", "--wait")
+        assert kubectl(sandbox_kubeconfig, "get", "skyhook", "crd-upgrade", "-o", "name")
+    finally:
+        kubectl(sandbox_kubeconfig, "delete", "skyhook", "crd-upgrade", "--ignore-not-found")
+        run_helm(
+            helm,
+            *("uninstall", UPGRADE_RELEASE, "-n", UPGRADE_NAMESPACE, "--no-hooks"),
+            *("--ignore-not-found", "--kubeconfig", str(sandbox_kubeconfig)),
+        )
+        kubectl(sandbox_kubeconfig, "delete", "namespace", UPGRADE_NAMESPACE, "--ignore-not-found")
+    # The CRDs stay as the session's: current, and no longer claimed by the removed release.
+    for name in CRD_NAMES:
+        ownership = ("meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
+        kubectl(sandbox_kubeconfig, "annotate", "crd", name, *ownership)
+        kubectl(sandbox_kubeconfig, "label", "crd", name, "app.kubernetes.io/managed-by-")
 
 
 @pytest.mark.sandbox
