@@ -119,7 +119,9 @@ def _source_problems(kind: str, body: Mapping[str, Any]) -> Problems:
         path = body.get("fieldPath")
         subscript = _SUBSCRIPT.fullmatch(path) if isinstance(path, str) else None
         if subscript:
-            if problem := label_key_problem(subscript.group(2)):
+            kind, key = subscript.groups()
+            # Annotation keys are checked lowercased, label keys as written.
+            if problem := label_key_problem(key.lower() if kind == "annotations" else key):
                 yield ("fieldPath",), problem
         elif path not in _FIELD_PATHS:
             yield (
