@@ -35,7 +35,7 @@ from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.store import ClusterStore, Versioned, versioned
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
-from skyhook_planner.passes.plan import plan
+from skyhook_planner.passes.plan import Replanner
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         store,
         writer,
         ours,
-        memo.get("planner") or plan,
+        memo.get("planner") or Replanner(),
         telemetry=telemetry,
         leader=leader,
         artifacts=ArtifactResolver(fetcher),

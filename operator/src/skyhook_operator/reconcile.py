@@ -15,9 +15,10 @@ next pass plans while they go out, leaving the nodes still being written alone (
 `busy_nodes`), so a node's next stage waits for that node's own writes, not for a whole
 pass of a thousand nodes. Only a plan that changes a Skyhook as a whole (finalizers, package
 ConfigMaps) is planned and written with nothing in flight. Watch events and finished writes
-only "poke" the loop; a burst of them within `pass_debounce` (or the last pass's planning
-time, if longer) becomes one pass, and a pass
-that is running when events arrive is followed by exactly one more.
+only "poke" the loop; a burst of them within `pass_debounce` becomes one pass, and a pass
+that is running when events arrive is followed by exactly one more. Passes are incremental
+(the planner's passes/memory.py): a pass re-plans only the nodes whose inputs changed, so
+its cost follows the work, not the fleet, and the pause need not grow with the fleet.
 
 With leader election on, only the leader runs passes: a replica that does not lead waits
 before planning (its indexes stay current, so a take-over plans at once), and a leader that
@@ -86,7 +87,6 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
-        self._last_plan_seconds = 0.0
         self.passes = 0
         writer.on_written = self._written
 
@@ -153,12 +153,8 @@ class Reconciler:
                     log.info("not the leader: no passes until this replica holds the Lease")
                     await self._leader.wait_leading()
                     log.info("leading: planning from the current indexes")
-                # At least as long as the last pass planned: planning, pure CPU, then takes
-                # at most half a core however often the cluster changes, leaving the rest to
-                # the writes (and, on a small machine, to the apiserver).
-                pause = max(self._settings.pass_debounce, self._last_plan_seconds)
-                if pause:
-                    await asyncio.sleep(pause)
+                if self._settings.pass_debounce:
+                    await asyncio.sleep(self._settings.pass_debounce)
                 self._wake.clear()
                 try:
                     delay = await self.run_pass()
@@ -193,7 +189,6 @@ class Reconciler:
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
             planned = time.monotonic()
-            self._last_plan_seconds = planned - started
             if plan.needs_quiet and (snapshot.busy_nodes or pending):
                 # Planned around writes in flight: wait for them and plan again at once.
                 await asyncio.to_thread(self._writer.drain)

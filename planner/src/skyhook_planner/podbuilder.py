@@ -23,6 +23,9 @@ PACKAGE_COPY_COMMAND = (
     "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
 )
 OP_ENV_NAMES = ("SKYHOOK_LOG_DIR", "SKYHOOK_ROOT_DIR", "COPY_RESOLV", "SKYHOOK_RESOURCE_ID")
+# Every variable we set rather than the package: SKYHOOK_DIR (the init container's) carries the
+# SCR generation, so comparing it would restart running stages on any spec edit.
+_OUR_ENV_NAMES = frozenset({*OP_ENV_NAMES, "SKYHOOK_DIR"})
 # CRD interrupt type -> the type string the agent's interrupt payload uses.
 LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 
@@ -286,7 +289,7 @@ def build_interrupt_pod(
 def _env_without_op(
     env: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
-    return [dict(e) for e in env if e.get("name") not in OP_ENV_NAMES]
+    return [dict(e) for e in env if e.get("name") not in _OUR_ENV_NAMES]
 
 
 def _same_resources(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:

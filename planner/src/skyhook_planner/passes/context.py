@@ -95,6 +95,7 @@ class SkyhookContext:
         earlier: Decision,
         so_far: Decision,
         holds: Holds = NO_HOLDS,
+        known: Mapping[str, NodeState] | None = None,
     ) -> None:
         self.index = index
         self.scr = scr
@@ -106,7 +107,8 @@ class SkyhookContext:
         self._earlier = earlier
         self._so_far = so_far
         self.holds = holds  # what a closed window or a firing alert holds back this pass
-        self._before: dict[str, NodeState] = {}
+        # Node states decoded by an earlier pass from the same annotations (passes/memory.py).
+        self._before: dict[str, NodeState] = dict(known or {})
         self._node_packages: dict[str, NodePackages] = {}
 
     # --- this Skyhook's state on nodes ------------------------------------------------------

@@ -5,6 +5,7 @@ A decision carries two kinds of things:
 - output for the plan: per-node work (`NodeOut`), actions that go first or last, events, pods
   deleted, when to plan again, nodes that start and release, which (Skyhook, node) pairs are
   complete, which nodes wait and why;
+- `remembered`, what each Skyhook's share keeps for the next pass (passes/memory.py);
 - `work`, one Skyhook's working state as the step changed it (`SkyhookWork`): node states,
   config updates, packages whose ConfigMap must be rewritten first, status conditions. The
   Skyhook's share of the pass reads it back (through its context) in its next steps, and
@@ -21,6 +22,7 @@ from skyhook_planner.model.nodestate import NodeChanges, NodeState
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
 from skyhook_planner.model.waiting import Reason
+from skyhook_planner.passes.memory import SkyhookMemory
 
 PodKey = tuple[str, str]
 
@@ -81,6 +83,8 @@ class Decision:
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
     work: SkyhookWork = field(default_factory=SkyhookWork)
+    # What each Skyhook's share keeps for the next pass (passes/memory.py)
+    remembered: dict[str, SkyhookMemory] = field(default_factory=dict)
 
     def node(self, name: str) -> NodeOut:
         """This decision's work on `name` (created empty on first use)."""
@@ -133,4 +137,5 @@ class Decision:
             for (skyhook, node), reasons in other.waiting.items():
                 self.wait(skyhook, node, reasons)
         self.work.merge(other.work)
+        self.remembered.update(other.remembered)
         return self

@@ -5,6 +5,7 @@ function returns its `Decision`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from skyhook_planner import podbuilder
@@ -132,12 +133,13 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     return boot_ids, decision
 
 
-def validate_pods(ctx: SkyhookContext) -> Decision:
+def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
     """Delete running pods that no longer do what the spec asks: a node that records another
-    stage, or a changed package spec (image, env, resources), which restarts the stage."""
+    stage, or a changed package spec (image, env, resources), which restarts the stage. Pods on
+    the nodes in `skip` were found valid by an earlier pass from the same inputs."""
     decision = Decision()
     for pod in ctx.pods():
-        if not ctx.live(pod):
+        if pod.node in skip or not ctx.live(pod):
             continue
         pkg = ctx.index.pod_package(pod)
         node = ctx.index.nodes.get(pod.node)

@@ -24,16 +24,40 @@ from skyhook_planner.passes import rollout
 from skyhook_planner.passes.cleanup import cleanup
 from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.memory import PassMemory
 from skyhook_planner.rules import ordering
 from skyhook_schemas import keys
 
 
 def plan(snapshot: ClusterSnapshot, settings: PlannerSettings) -> Plan:
+    """One pass from nothing but the snapshot."""
+    return replan(snapshot, settings, None)[0]
+
+
+def replan(
+    snapshot: ClusterSnapshot, settings: PlannerSettings, memory: PassMemory | None
+) -> tuple[Plan, PassMemory]:
+    """One pass that reuses what the last one kept (`memory`, passes/memory.py): the same plan
+    as `plan(snapshot, settings)`, for the cost of the nodes whose inputs changed. Returns what
+    this pass keeps for the next."""
     index = PassIndex(snapshot, settings)
-    return assemble(index, decide(index))
+    decision = decide(index, memory or PassMemory())
+    return assemble(index, decision), PassMemory(decision.remembered)
 
 
-def decide(index: PassIndex) -> Decision:
+class Replanner:
+    """`replan` for a caller that runs one pass after another: it keeps the memory between
+    them. Its only state is that memory, which never changes what a pass plans."""
+
+    def __init__(self) -> None:
+        self._memory: PassMemory | None = None
+
+    def __call__(self, snapshot: ClusterSnapshot, settings: PlannerSettings) -> Plan:
+        result, self._memory = replan(snapshot, settings, self._memory)
+        return result
+
+
+def decide(index: PassIndex, memory: PassMemory) -> Decision:
     """Every step's decision, merged in order: later Skyhooks see what earlier ones decided."""
     ordered = ordering.skyhook_order(index.snap.skyhooks)
     decision = auto_taint(index, ordered)
@@ -41,7 +65,8 @@ def decide(index: PassIndex) -> Decision:
         if scr.deleting:
             decision.merge(cleanup(index, scr, decision.deleted))
         else:
-            decision.merge(rollout.decide(index, scr, decision))
+            remembered = memory.skyhooks.get(scr.name)
+            decision.merge(rollout.decide(index, scr, decision, remembered))
     return decision.merge(runtime_required(index, ordered, decision.complete))
 
 

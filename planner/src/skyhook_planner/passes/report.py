@@ -71,6 +71,14 @@ def finish(
     return value, decided
 
 
+def mirrored(state: NodeState) -> dict[str, Any] | None:
+    """A node's entries as the status's nodeState mirror shows them; None for a node that
+    records nothing for the Skyhook."""
+    if state.entries is None:
+        return None
+    return {k: e.to_json() for k, e in sorted(state.packages.items())}
+
+
 def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
     """A node the Skyhook no longer selects gets back the cordon we put on it, once no pod of
     ours runs there; None when there is nothing to give back."""
@@ -152,6 +160,7 @@ def status(
     rollout: Rollout,
     node_statuses: Mapping[str, str],
     *,
+    node_state: Mapping[str, Mapping[str, Any]],
     boot_ids: Mapping[str, str],
     groups: Compartments | None,
     conditions: Sequence[dict[str, Any]],
@@ -193,14 +202,9 @@ def status(
         generation=scr.generation,
         message=statuses.erroring_message(node_statuses),
     )
-    node_state = {
-        n.name: {k: e.to_json() for k, e in sorted(ctx.state(n).packages.items())}
-        for n in rollout.matched
-        if ctx.state(n).entries is not None
-    }
     desired: dict[str, Any] = {
         "status": overall,
-        "nodeState": node_state,
+        "nodeState": dict(node_state),
         "nodeStatus": dict(node_statuses),
         "nodeBootIds": dict(boot_ids),
         "configUpdates": {k: v for k, v in config_updates.items() if v},

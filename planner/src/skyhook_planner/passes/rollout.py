@@ -13,16 +13,28 @@ the earlier ones decided (through the `SkyhookContext`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_planner.passes import admit, configmaps, learn, prepare, report, select
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
-from skyhook_planner.passes.decision import Decision, SkyhookWork
-from skyhook_planner.rules import blockers
+from skyhook_planner.passes.decision import Decision, NodeOut, SkyhookWork
+from skyhook_planner.passes.memory import (
+    NodeInputs,
+    NodeVerdict,
+    SkyhookInputs,
+    SkyhookMemory,
+)
+from skyhook_planner.rules import blockers, ordering
 
 
-def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
-    """What the pass does for `scr`, given what the Skyhooks before it decided."""
+def decide(
+    index: PassIndex, scr: SkyhookView, earlier: Decision, memory: SkyhookMemory | None = None
+) -> Decision:
+    """What the pass does for `scr`, given what the Skyhooks before it decided and what the last
+    pass kept (`memory`: quiet nodes whose inputs are unchanged are not looked at again)."""
     decided = Decision(
         work=SkyhookWork(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
     )
@@ -30,68 +42,243 @@ def decide(index: PassIndex, scr: SkyhookView, earlier: Decision) -> Decision:
     prepared = prepare.prepare(index, scr)
     if isinstance(prepared, prepare.Unrunnable):
         return decided.merge(prepare.unrunnable(index, scr, prepared)).released()
-    rollout = prepared
-    decided.merge(rollout.decided)
-    ctx = SkyhookContext(
-        index,
-        scr,
-        spec=rollout.spec,
-        matched=rollout.matched,
-        earlier=earlier,
-        so_far=decided,
-        holds=rollout.holds,
-    )
-    for pod in ctx.pods():
-        decided.merge(learn.from_pod(ctx, pod))
-    boot_ids, rebooted = learn.track_reboots(ctx)
-    decided.merge(rebooted)
-    decided.merge(learn.validate_pods(ctx))
-    decided.merge(configmaps.reconcile(ctx))
-    decided.merge(configmaps.clear_on_version_change(ctx))
-    for node in rollout.matched:
-        tidied = select.tidy(ctx, node)
-        if tidied is not None:
-            decided.work.states[node.name] = tidied
-    selection = select.select(ctx, rollout)
-    decided.merge(selection.decided)
-    groups = admit.compartments(ctx, rollout, selection) if rollout.policy is not None else None
-    if groups is not None:
-        decided.merge(groups.decided)
-    admission = admit.admit(ctx, rollout, selection, groups)
-    decided.merge(admission.decided)
-    node_statuses: dict[str, str] = {}
-    for node in rollout.matched:
-        blocked = selection.blocked(node.name)
-        running = node.name in admission.running
-        complete = decided.complete[(scr.name, node.name)]
-        switched_off = blockers.SwitchedOff(rollout.paused, rollout.disabled).check(node)
-        if running and not (switched_off or blocked or node.name in index.writing):
-            if node.ready and not complete:
-                # Advancing only ever starts stages, so the node stays incomplete.
-                decided.merge(advance(ctx, node, selection.work[node.name]))
-        elif running and switched_off and not complete:
-            decided.wait(scr.name, node.name, (switched_off,))
-        node_status, finished = report.finish(ctx, rollout, node, running=running, blocked=blocked)
-        node_statuses[node.name] = node_status
-        if finished is not None:
-            decided.merge(finished)
-    decided.merge(report.selection_conditions(ctx, rollout, selection))
-    matched_names = {n.name for n in rollout.matched}
-    for node in index.snap.nodes:  # left the selector: give back a cordon we hold
-        if node.name not in matched_names:
+    decided.merge(prepared.decided)
+    return _Share(
+        index, scr, rollout=prepared, earlier=earlier, decided=decided, memory=memory
+    ).run()
+
+
+class _Share:
+    """One runnable Skyhook's share of the pass. `decided` is its working decision, which the
+    steps read back through the context; `run` returns it."""
+
+    def __init__(
+        self,
+        index: PassIndex,
+        scr: SkyhookView,
+        *,
+        rollout: prepare.Rollout,
+        earlier: Decision,
+        decided: Decision,
+        memory: SkyhookMemory | None,
+    ) -> None:
+        self.rollout = rollout
+        self.decided = decided
+        self.inputs = _skyhook_inputs(index, scr, rollout)
+        self.node_inputs = _node_inputs(index, scr, rollout, earlier)
+        self.kept = memory.kept(self.inputs, self.node_inputs) if memory is not None else {}
+        self.ctx = SkyhookContext(
+            index,
+            scr,
+            spec=rollout.spec,
+            matched=rollout.matched,
+            earlier=earlier,
+            so_far=decided,
+            holds=rollout.holds,
+            known={name: v.state for name, v in self.kept.items()},
+        )
+        self.noisy: set[str] = set()  # nodes it decided something for: not kept for the next pass
+
+    def take(self, step: Decision | None, node: str | None = None) -> None:
+        """Merge a step's decision, noting the nodes it decided something for."""
+        if step is not None:
+            self.noisy.update(_touched(self.ctx, step, node))
+            self.decided.merge(step)
+
+    def run(self) -> Decision:
+        ctx, decided = self.ctx, self.decided
+        boot_ids = self.learn_from_pods()
+        selection = self.select_nodes()
+        groups = (
+            admit.compartments(ctx, self.rollout, selection)
+            if self.rollout.policy is not None
+            else None
+        )
+        if groups is not None:
+            decided.merge(groups.decided)
+        admission = admit.admit(ctx, self.rollout, selection, groups)
+        decided.merge(admission.decided)
+        node_statuses, reused = self.advance_nodes(selection, admission)
+        decided.merge(report.selection_conditions(ctx, self.rollout, selection))
+        decided.merge(_release_unselected(ctx, self.rollout))
+        decided.merge(report.save(ctx, decided.work.states))
+        node_state = _mirror(ctx, self.rollout, reused)
+        decided.merge(
+            report.status(
+                ctx,
+                self.rollout,
+                node_statuses,
+                node_state=node_state,
+                boot_ids=boot_ids,
+                groups=groups,
+                conditions=decided.work.conditions,
+                config_updates=decided.work.config_updates or {},
+            )
+        )
+        # Whatever the pass writes for a node makes it noisy, whichever step decided it; and a
+        # pending configMap edit holds work back on every node, so nothing is kept from it.
+        self.noisy |= _written(decided)
+        config_settled = not decided.work.stale_config and (
+            decided.work.config_updates == self.inputs.config_updates
+        )
+        verdicts = {
+            n.name: reused.get(n.name)
+            or NodeVerdict(
+                inputs=self.node_inputs[n.name],
+                state=ctx.state(n),
+                selected=selection.nodes[n.name],
+                running=n.name in admission.running,
+                node_status=node_statuses[n.name],
+                mirror=node_state.get(n.name),
+            )
+            for n in self.rollout.matched
+            if config_settled and n.name not in self.noisy
+        }
+        decided.remembered[ctx.name] = SkyhookMemory(self.inputs, verdicts)
+        return decided.released()
+
+    def learn_from_pods(self) -> dict[str, str]:
+        """Learn from pods and reboots; returns the boot ids to record."""
+        ctx = self.ctx
+        for pod in ctx.pods():
+            if pod.node not in self.kept:
+                self.take(learn.from_pod(ctx, pod), pod.node)
+        boot_ids, rebooted = learn.track_reboots(ctx)
+        self.take(rebooted)
+        self.take(learn.validate_pods(ctx, skip=self.kept))
+        return boot_ids
+
+    def select_nodes(self) -> select.Selection:
+        """Keep package ConfigMaps current, tidy each node's entries, select."""
+        ctx, decided = self.ctx, self.decided
+        decided.merge(configmaps.reconcile(ctx))
+        decided.merge(configmaps.clear_on_version_change(ctx))
+        if decided.work.stale_config or decided.work.config_updates != self.inputs.config_updates:
+            self.kept = {}  # a config edit may send any node back: select every node again
+        self.kept = {n: v for n, v in self.kept.items() if n not in decided.work.states}
+        for node in self.rollout.matched:
+            tidied = None if node.name in self.kept else select.tidy(ctx, node)
+            if tidied is not None:
+                decided.work.states[node.name] = tidied
+                self.noisy.add(node.name)
+        selection = select.select(ctx, self.rollout, self.kept)
+        decided.merge(selection.decided)
+        return selection
+
+    def advance_nodes(
+        self, selection: select.Selection, admission: admit.Admission
+    ) -> tuple[dict[str, str], dict[str, NodeVerdict]]:
+        """Advance each running node and report its status; returns the node statuses and the
+        kept verdicts that held for the whole share."""
+        ctx, rollout = self.ctx, self.rollout
+        node_statuses: dict[str, str] = {}
+        reused: dict[str, NodeVerdict] = {}
+        switched_off = blockers.SwitchedOff(rollout.paused, rollout.disabled)
+        for node in rollout.matched:
+            blocked = selection.blocked(node.name)
+            running = node.name in admission.running
+            verdict = self.kept.get(node.name)
+            if verdict is not None and verdict.running == running:
+                node_statuses[node.name] = reused.setdefault(node.name, verdict).node_status
+                continue
+            complete = self.decided.complete[(ctx.name, node.name)]
+            off = switched_off.check(node)
+            if running and not (off or blocked or node.name in ctx.index.writing):
+                if node.ready and not complete:
+                    # Advancing only ever starts stages, so the node stays incomplete.
+                    self.take(advance(ctx, node, selection.work[node.name]), node.name)
+            elif running and off and not complete:
+                self.decided.wait(ctx.name, node.name, (off,))
+                self.noisy.add(node.name)
+            node_statuses[node.name], finished = report.finish(
+                ctx, rollout, node, running=running, blocked=blocked
+            )
+            self.take(finished, node.name)
+        return node_statuses, reused
+
+
+def _release_unselected(ctx: SkyhookContext, rollout: prepare.Rollout) -> Decision:
+    """Nodes that left the selector get back a cordon we hold."""
+    decided = Decision()
+    matched = {n.name for n in rollout.matched}
+    for node in ctx.index.snap.nodes:
+        if node.name not in matched:
             released = report.release_unselected(ctx, node)
             if released is not None:
                 decided.merge(released)
-    decided.merge(report.save(ctx, decided.work.states))
-    decided.merge(
-        report.status(
-            ctx,
-            rollout,
-            node_statuses,
-            boot_ids=boot_ids,
-            groups=groups,
-            conditions=decided.work.conditions,
-            config_updates=decided.work.config_updates or {},
-        )
+    return decided
+
+
+def _mirror(
+    ctx: SkyhookContext, rollout: prepare.Rollout, reused: Mapping[str, NodeVerdict]
+) -> dict[str, Mapping[str, Any]]:
+    """The status's nodeState: each node's entries, taken over from its verdict when kept."""
+    node_state: dict[str, Mapping[str, Any]] = {}
+    for node in rollout.matched:
+        verdict = reused.get(node.name)
+        entries = verdict.mirror if verdict is not None else report.mirrored(ctx.state(node))
+        if entries is not None:
+            node_state[node.name] = entries
+    return node_state
+
+
+def _skyhook_inputs(index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout) -> SkyhookInputs:
+    sources = {
+        p.image_compatibility.source
+        for p in rollout.spec.packages.values()
+        if p.image_compatibility is not None
+    }
+    return SkyhookInputs(
+        uid=scr.uid,
+        generation=scr.generation,
+        spec=rollout.spec,
+        paused=rollout.paused,
+        disabled=rollout.disabled,
+        holds=rollout.holds,
+        config_updates={k: list(v) for k, v in scr.status.config_updates.items()},
+        artifacts={s: index.snap.image_artifacts.get(s) for s in sorted(sources)},
+        settings=index.settings,
+        ahead=tuple((s.name, s.spec.node_selector if s.spec else None) for s in _ahead(index, scr)),
     )
-    return decided.released()
+
+
+def _node_inputs(
+    index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout, earlier: Decision
+) -> dict[str, NodeInputs]:
+    ahead = [s.name for s in _ahead(index, scr)]
+    recorded = scr.status.node_boot_ids
+    return {
+        node.name: NodeInputs(
+            node=node,
+            pods=tuple(index.pods_on_node.get(node.name, ())),
+            writing=node.name in index.writing,
+            holding=node.name in index.holding,
+            earlier_complete=tuple(earlier.complete.get((s, node.name)) for s in ahead),
+            recorded_boot_id=recorded.get(node.name),
+        )
+        for node in rollout.matched
+    }
+
+
+def _ahead(index: PassIndex, scr: SkyhookView) -> tuple[SkyhookView, ...]:
+    """The Skyhooks a node must finish before this one (rules/blockers.py)."""
+    ordered = ordering.skyhook_order(index.snap.skyhooks)
+    return blockers.EarlierSkyhooks.of(ordered, scr.name, lambda other, node: True).ahead
+
+
+def _written(decision: Decision) -> set[str]:
+    """The nodes `decision` writes to, evicts or deletes pods on, or reports an Event for."""
+    found = {n for n, out in decision.nodes.items() if out != NodeOut()}
+    found |= {e.name for e in decision.events if e.kind == "Node"}
+    return found | decision.starting | decision.releasing
+
+
+def _touched(ctx: SkyhookContext, decision: Decision, node: str | None = None) -> set[str]:
+    """The nodes `decision` does something to; all of `node`'s share when it decides anything
+    beyond restating the node's state (a timer, an event, a wait)."""
+    found = _written(decision)
+    found |= {n for n, s in decision.work.states.items() if s != ctx.state(ctx.index.nodes[n])}
+    found |= {n for _, n in decision.waiting}
+    if node is not None and (found or decision.requeue_after is not None or decision.events):
+        found.add(node)
+    return found

@@ -5,8 +5,9 @@ about it; the rest occupy a budget slot or are candidates for `admit`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from skyhook_planner.model import waiting
 from skyhook_planner.model.nodestate import NodeState
@@ -14,6 +15,7 @@ from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, NodeVerdict
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.rules import blockers, ordering, stages
 from skyhook_schemas.nodestate import (
@@ -78,28 +80,38 @@ def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
 class Selection:
     """Each selected node as `select` found it."""
 
-    work: Mapping[str, stages.NodeWork]
-    reasons: Mapping[str, tuple[Reason, ...]]  # why a node may not start, any node
+    nodes: Mapping[str, NodeSelection]
     occupied: tuple[NodeView, ...]  # in progress: holding a budget slot
     candidates: tuple[NodeView, ...]  # may start if admitted
-    failed: frozenset[str]  # a package erroring or retrying
     decided: Decision
 
+    @cached_property
+    def work(self) -> dict[str, stages.NodeWork]:
+        return {name: found.work for name, found in self.nodes.items()}
+
+    @cached_property
+    def reasons(self) -> dict[str, tuple[Reason, ...]]:
+        """Why a node may not start, for every node something holds back."""
+        return {name: found.reasons for name, found in self.nodes.items() if found.reasons}
+
+    @cached_property
+    def failed(self) -> frozenset[str]:
+        return frozenset(name for name, found in self.nodes.items() if found.failed)
+
     def blocked(self, node: str) -> bool:
-        return any(r.blocker in SELECTION_BLOCKERS for r in self.reasons.get(node, ()))
+        return any(r.blocker in SELECTION_BLOCKERS for r in self.nodes[node].reasons)
 
     def with_reason(self, blocker: str) -> list[str]:
         return [n for n, found in self.reasons.items() if any(r.blocker == blocker for r in found)]
 
 
-def select(ctx: SkyhookContext, rollout: Rollout) -> Selection:
-    index, name = ctx.index, ctx.name
-    decided = Decision()
-    work: dict[str, stages.NodeWork] = {}
-    reasons: dict[str, tuple[Reason, ...]] = {}
-    failed: set[str] = set()
-    occupied: list[NodeView] = []
-    candidates: list[NodeView] = []
+def select(
+    ctx: SkyhookContext, rollout: Rollout, kept: Mapping[str, NodeVerdict] | None = None
+) -> Selection:
+    """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
+    (passes/memory.py); they count as that pass found them, without being looked at again."""
+    index = ctx.index
+    kept = kept or {}
     selection_blockers = (
         blockers.IgnoreLabel(),
         blockers.Taints.of(rollout.spec, index.settings.runtime_required_taint),
@@ -108,44 +120,61 @@ def select(ctx: SkyhookContext, rollout: Rollout) -> Selection:
         blockers.NotReady(),
         blockers.EarlierSkyhooks.of(
             ordering.skyhook_order(index.snap.skyhooks),
-            name,
+            ctx.name,
             lambda other, node: ctx.complete(other, node, default=True),
         ),
     )
+    nodes: dict[str, NodeSelection] = {}
     for node in rollout.matched:
-        state = ctx.state(node)
-        node_packages = ctx.node_packages(node)
-        node_work = stages.node_work(
-            node_packages.packages, state.packages, ctx.config_updates, ctx.reselected(node)
+        verdict = kept.get(node.name)
+        nodes[node.name] = (
+            verdict.selected
+            if verdict is not None
+            else _select_node(ctx, node, selection_blockers, readiness)
         )
-        work[node.name] = node_work
-        done = node_work.complete and not state.error
-        decided.complete[(name, node.name)] = done
-        found = blockers.reasons(selection_blockers, node)
-        if state.error:
-            found = (Reason(waiting.STATE, f"node state unreadable: {state.error}"), *found)
-        if node_packages.unmatched:
-            listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
-            found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
-        if found:
-            reasons[node.name] = found
-        holding = node.name in index.holding  # being started or released
-        if done and not holding:
-            continue
-        if any(
-            e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
-            for e in state.packages.values()
-        ):
-            failed.add(node.name)
-        if state.holds_slot or ctx.ours_on(node.name) or holding:
-            occupied.append(node)
-        elif node.name not in index.writing and not found:
-            waits = blockers.reasons(readiness, node, first_only=True)
-            if waits:
-                reasons[node.name] = waits
-            else:
-                candidates.append(node)
-    for node_name, why in reasons.items():
-        if not decided.complete[(name, node_name)]:
-            decided.wait(name, node_name, why)
-    return Selection(work, reasons, tuple(occupied), tuple(candidates), frozenset(failed), decided)
+    decided = Decision()
+    for node_name, found in nodes.items():
+        decided.complete[(ctx.name, node_name)] = found.done
+        if found.reasons and not found.done:
+            decided.wait(ctx.name, node_name, found.reasons)
+    return Selection(
+        nodes,
+        occupied=tuple(n for n in rollout.matched if nodes[n.name].slot == OCCUPIED),
+        candidates=tuple(n for n in rollout.matched if nodes[n.name].slot == CANDIDATE),
+        decided=decided,
+    )
+
+
+def _select_node(
+    ctx: SkyhookContext,
+    node: NodeView,
+    selection_blockers: Sequence[blockers.Blocker],
+    readiness: Sequence[blockers.Blocker],
+) -> NodeSelection:
+    index = ctx.index
+    state = ctx.state(node)
+    node_packages = ctx.node_packages(node)
+    node_work = stages.node_work(
+        node_packages.packages, state.packages, ctx.config_updates, ctx.reselected(node)
+    )
+    done = node_work.complete and not state.error
+    found = blockers.reasons(selection_blockers, node)
+    if state.error:
+        found = (Reason(waiting.STATE, f"node state unreadable: {state.error}"), *found)
+    if node_packages.unmatched:
+        listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
+        found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
+    holding = node.name in index.holding  # being started or released
+    if done and not holding:
+        return NodeSelection(node_work, done, found, slot="", failed=False)
+    failed = any(
+        e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
+        for e in state.packages.values()
+    )
+    slot = ""
+    if state.holds_slot or ctx.ours_on(node.name) or holding:
+        slot = OCCUPIED
+    elif node.name not in index.writing and not found:
+        found = blockers.reasons(readiness, node, first_only=True)
+        slot = "" if found else CANDIDATE
+    return NodeSelection(node_work, done, found, slot, failed)

@@ -10,6 +10,7 @@ from typing import Any
 
 from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
 from skyhook_planner.model.settings import PlannerSettings
+from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.passes.plan import plan
 from skyhook_planner.sim.cluster import SimCluster, make_node
 from skyhook_schemas import keys
@@ -46,6 +47,7 @@ class Driver:
             created = (START - timedelta(days=1, seconds=nodes - i)).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.sim.add_node(make_node(f"node-{i:04d}", labels or {}, created))
         self.plans: list[Plan] = []
+        self.planner: Callable[[ClusterSnapshot, PlannerSettings], Plan] = plan
         # Picks, after each pass, the nodes whose writes are still going out when the next
         # pass plans (as the operator's writer lets them); None: every write lands at once.
         self.lag: Callable[[Plan], set[str]] | None = None
@@ -59,7 +61,7 @@ class Driver:
         snapshot = replace(
             self.sim.snapshot(self.now), busy_nodes=self._busy, holding_nodes=self._holding
         )
-        result = plan(snapshot, self.settings)
+        result = self.planner(snapshot, self.settings)
         if result.needs_quiet and self._busy:
             self._land()  # as the reconciler does: wait for the writes in flight, plan again
             return self.step()

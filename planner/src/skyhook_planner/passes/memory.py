@@ -1,0 +1,108 @@
+"""What one pass keeps for the next: per Skyhook, the verdict on each quiet node, with every input
+it was decided from.
+
+A node is quiet for a Skyhook when its share of the pass decided nothing to write: no state
+change, pod, event, timer or wait beyond what `select` found. Most nodes of a large fleet are
+quiet in most passes (done, waiting for the budget, or running a stage pod). The next pass
+reuses a quiet node's verdict when its inputs compare equal, instead of learning, tidying and
+selecting it again; budgets, batches and the Skyhook's status are still counted over every node.
+
+The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
+it, whether its writes are in flight; the Skyhook's spec, pause, holds, config updates and
+settings). Anything a verdict could depend on that is not an input here makes a node noisy
+instead: a decision that waits on the clock asks for a timer, and a node with a timer is never
+kept. `tests/test_incremental.py` checks that a pass with memory plans exactly as one without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyhook_planner.model.nodestate import NodeState
+from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.waiting import Reason
+from skyhook_planner.rules.stages import NodeWork
+
+OCCUPIED = "occupied"  # holds a budget slot
+CANDIDATE = "candidate"  # may start if admitted
+
+
+@dataclass(frozen=True)
+class SkyhookInputs:
+    """What every node's verdict for one Skyhook depends on (compared by value)."""
+
+    uid: str
+    generation: int
+    spec: object
+    paused: bool
+    disabled: bool
+    holds: object
+    config_updates: Mapping[str, Any]
+    artifacts: Mapping[str, object]
+    settings: object
+    ahead: tuple[
+        tuple[str, object], ...
+    ]  # the Skyhooks a node finishes first, and whom they select
+
+
+@dataclass(frozen=True)
+class NodeInputs:
+    """What one node's verdict depends on beyond its Skyhook's inputs."""
+
+    node: NodeView
+    pods: tuple[PodView, ...]  # every pod on the node: drains look at all of them
+    writing: bool
+    holding: bool
+    earlier_complete: tuple[bool | None, ...]  # each earlier Skyhook's verdict on the node
+    recorded_boot_id: str | None
+
+
+@dataclass(frozen=True)
+class NodeSelection:
+    """What `select` found for one node."""
+
+    work: NodeWork
+    done: bool
+    reasons: tuple[Reason, ...]  # what holds it back, if anything
+    slot: str  # OCCUPIED, CANDIDATE or ""
+    failed: bool  # a package erroring or retrying
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """A quiet node's share of a Skyhook's pass."""
+
+    inputs: NodeInputs
+    state: NodeState  # as its annotations record it: a quiet node changes nothing
+    selected: NodeSelection
+    running: bool  # the admission `finish` was decided with
+    node_status: str
+    mirror: Mapping[str, Any] | None  # its entries in the status's nodeState, None without
+
+
+@dataclass(frozen=True)
+class SkyhookMemory:
+    inputs: SkyhookInputs
+    verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
+
+    def kept(
+        self, inputs: SkyhookInputs, nodes: Mapping[str, NodeInputs]
+    ) -> dict[str, NodeVerdict]:
+        """The verdicts still valid for this pass's inputs."""
+        if inputs != self.inputs:
+            return {}
+        found = {}
+        for name, node_inputs in nodes.items():
+            verdict = self.verdicts.get(name)
+            if verdict is not None and verdict.inputs == node_inputs:
+                found[name] = verdict
+        return found
+
+
+@dataclass(frozen=True)
+class PassMemory:
+    """What a pass hands the next one, by Skyhook name."""
+
+    skyhooks: Mapping[str, SkyhookMemory] = field(default_factory=dict)
