@@ -1,8 +1,9 @@
 """Planner speed and rollout efficiency on a large simulated cluster (no API server).
 
 Prints: ms per `plan()` pass over N nodes x P packages (first pass, and mean/p95/max during
-the rollout), the time to build the snapshot from API-shaped objects, and a simulated rollout's
-makespan against its lower bound. The simulation is event-driven with zero latency: every pod
+the rollout), an incremental pass (`replan` with the last pass's memory) after --changed nodes'
+stage pods finished beside a full pass of the same snapshot, the time to build the snapshot
+from API-shaped objects, and a simulated rollout's makespan against its lower bound. The simulation is event-driven with zero latency: every pod
 runs for exactly --stage-seconds of virtual time, and the planner runs after every change, so
 the ratio measures only how well the planner keeps budget slots busy (1.00 = never idles).
 
@@ -23,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from skyhook_operator.cli import tune_garbage_collector
 from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.settings import PlannerSettings
-from skyhook_planner.passes.plan import plan
+from skyhook_planner.passes.plan import plan, replan
 from skyhook_planner.sim.cluster import SimCluster, make_node
 
 IMAGE = "ghcr.io/nvidia/skyhook/agentless"
@@ -111,11 +112,45 @@ def simulate(nodes: int, budget_percent: int, stage_seconds: float) -> Rollout:
     return out
 
 
+def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, float]:
+    """Median ms of a full pass and of an incremental pass, each after `changed` nodes' stage
+    pods finished, mid-rollout (five rounds)."""
+    sim = SimCluster()
+    for i in range(nodes):
+        sim.add_node(make_node(f"node-{i:05d}", {"pool": "gpu"}))
+    sim.add_skyhook("fleet", spec(budget_percent))
+    settings = PlannerSettings()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    memory = None
+    for _ in range(7):  # start the first stages, then one quiet pass to fill the memory
+        result, memory = replan(sim.snapshot(now), settings, memory)
+        sim.apply(result.actions)
+    full, partial = [], []
+    for _ in range(5):
+        for key in list(sim.pods)[:changed]:
+            sim.finish_pod(key, at=at)
+        snapshot = sim.snapshot(now)
+        t0 = time.perf_counter()
+        expected = plan(snapshot, settings)
+        t1 = time.perf_counter()
+        result, memory = replan(snapshot, settings, memory)
+        t2 = time.perf_counter()
+        if result != expected:
+            raise SystemExit("the incremental pass planned something else than the full pass")
+        full.append((t1 - t0) * 1000)
+        partial.append((t2 - t1) * 1000)
+        sim.apply(result.actions)
+        _, memory = replan(sim.snapshot(now), settings, memory)
+    return statistics.median(full), statistics.median(partial)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--budget-percent", type=int, default=10)
     parser.add_argument("--stage-seconds", type=float, default=10.0)
+    parser.add_argument("--changed", type=int, default=10, help="nodes changed before a pass")
     parser.add_argument(
         "--default-gc",
         action="store_true",
@@ -138,6 +173,11 @@ def main() -> None:
     )
     print(
         f"plan() quiet pass on the finished fleet: median {statistics.median(run.idle_ms):.1f} ms"
+    )
+    full_ms, incremental_ms = incremental(args.nodes, args.budget_percent, args.changed)
+    print(
+        f"pass after {args.changed} nodes' stage pods finished: incremental (replan) "
+        f"{incremental_ms:.1f} ms, full (plan) {full_ms:.1f} ms"
     )
     print(f"snapshot from API objects: mean {statistics.mean(run.snapshot_ms):.1f} ms per pass")
     print(f"peak nodes with pods: {run.peak_busy} (budget {slots})")
