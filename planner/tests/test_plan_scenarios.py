@@ -168,7 +168,7 @@ def test_a_freed_slot_is_filled_in_the_same_pass() -> None:
     assert created == ["node-0001"]
 
 
-def test_interrupt_cordons_drains_and_waits_for_non_interrupt_pods() -> None:
+def test_interrupt_waits_for_non_interrupt_pods_before_it_drains() -> None:
     spec = {
         **SEL,
         "podNonInterruptLabels": {"matchLabels": {"critical": "yes"}},
@@ -181,14 +181,20 @@ def test_interrupt_cordons_drains_and_waits_for_non_interrupt_pods() -> None:
     first = d.step()
     assert any(isinstance(a, PatchNode) and a.unschedulable for a in first.actions)
     assert d.sim.nodes["node-0000"]["metadata"]["annotations"][keys.cordon_key("scr")] == "true"
-    for _ in range(3):
-        result = d.step()
-        assert not any(isinstance(a, CreatePod) for a in result.actions), (
-            "blocked by the critical pod"
-        )
-    assert ("default", "web") not in d.sim.pods, "evicted"
     assert first.requeue_after is not None
+    for result in [first] + [d.step() for _ in range(3)]:
+        assert not any(isinstance(a, EvictPod | CreatePod) for a in result.actions), (
+            "nothing is evicted or started while the critical pod runs"
+        )
+        reasons = result.waiting[("scr", "node-0000")]
+        assert any("default/critical-job" in r.message for r in reasons), reasons
+    assert ("default", "web") in d.sim.pods, "not displaced while the interrupt waits"
+    assert d.sim.nodes["node-0000"]["spec"]["unschedulable"] is True
     del d.sim.pods[("default", "critical-job")]
+    drained = d.step()
+    assert [(a.namespace, a.name) for a in drained.actions if isinstance(a, EvictPod)] == [
+        ("default", "web")
+    ]
     d.run()
     assert [s for _, _, s in d.stages_run()] == ["apply", "config", "interrupt", "post-interrupt"]
     node = d.sim.nodes["node-0000"]

@@ -253,8 +253,12 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
     ]
     result = drain.check(NodeView("n", unschedulable=True), pods, selector, "skyhook")
     assert [x.name for x in result.blocking] == ["blocker"]
-    assert [x.name for x in result.to_evict] == ["web", "forged"]
+    assert result.to_evict == (), "nothing is evicted while a protected pod is alive"
     assert [x.name for x in result.terminating] == ["leaving"]
+    assert not result.open
+    result = drain.check(NodeView("n", unschedulable=True), pods[1:], selector, "skyhook")
+    assert result.blocking == ()
+    assert [x.name for x in result.to_evict] == ["web", "forged"]
     assert not result.open
     assert drain.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
     assert not drain.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"

@@ -1,9 +1,11 @@
 """May a node be interrupted now: is it drained?
 
 A node is drained when it is cordoned, no pod matching the Skyhook's
-`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. The check
-fails closed: a matching pod in any phase but Succeeded/Failed (Unknown included) blocks, and a
-pod on its way out still counts until it has gone.
+`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. Those
+protected pods come first: while one is alive nothing is evicted, so the node's workloads are not
+displaced for an interrupt that still has to wait; once they are all gone the rest is evicted.
+The check fails closed: a matching pod in any phase but Succeeded/Failed (Unknown included)
+blocks, and a pod on its way out still counts until it has gone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from skyhook_schemas import keys
 class Drain:
     cordoned: bool
     blocking: tuple[PodView, ...] = ()  # podNonInterruptLabels pods: wait for them to finish
-    to_evict: tuple[PodView, ...] = ()  # evictable pods to evict now
+    to_evict: tuple[PodView, ...] = ()  # evictable pods to evict now (none while any blocks)
     terminating: tuple[PodView, ...] = ()  # evicted pods not gone yet
 
     @property
@@ -47,7 +49,8 @@ def _evictable(pod: PodView) -> bool:
 def check(
     node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector, namespace: str
 ) -> Drain:
-    """The node's drain gate; `namespace` is ours, whose labelled pods are never drained."""
+    """The node's drain gate; `namespace` is ours, whose labelled pods are never drained.
+    Evictable pods are only `to_evict` once no protected pod is left to wait for."""
     blocking: list[PodView] = []
     to_evict: list[PodView] = []
     terminating: list[PodView] = []
@@ -58,4 +61,6 @@ def check(
             blocking.append(pod)
         elif _evictable(pod):
             (terminating if pod.deleting else to_evict).append(pod)
+    if blocking:
+        to_evict = []  # the protected pods go first; evicting now would displace for nothing
     return Drain(node.unschedulable, tuple(blocking), tuple(to_evict), tuple(terminating))
