@@ -74,6 +74,54 @@ def test_conditions_per_status(
     assert kstatus(obj) == verdict
 
 
+@pytest.mark.parametrize(
+    ("overall", "reason"),
+    [
+        pytest.param("complete", "NodesConverged", id="complete"),
+        pytest.param("in_progress", "Progressing", id="in-progress"),
+        pytest.param("waiting", "Waiting", id="waiting"),
+        pytest.param("unknown", "Unknown", id="unknown"),
+        pytest.param("erroring", "Erroring", id="erroring"),
+        pytest.param("blocked", "Blocked", id="blocked"),
+        pytest.param("paused", "Paused", id="paused"),
+        pytest.param("disabled", "Disabled", id="disabled"),
+        pytest.param("", "Unknown", id="no-status-yet"),
+    ],
+)
+def test_ready_reason_per_status(overall: str, reason: str) -> None:
+    ready = statuses.kstatus_conditions(overall, NOW, generation=1)[0]
+    assert (ready["type"], ready["reason"]) == ("Ready", reason)
+
+
+@pytest.mark.parametrize(
+    ("node_statuses", "message"),
+    [
+        pytest.param({}, "0/0 nodes complete", id="no-nodes"),
+        pytest.param(
+            {"node-c": "blocked", "node-b": "in_progress", "node-a": "complete"},
+            "1/3 nodes complete (node-a), 1 in progress (node-b), 1 blocked (node-c)",
+            id="buckets-in-order",
+        ),
+        pytest.param(
+            {"b": "paused", "a": "odd", "c": "unknown", "d": "waiting"},
+            "0/4 nodes complete, 1 waiting (d), 1 paused (b), 2 unknown (a, c)",
+            id="other-words-are-unknown",
+        ),
+        pytest.param(
+            {f"n{i:03d}": "in_progress" for i in range(800)},
+            "0/800 nodes complete, 800 in progress (list truncated; see status.nodeStatus)",
+            id="long-lists-counted",
+        ),
+    ],
+)
+def test_ready_message_summarises_the_nodes(node_statuses: dict[str, str], message: str) -> None:
+    assert statuses.node_summary(node_statuses) == message
+    ready = statuses.kstatus_conditions(
+        "in_progress", NOW, generation=1, node_statuses=node_statuses
+    )
+    assert ready[0]["message"] == message
+
+
 @given(st.sampled_from(STATUSES), st.integers(min_value=1, max_value=10**6))
 def test_at_most_one_kstatus_condition_is_true(overall: str, generation: int) -> None:
     conditions = statuses.kstatus_conditions(overall, NOW, generation=generation)
@@ -106,6 +154,8 @@ def test_rollout_is_in_progress_until_complete_then_current() -> None:
     assert skyhook(d)["status"]["status"] == "complete"
     assert kstatus(skyhook(d)) == "Current"
     assert condition(d, "Ready")["status"] == "True"
+    assert condition(d, "Ready")["reason"] == "NodesConverged"
+    assert condition(d, "Ready")["message"] == "2/2 nodes complete (node-0000, node-0001)"
     assert condition(d, "Ready")["observedGeneration"] == skyhook(d)["metadata"]["generation"]
     # Upstream's transition condition is still written as before.
     assert condition(d, keys.CONDITION_TRANSITION)["reason"] == "complete"

@@ -39,6 +39,28 @@ POLICY_BLOCKED_CONDITIONS = (
 # tools can tell a rollout in progress from a finished or a stuck one.
 CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED = "Ready", "Reconciling", "Stalled"
 KSTATUS_CONDITIONS = (CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED)
+# The reason these conditions give for each overall status; Ready's are upstream's own
+# (anything else, or no status yet, is Unknown).
+KSTATUS_REASONS = {
+    COMPLETE: "NodesConverged",
+    IN_PROGRESS: "Progressing",
+    BLOCKED: "Blocked",
+    ERRORING: "Erroring",
+    PAUSED: "Paused",
+    WAITING: "Waiting",
+    DISABLED: "Disabled",
+}
+# The order in which the Ready message counts the nodes that are not complete, and its words.
+_SUMMARY_BUCKETS = (
+    (IN_PROGRESS, "in progress"),
+    (BLOCKED, "blocked"),
+    (ERRORING, "erroring"),
+    (WAITING, "waiting"),
+    (PAUSED, "paused"),
+    (DISABLED, "disabled"),
+    (UNKNOWN, "unknown"),
+)
+SUMMARY_NAMES_MAX = 10  # a bucket with more nodes than this is counted, not listed
 
 
 def node_status(
@@ -120,29 +142,32 @@ def condition(
 
 
 def kstatus_conditions(
-    overall: str, now: datetime, *, generation: int, message: str = ""
+    overall: str,
+    now: datetime,
+    *,
+    generation: int,
+    message: str = "",
+    node_statuses: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Ready, Reconciling and Stalled for a Skyhook whose overall status is `overall`.
 
     complete: Ready. Still rolling (in_progress, waiting, unknown): Reconciling. Erroring nodes
     or a Skyhook that cannot run (blocked: invalid spec, missing policy, untolerated taints):
     Stalled, so a health check fails instead of waiting forever. Paused or disabled: none of
-    them True, since the operator holds the rollout on purpose. `message` explains a Stalled.
+    them True, since the operator holds the rollout on purpose. `message` explains a Stalled;
+    `node_statuses` (the selected nodes' statuses) make Ready's message, see `node_summary`.
     """
-    reason = "".join(part.capitalize() for part in overall.split("_"))
+    reason = KSTATUS_REASONS.get(overall, "Unknown")
     stalled = overall in {ERRORING, BLOCKED}
     reconciling = overall in {IN_PROGRESS, WAITING, UNKNOWN}
     ready = overall == COMPLETE
     explained = message or f"Skyhook is {overall}."
+    if node_statuses is not None:
+        ready_message = node_summary(node_statuses)
+    else:
+        ready_message = "Every selected node is complete." if ready else explained
     return [
-        condition(
-            CONDITION_READY,
-            ready,
-            reason,
-            "Every selected node is complete." if ready else explained,
-            now,
-            generation=generation,
-        ),
+        condition(CONDITION_READY, ready, reason, ready_message, now, generation=generation),
         condition(
             CONDITION_RECONCILING,
             reconciling,
@@ -160,6 +185,33 @@ def kstatus_conditions(
             generation=generation,
         ),
     ]
+
+
+def node_summary(node_statuses: Mapping[str, str]) -> str:
+    """Ready's message, as upstream words it: `<c>/<total> nodes complete`, then a count for
+    each other status that has nodes (in progress, blocked, erroring, waiting, paused,
+    disabled, unknown; any other word counts as unknown), each followed by its nodes' names,
+    sorted, or by a note that the list is left out when it has more than
+    SUMMARY_NAMES_MAX."""
+    words = {status for status, _ in _SUMMARY_BUCKETS} | {COMPLETE}
+    buckets: dict[str, list[str]] = {}
+    for name in sorted(node_statuses):
+        status = node_statuses[name] if node_statuses[name] in words else UNKNOWN
+        buckets.setdefault(status, []).append(name)
+
+    def names(nodes: list[str]) -> str:
+        if not nodes:
+            return ""
+        if len(nodes) > SUMMARY_NAMES_MAX:
+            return " (list truncated; see status.nodeStatus)"
+        return f" ({', '.join(nodes)})"
+
+    complete = buckets.get(COMPLETE, [])
+    parts = [f"{len(complete)}/{len(node_statuses)} nodes complete{names(complete)}"]
+    for status, label in _SUMMARY_BUCKETS:
+        if nodes := buckets.get(status):
+            parts.append(f"{len(nodes)} {label}{names(nodes)}")
+    return ", ".join(parts)
 
 
 def erroring_message(node_statuses: Mapping[str, str]) -> str:

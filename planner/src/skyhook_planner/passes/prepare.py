@@ -18,9 +18,7 @@ from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules import holds, ordering
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import (
-    BLOCKED,
-)
+from skyhook_schemas.nodestate import BLOCKED, UNKNOWN
 
 
 def bookkeeping(index: PassIndex, scr: SkyhookView) -> Decision:
@@ -153,7 +151,16 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
             [
                 statuses.condition(why.condition, True, why.reason, why.message, index.now),
                 *statuses.kstatus_conditions(
-                    BLOCKED, index.now, generation=scr.generation, message=why.message
+                    BLOCKED,
+                    index.now,
+                    generation=scr.generation,
+                    message=why.message,
+                    node_statuses=None  # an undecodable spec selects no node we could name
+                    if why.condition == statuses.CONDITION_SPEC_INVALID
+                    else {
+                        node.name: scr.status.node_status.get(node.name, UNKNOWN)
+                        for node in why.matched
+                    },
                 ),
             ],
         ),

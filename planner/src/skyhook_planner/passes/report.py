@@ -201,6 +201,7 @@ def status(
         ctx.now,
         generation=scr.generation,
         message=statuses.erroring_message(node_statuses),
+        node_statuses=node_statuses,
     )
     desired: dict[str, Any] = {
         "status": overall,
