@@ -64,6 +64,8 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
         spec["podNonInterruptLabels"] = {"matchLabels": {"critical": "yes"}}
     if draw(st.booleans()):
         spec["nodeSelectors"] = {"matchLabels": {"pool": "gpu"}}
+    if draw(st.booleans()):
+        spec["sequencing"] = "all"
     return spec
 
 

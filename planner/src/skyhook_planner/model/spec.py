@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -120,6 +120,14 @@ class ImageCompatibility:
 
 
 @dataclass(frozen=True)
+class Uninstall:
+    """`uninstall`: whether the package can be uninstalled, and whether it should be now."""
+
+    enabled: bool = False
+    apply: bool = False
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
@@ -134,8 +142,14 @@ class Package:
     resources: Resources | None = None
     graceful_shutdown_s: int | None = None
     image_compatibility: ImageCompatibility | None = None
+    uninstall: Uninstall = Uninstall()
     # The full image reference chosen for one node from image_compatibility (pods pull it).
     chosen_image: str = ""
+
+    @property
+    def uninstalling(self) -> bool:
+        """Asked to be uninstalled from every selected node (enabled and apply)."""
+        return self.uninstall.enabled and self.uninstall.apply
 
     @cached_property  # read for every node in every pass
     def key(self) -> str:
@@ -164,6 +178,9 @@ class SkyhookSpec:
     runtime_required: bool = False
     auto_taint_new_nodes: bool = False
     priority: int = DEFAULT_PRIORITY
+    # How this Skyhook holds back the ones after it: "node" (on each node until it is complete
+    # there) or "all" (everywhere until it is complete on every node it selects).
+    sequencing: str = "node"
     serial: bool = False
     pause: bool = False
     # Spellings upstream's operator runs but that are not what we would write (a shorthand
@@ -350,6 +367,26 @@ def _config_map(data: dict[str, str]) -> dict[str, str]:
     return data
 
 
+class _UninstallWire(Wire):
+    enabled: StrictBool = False
+    apply: StrictBool = False
+
+    @model_validator(mode="after")
+    def _apply_needs_enabled(self) -> _UninstallWire:
+        if self.apply and not self.enabled:
+            fail(
+                (
+                    ("apply",),
+                    "requires uninstall.enabled to be true (the package must declare it can be "
+                    "uninstalled)",
+                )
+            )
+        return self
+
+    def decoded(self) -> Uninstall:
+        return Uninstall(self.enabled, self.apply)
+
+
 class _PackageWire(Wire):
     name: StrictStr = ""
     version: Annotated[SpecVersion, parsed(parse_spec_version)]
@@ -370,6 +407,7 @@ class _PackageWire(Wire):
     resources: _ResourcesWire | None = None
     graceful_shutdown: Annotated[int | None, PlainValidator(_seconds)] = None
     image_compatibility: _ImageCompatibilityWire | None = None
+    uninstall: Annotated[_UninstallWire, FalsyIsUnset] = Field(default_factory=_UninstallWire)
 
     def decoded(self, key: str) -> Package:
         return Package(
@@ -388,6 +426,7 @@ class _PackageWire(Wire):
             image_compatibility=self.image_compatibility.decoded()
             if self.image_compatibility
             else None,
+            uninstall=self.uninstall.decoded(),
         )
 
     def warnings(self, key: str) -> list[str]:
@@ -460,6 +499,7 @@ class _SpecWire(Wire):
     runtime_required: StrictBool = False
     auto_taint_new_nodes: StrictBool = False
     priority: Annotated[StrictInt, in_range(1)] = DEFAULT_PRIORITY
+    sequencing: Literal["node", "all", ""] = "node"
     serial: StrictBool = False
     pause: StrictBool = False
     maintenance_window: WindowWire | None = None
@@ -493,6 +533,7 @@ class _SpecWire(Wire):
             runtime_required=self.runtime_required,
             auto_taint_new_nodes=self.auto_taint_new_nodes,
             priority=self.priority,
+            sequencing=self.sequencing or "node",
             serial=self.serial,
             pause=self.pause,
             warnings=tuple(self._warnings(names)),

@@ -42,9 +42,10 @@ class SkyhookInputs:
     config_updates: Mapping[str, Any]
     artifacts: Mapping[str, object]
     settings: object
-    ahead: tuple[
-        tuple[str, object], ...
-    ]  # the Skyhooks a node finishes first, and whom they select
+    # The Skyhooks a node finishes first (whom they select, how they sequence), and those of
+    # them with `sequencing: all` not yet complete everywhere
+    ahead: tuple[tuple[str, object, str], ...]
+    closed_gates: frozenset[str]
 
 
 @dataclass(frozen=True)

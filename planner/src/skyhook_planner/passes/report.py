@@ -24,9 +24,12 @@ from skyhook_planner.rules import batches, budget, holds
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
+    DISABLED,
     ERRORING,
     IN_PROGRESS,
+    PAUSED,
     UNKNOWN,
+    WAITING,
 )
 from skyhook_schemas.status import BatchState
 
@@ -162,6 +165,7 @@ def status(
     *,
     node_state: Mapping[str, Mapping[str, Any]],
     boot_ids: Mapping[str, str],
+    gated: bool = False,
     groups: Compartments | None,
     conditions: Sequence[dict[str, Any]],
     config_updates: Mapping[str, list[str]],
@@ -174,10 +178,13 @@ def status(
     overall = statuses.skyhook_status(
         node_statuses, paused=rollout.paused, disabled=rollout.disabled
     )
+    if gated and overall not in {COMPLETE, DISABLED, PAUSED}:
+        overall = WAITING  # behind a Skyhook with sequencing: all that is not done everywhere
     complete, in_progress = statuses.counts(node_statuses)
     found = list(conditions)
     # A gate removed from the spec takes its condition with it.
     dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in rollout.holds.conditions}
+    dropped |= set(statuses.WHILE_TRUE_CONDITIONS) - {c["type"] for c in conditions}
     old_status = current.get("status")
     if old_status != overall:
         found.append(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from skyhook_planner.model.snapshot import SkyhookView
-from skyhook_planner.passes import admit, configmaps, learn, prepare, report, select
+from skyhook_planner.passes import admit, configmaps, learn, prepare, report, select, uninstall
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision, NodeOut, SkyhookWork
@@ -64,7 +64,12 @@ class _Share:
     ) -> None:
         self.rollout = rollout
         self.decided = decided
-        self.inputs = _skyhook_inputs(index, scr, rollout)
+        self.closed_gates = blockers.closed_gates(
+            _ahead(index, scr),
+            index.snap.nodes,
+            lambda other, node: earlier.complete.get((other, node), False),
+        )
+        self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         self.node_inputs = _node_inputs(index, scr, rollout, earlier)
         self.kept = memory.kept(self.inputs, self.node_inputs) if memory is not None else {}
         self.ctx = SkyhookContext(
@@ -102,6 +107,7 @@ class _Share:
         decided.merge(report.selection_conditions(ctx, self.rollout, selection))
         decided.merge(_release_unselected(ctx, self.rollout))
         decided.merge(report.save(ctx, decided.work.states))
+        decided.work.conditions += uninstall.conditions(ctx, self.rollout)
         node_state = _mirror(ctx, self.rollout, reused)
         decided.merge(
             report.status(
@@ -110,6 +116,7 @@ class _Share:
                 node_statuses,
                 node_state=node_state,
                 boot_ids=boot_ids,
+                gated=bool(self.closed_gates),
                 groups=groups,
                 conditions=decided.work.conditions,
                 config_updates=decided.work.config_updates or {},
@@ -161,7 +168,7 @@ class _Share:
             if tidied is not None:
                 decided.work.states[node.name] = tidied
                 self.noisy.add(node.name)
-        selection = select.select(ctx, self.rollout, self.kept)
+        selection = select.select(ctx, self.rollout, self.kept, self.closed_gates)
         decided.merge(selection.decided)
         return selection
 
@@ -183,7 +190,13 @@ class _Share:
                 continue
             complete = self.decided.complete[(ctx.name, node.name)]
             off = switched_off.check(node)
-            if running and not (off or blocked or node.name in ctx.index.writing):
+            gate = min(self.closed_gates, default=None)
+            if running and gate is not None and not complete:
+                # A gate ahead closed again (a new node, a new version): what runs finishes,
+                # nothing new starts.
+                self.decided.wait(ctx.name, node.name, (blockers.gate_reason(gate),))
+                self.noisy.add(node.name)
+            elif running and not (off or blocked or node.name in ctx.index.writing):
                 if node.ready and not complete:
                     # Advancing only ever starts stages, so the node stays incomplete.
                     self.take(advance(ctx, node, selection.work[node.name]), node.name)
@@ -222,7 +235,9 @@ def _mirror(
     return node_state
 
 
-def _skyhook_inputs(index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout) -> SkyhookInputs:
+def _skyhook_inputs(
+    index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout, closed_gates: frozenset[str]
+) -> SkyhookInputs:
     sources = {
         p.image_compatibility.source
         for p in rollout.spec.packages.values()
@@ -238,7 +253,11 @@ def _skyhook_inputs(index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout
         config_updates={k: list(v) for k, v in scr.status.config_updates.items()},
         artifacts={s: index.snap.image_artifacts.get(s) for s in sorted(sources)},
         settings=index.settings,
-        ahead=tuple((s.name, s.spec.node_selector if s.spec else None) for s in _ahead(index, scr)),
+        ahead=tuple(
+            (s.name, s.spec.node_selector if s.spec else None, s.spec.sequencing if s.spec else "")
+            for s in _ahead(index, scr)
+        ),
+        closed_gates=closed_gates,
     )
 
 

@@ -19,10 +19,9 @@ from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, No
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.rules import blockers, ordering, stages
 from skyhook_schemas.nodestate import (
-    COMPLETE,
     ERRORING,
     IN_PROGRESS,
-    UNINSTALL,
+    UNINSTALL_CYCLE,
 )
 
 # Blockers that make a node's status `blocked` (the rest only make it wait).
@@ -30,14 +29,16 @@ SELECTION_BLOCKERS = frozenset({waiting.STATE, waiting.IGNORED, waiting.TAINTS, 
 
 
 def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
-    """The node's state with same-version entries spelled differently re-keyed, finished
-    uninstall markers of packages that are gone dropped, and a note why no candidate image
+    """The node's state with same-version entries spelled differently re-keyed, entries whose
+    uninstall cycle is over dropped (rules/stages.py), and a note why no candidate image
     matches (dropped once one does); None when nothing changes. What ran is recorded when a
     stage starts (advance.py)."""
     state = before = ctx.state(node)
     packages = ctx.spec.packages
     if not all(
-        e.name in packages and e.version == packages[e.name].version
+        e.name in packages
+        and e.version == packages[e.name].version
+        and e.stage not in UNINSTALL_CYCLE
         for e in state.packages.values()
     ):
         entries = ctx.entries(node)
@@ -49,12 +50,7 @@ def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
                 entries[new] = replace(entry, version=packages[entry.name].version)
             changed = True
         for key, entry in list(entries.items()):
-            wanted = packages.get(entry.name)
-            if (
-                entry.stage == UNINSTALL
-                and entry.state == COMPLETE
-                and (wanted is None or wanted.key != key)
-            ):
+            if stages.uninstall_over(entry, packages.get(entry.name)):
                 del entries[key]
                 changed = True
         if changed:
@@ -106,10 +102,14 @@ class Selection:
 
 
 def select(
-    ctx: SkyhookContext, rollout: Rollout, kept: Mapping[str, NodeVerdict] | None = None
+    ctx: SkyhookContext,
+    rollout: Rollout,
+    kept: Mapping[str, NodeVerdict] | None = None,
+    closed_gates: frozenset[str] = frozenset(),
 ) -> Selection:
     """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
-    (passes/memory.py); they count as that pass found them, without being looked at again."""
+    (passes/memory.py); they count as that pass found them, without being looked at again.
+    `closed_gates`: the Skyhooks ahead with `sequencing: all` not yet complete everywhere."""
     index = ctx.index
     kept = kept or {}
     selection_blockers = (
@@ -122,6 +122,7 @@ def select(
             ordering.skyhook_order(index.snap.skyhooks),
             ctx.name,
             lambda other, node: ctx.complete(other, node, default=True),
+            closed_gates,
         ),
     )
     nodes: dict[str, NodeSelection] = {}

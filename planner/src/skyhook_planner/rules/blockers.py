@@ -106,14 +106,20 @@ class NotReady:
 @dataclass(frozen=True)
 class EarlierSkyhooks:
     """A node runs one Skyhook at a time, in priority order: it waits until every Skyhook ahead
-    of this one that selects it is complete there."""
+    of this one that selects it is complete there; and behind a Skyhook ahead with
+    `sequencing: all` (a gate) until that one is complete on every node it selects."""
 
     ahead: tuple[SkyhookView, ...]
     complete: Callable[[str, str], bool]  # (Skyhook, node) -> complete there
+    closed_gates: frozenset[str] = frozenset()  # gates ahead not yet complete everywhere
 
     @classmethod
     def of(
-        cls, ordered: Sequence[SkyhookView], name: str, complete: Callable[[str, str], bool]
+        cls,
+        ordered: Sequence[SkyhookView],
+        name: str,
+        complete: Callable[[str, str], bool],
+        closed_gates: frozenset[str] = frozenset(),
     ) -> EarlierSkyhooks:
         ahead = []
         for other in ordered:
@@ -125,11 +131,13 @@ class EarlierSkyhooks:
                 or other.annotations.get(keys.DISABLE_ANNOTATION) == "true"
             ):
                 ahead.append(other)
-        return cls(tuple(ahead), complete)
+        return cls(tuple(ahead), complete, closed_gates)
 
     def check(self, node: NodeView) -> Reason | None:
         for other in self.ahead:
             assert other.spec is not None  # `of` keeps only Skyhooks with a spec
+            if other.name in self.closed_gates:
+                return gate_reason(other.name)
             if other.spec.node_selector.matches(node.labels) and not self.complete(
                 other.name, node.name
             ):
@@ -137,6 +145,34 @@ class EarlierSkyhooks:
                     ORDERING, f"waits for Skyhook {other.name}, ahead of it, on this node"
                 )
         return None
+
+
+def gate_reason(gate: str) -> Reason:
+    return Reason(
+        ORDERING,
+        f"waits for Skyhook {gate}, ahead of it with sequencing: all, to be complete on "
+        "every node it selects",
+    )
+
+
+def closed_gates(
+    ahead: Sequence[SkyhookView],
+    nodes: Sequence[NodeView],
+    complete: Callable[[str, str], bool],
+) -> frozenset[str]:
+    """The Skyhooks ahead with `sequencing: all` that are not yet complete on every node they
+    select (one that selects no node is complete)."""
+    return frozenset(
+        other.name
+        for other in ahead
+        if other.spec is not None
+        and other.spec.sequencing == "all"
+        and not all(
+            complete(other.name, n.name)
+            for n in nodes
+            if other.spec.node_selector.matches(n.labels)
+        )
+    )
 
 
 @dataclass(frozen=True)
