@@ -33,6 +33,7 @@ EVENTS = [
     "disable",
     "new-version",
     "config-edit",
+    "uninstall",
     "reboot",
     "add-node",
     "remove-node",
@@ -92,6 +93,25 @@ def _difference(incremental: Plan, full: Plan) -> str:
     )
 
 
+def _new_version(scr: dict[str, Any], data: st.DataObject) -> None:
+    packages = scr["spec"]["packages"]
+    name = data.draw(st.sampled_from(sorted(packages)))
+    packages[name] = {**packages[name], "version": "1.1.0"}
+    for other in packages.values():
+        if name in other.get("dependsOn", {}):
+            other["dependsOn"] = {**other["dependsOn"], name: "1.1.0"}
+    scr["metadata"]["generation"] += 1
+
+
+def _toggle_uninstall(scr: dict[str, Any], data: st.DataObject) -> None:
+    """Request an explicit uninstall of one package, or cancel it."""
+    packages = scr["spec"]["packages"]
+    name = data.draw(st.sampled_from(sorted(packages)))
+    asked = packages[name].get("uninstall", {}).get("apply", False)
+    packages[name] = {**packages[name], "uninstall": {"enabled": True, "apply": not asked}}
+    scr["metadata"]["generation"] += 1
+
+
 def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> None:
     """One cluster event between passes."""
     node_names = sorted(d.sim.nodes)
@@ -134,18 +154,14 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
         if annotations.pop(flag, None) is None:
             annotations[flag] = "true"
     elif event == "new-version":
-        packages = scr["spec"]["packages"]
-        name = data.draw(st.sampled_from(sorted(packages)))
-        packages[name] = {**packages[name], "version": "1.1.0"}
-        for other in packages.values():
-            if name in other.get("dependsOn", {}):
-                other["dependsOn"] = {**other["dependsOn"], name: "1.1.0"}
-        scr["metadata"]["generation"] += 1
+        _new_version(scr, data)
     elif event == "config-edit":
         for package_spec in scr["spec"]["packages"].values():
             if "configMap" in package_spec:
                 package_spec["configMap"] = {"settings.conf": f"a={d.now.timestamp()}"}
         scr["metadata"]["generation"] += 1
+    elif event == "uninstall":
+        _toggle_uninstall(scr, data)
     elif event == "reboot" and node:
         d.sim.reboot(node, f"boot-{node}-{d.now.timestamp()}")
     elif event == "add-node":

@@ -37,8 +37,9 @@ def stage_pod_name(scr: str, package: str, version: str, stage: str, node: str) 
     return keys.safe_name(63, scr, package, version, stage, node)
 
 
-def interrupt_pod_name(scr: str, interrupt_type: str, node: str) -> str:
-    return keys.safe_name(63, scr, "interrupt", interrupt_type, node)
+def interrupt_pod_name(scr: str, interrupt_type: str, node: str, stage: str = INTERRUPT) -> str:
+    """`stage`: interrupt, or uninstall-interrupt for the interrupt that ends an uninstall."""
+    return keys.safe_name(63, scr, stage, interrupt_type, node)
 
 
 def metadata_volume_name(node: str) -> str:
@@ -161,8 +162,9 @@ def build_stage_pod(
 ) -> dict[str, Any]:
     """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`.
 
-    For an uninstall pass the stand-in package (name, old version, image only), so the pod
-    carries no package env, configMap or resources.
+    An explicit uninstall is built from the spec's package like any stage; a removed or
+    downgraded version's uninstall from its stand-in (name, old version, image only), so that
+    pod carries no package env, configMap or resources.
     """
     directory = copy_dir(settings, scr, package)
     short = package.name[:43]
@@ -245,21 +247,29 @@ def interrupt_payload(interrupt: Interrupt) -> str:
 
 
 def build_interrupt_pod(
-    settings: PlannerSettings, scr: SkyhookView, package: Package, node: str, interrupt: Interrupt
+    settings: PlannerSettings,
+    scr: SkyhookView,
+    package: Package,
+    node: str,
+    interrupt: Interrupt,
+    *,
+    stage: str = INTERRUPT,
 ) -> dict[str, Any]:
-    """The one pod that performs a node's merged interrupt, on behalf of `package`."""
+    """The one pod that performs a node's merged interrupt, on behalf of `package`; `stage`
+    (interrupt or uninstall-interrupt) is the stage its package annotation records. The agent
+    runs it in interrupt mode either way."""
     labels = {
         keys.NAME_LABEL: scr.name,
         keys.PACKAGE_LABEL: package_label(package.name, package.version),
         keys.INTERRUPT_LABEL: "True",
     }
     annotation = PodPackage(
-        package.name, package.version, scr.name, INTERRUPT, package.image, package.container_sha
+        package.name, package.version, scr.name, stage, package.image, package.container_sha
     )
     pod = _base_pod(
         settings,
         scr,
-        interrupt_pod_name(scr.name, interrupt.type, node),
+        interrupt_pod_name(scr.name, interrupt.type, node, stage),
         node,
         labels=labels,
         annotation=annotation,

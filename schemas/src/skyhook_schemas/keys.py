@@ -106,6 +106,11 @@ CONDITION_TRANSITION = f"{GROUP}/Transition"
 CONDITION_APPLY_PACKAGE = f"{GROUP}/ApplyPackage"
 CONDITION_TAINT_NOT_TOLERABLE = f"{GROUP}/TaintNotTolerable"
 CONDITION_NODES_IGNORED = f"{GROUP}/NodesIgnored"
+# Explicit uninstall's conditions carry bare types, without the group prefix.
+CONDITION_UNINSTALL_IN_PROGRESS = "UninstallInProgress"
+CONDITION_UNINSTALL_FAILED = "UninstallFailed"
+CONDITION_BLOCKED = "Blocked"
+CONDITION_DELETION_BLOCKED = "DeletionBlocked"
 
 DEFAULT_COMPARTMENT = "__default__"
 

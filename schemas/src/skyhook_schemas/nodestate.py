@@ -17,12 +17,14 @@ from typing import Any
 from skyhook_schemas import keys
 from skyhook_schemas.gojson import go_json, sorted_map
 
-# Stages of a package on a node, in the order a fresh install runs them (uninstall only comes
-# before a downgrade's apply, upgrade stands where apply does).
+# Stages of a package on a node, in the order a fresh install runs them (upgrade stands where
+# apply does); uninstall [-> uninstall-interrupt] is the cycle that removes a package.
 UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT = (
     "uninstall", "upgrade", "apply", "config", "interrupt", "post-interrupt",
 )  # fmt: skip
-STAGES = (UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT)
+UNINSTALL_INTERRUPT = "uninstall-interrupt"
+STAGES = (UNINSTALL, UPGRADE, APPLY, CONFIG, INTERRUPT, POST_INTERRUPT, UNINSTALL_INTERRUPT)
+UNINSTALL_CYCLE = frozenset({UNINSTALL, UNINSTALL_INTERRUPT})
 
 # A package entry's state, and a node's (or a Skyhook's) status. The two share four words.
 COMPLETE, IN_PROGRESS, SKIPPED, ERRORING, UNKNOWN = (

@@ -35,6 +35,14 @@ POLICY_BLOCKED_CONDITIONS = (
     CONDITION_POLICY_INVALID,
     CONDITION_IMAGE_COMPATIBILITY,
 )
+# Present only while they hold: a pass that does not report one removes it (explicit uninstall,
+# passes/uninstall.py).
+WHILE_TRUE_CONDITIONS = (
+    keys.CONDITION_UNINSTALL_IN_PROGRESS,
+    keys.CONDITION_UNINSTALL_FAILED,
+    keys.CONDITION_BLOCKED,
+    keys.CONDITION_DELETION_BLOCKED,
+)
 # The kstatus convention (Flux, kpt, cli-utils): written beside upstream's conditions so GitOps
 # tools can tell a rollout in progress from a finished or a stuck one.
 CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED = "Ready", "Reconciling", "Stalled"

@@ -1,6 +1,10 @@
 """Advance one admitted node for one Skyhook: uninstalls first, then the runnable packages in
 dependsOn order; interrupt packages need the node cordoned and drained, and every package due
 for an interrupt shares one interrupt pod, which goes before anything new starts.
+
+An explicit uninstall (`uninstall.apply`) runs before any install work of the Skyhook on the
+node and ignores dependsOn; a package with an interrupt cordons and drains first, and its
+uninstall-interrupt pod follows the uninstall pod.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from skyhook_planner.model import status
 from skyhook_planner.model.actions import CreatePod, EvictPod
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Package
+from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import blockers, drain, interrupts, ordering, stages
+from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -26,6 +31,8 @@ from skyhook_schemas.nodestate import (
     INTERRUPT,
     SKIPPED,
     UNINSTALL,
+    UNINSTALL_CYCLE,
+    UNINSTALL_INTERRUPT,
     UPGRADE,
     PackageEntry,
 )
@@ -55,6 +62,17 @@ class _NodeRun:
         self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
+        # Pods of ours on their way out (deleted by this pass or terminating) whose stage may
+        # still be running: no other stage of their package starts on the host until they stop.
+        self.leaving = {
+            p.labels.get(keys.PACKAGE_LABEL)
+            for p in on_node
+            if p.labels.get(keys.NAME_LABEL) == ctx.name
+            and ctx.index.is_ours(p)
+            and not ctx.present(p)
+            and p.phase not in FINISHED_PHASES
+            and results.outcome(p).result in {results.RUNNING, results.WAITING}
+        }
         self.created = 0
 
     def run(self) -> Decision:
@@ -81,6 +99,10 @@ class _NodeRun:
     def _spec_work(self) -> None:
         ctx = self.ctx
         packages = self.node_packages.packages
+        removing = {n: s for n, s in self.work.due.items() if s in UNINSTALL_CYCLE}
+        if removing:
+            self._uninstall_work(removing)
+            return
         updates = ctx.config_updates
         due = {n: s for n, s in self.work.due.items() if n not in ctx.stale_config}
         ready = ordering.runnable(
@@ -120,6 +142,36 @@ class _NodeRun:
                 continue
             self._start(packages[name], due[name])
 
+    def _uninstall_work(self, due: dict[str, str]) -> None:
+        """Explicit uninstalls, in name order and regardless of dependsOn. A package with an
+        interrupt (its own `interrupt`: configInterrupts belong to config edits) is uninstalled
+        on a cordoned, drained node, then its interrupt runs; interrupts of several packages
+        merge into one pod."""
+        ctx = self.ctx
+        packages = self.node_packages.packages
+        interrupting = [n for n in sorted(due) if packages[n].interrupt is not None]
+        at_interrupt = [packages[n] for n in sorted(due) if due[n] == UNINSTALL_INTERRUPT]
+        hold = ctx.holds.interrupts
+        if hold is not None and interrupting:
+            self._hold(hold)
+            if not at_interrupt:
+                for name in sorted(due):
+                    if name not in interrupting:
+                        self._start(packages[name], due[name])
+            return
+        drained = drain.check(
+            self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
+        )
+        if interrupting:
+            self._cordon_and_drain(drained, packages[interrupting[0]])
+        if at_interrupt:
+            self._interrupt(at_interrupt, drained, UNINSTALL_INTERRUPT)
+            return
+        for name in sorted(due):
+            if name in interrupting and not drained.open:
+                continue
+            self._start(packages[name], due[name])
+
     def _hold(self, hold: Hold) -> None:
         self.decision.wait(self.ctx.name, self.node.name, (blockers.hold_reason(hold),))
         self.decision.wake_in(hold.recheck_s)
@@ -144,8 +196,12 @@ class _NodeRun:
 
     def _start(self, package: Package, stage: str) -> None:
         ctx = self.ctx
-        if podbuilder.package_label(package.name, package.version) in self.running_packages:
+        label = podbuilder.package_label(package.name, package.version)
+        if label in self.running_packages:
             return  # its pod is still running; its result arrives through learning
+        if label in self.leaving:
+            self.decision.wake_in(1.0)  # a pod of it is still going away
+            return
         if ctx.spec.serial and (self.ours or self.created):
             return
         entry = self.entries.get(package.key)
@@ -206,20 +262,28 @@ class _NodeRun:
         self.created += 1
         return True
 
-    def _interrupt(self, due: list[Package], drained: drain.Drain) -> None:
-        """One interrupt pod for every package due for an interrupt, once nothing else of ours
-        runs on the node and the node is drained."""
+    def _interrupt(self, due: list[Package], drained: drain.Drain, stage: str = INTERRUPT) -> None:
+        """One interrupt pod for every package due for an interrupt (at `stage`: interrupt or
+        uninstall-interrupt), once nothing else of ours runs on the node and the node is
+        drained."""
         ctx = self.ctx
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
         if any(ctx.index.is_ours(p) and ctx.present(p) for p in on_node):
             return
         if self.created or not drained.open:
             return
-        merged = interrupts.merge(due, ctx.config_updates)
+        # An uninstall's interrupt is the package's own, whatever config edit is pending.
+        updates = ctx.config_updates if stage == INTERRUPT else {}
+        merged = interrupts.merge(due, updates)
         if merged is None:
             return
         manifest = podbuilder.build_interrupt_pod(
-            ctx.settings, ctx.scr, merged.chosen, self.node.name, merged.interrupt
+            ctx.settings,
+            ctx.scr,
+            merged.chosen,
+            self.node.name,
+            merged.interrupt,
+            stage=stage,
         )
         if not self._create(manifest):
             return
@@ -228,7 +292,7 @@ class _NodeRun:
             base = self.entries.get(package.key) or PackageEntry(
                 package.name, package.version, package.image
             )
-            self.entries[package.key] = replace(base, stage=INTERRUPT, state=state, restarts=0)
+            self.entries[package.key] = replace(base, stage=stage, state=state, restarts=0)
         chosen = merged.chosen
         self.decision.event(
             "Skyhook",

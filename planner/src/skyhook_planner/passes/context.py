@@ -28,7 +28,7 @@ from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import COMPLETE, UNINSTALL, PackageEntry
+from skyhook_schemas.nodestate import COMPLETE, UNINSTALL_CYCLE, PackageEntry
 from skyhook_schemas.podpackage import PodPackage
 
 
@@ -164,7 +164,7 @@ class SkyhookContext:
         for name, wanted in self.node_packages(node).chosen.items():
             package = self.spec.packages[name]
             entry = state.packages.get(package.key)
-            if entry is None or entry.state != COMPLETE or entry.stage == UNINSTALL:
+            if entry is None or entry.state != COMPLETE or entry.stage in UNINSTALL_CYCLE:
                 continue
             ran = records.get(name, {}).get("image") or podbuilder.pull_reference(
                 replace(package, image=entry.image, container_sha=entry.container_sha)

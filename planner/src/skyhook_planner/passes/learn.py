@@ -14,7 +14,14 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules import results
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import COMPLETE, ERRORING, IN_PROGRESS, INTERRUPT, UNINSTALL
+from skyhook_schemas.nodestate import (
+    COMPLETE,
+    ERRORING,
+    IN_PROGRESS,
+    INTERRUPT,
+    UNINSTALL,
+    UNINSTALL_INTERRUPT,
+)
 
 
 def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
@@ -98,7 +105,11 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
         if not before or not node.boot_id or before == node.boot_id:
             continue
         entries = ctx.entries(node)
-        waiting = {k: e for k, e in entries.items() if e.stage == INTERRUPT and e.state != COMPLETE}
+        waiting = {
+            k: e
+            for k, e in entries.items()
+            if e.stage in {INTERRUPT, UNINSTALL_INTERRUPT} and e.state != COMPLETE
+        }
         # Our own reboot interrupt never counts as "a reboot to reapply after": that would
         # reinstall, reboot again, and loop.
         if ctx.settings.reapply_on_reboot and not waiting:
@@ -119,7 +130,10 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
         if not waiting:
             continue
         for key, entry in waiting.items():
-            entries[key] = replace(entry, state=COMPLETE)
+            if entry.stage == UNINSTALL_INTERRUPT:
+                del entries[key]  # its uninstall is over: no entry
+            else:
+                entries[key] = replace(entry, state=COMPLETE)
         decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
         for pod in ctx.ours_on(node.name):
             if keys.INTERRUPT_LABEL in pod.labels:
@@ -135,7 +149,8 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
 
 def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
     """Delete running pods that no longer do what the spec asks: a node that records another
-    stage, or a changed package spec (image, env, resources), which restarts the stage. Pods on
+    stage, a cancelled uninstall, or a changed package spec (image, env, resources), which
+    restarts the stage (an uninstall pod too: a fix to a failing uninstall rolls forward). Pods on
     the nodes in `skip` were found valid by an earlier pass from the same inputs."""
     decision = Decision()
     for pod in ctx.pods():
@@ -152,7 +167,13 @@ def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
             decision.delete_pod(pod, "stale: the node records another stage")
             continue
         wanted = ctx.node_packages(node).packages.get(pkg.name)
-        if pkg.stage in {UNINSTALL, INTERRUPT} or wanted is None or wanted.version != pkg.version:
+        if pkg.stage in {INTERRUPT, UNINSTALL_INTERRUPT} or wanted is None:
+            continue
+        if wanted.version != pkg.version:
+            continue  # an earlier version's pod: it finishes as it was started
+        if pkg.stage == UNINSTALL and not wanted.uninstalling and entry.state != COMPLETE:
+            # Cancelled: the package goes back to apply once this pod is gone.
+            decision.delete_pod(pod, "uninstall cancelled")
             continue
         manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, wanted, node.name, pkg.stage)
         if not podbuilder.matches(pod, manifest):

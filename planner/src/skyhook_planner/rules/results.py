@@ -17,8 +17,10 @@ from skyhook_planner.model.spec import Package
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
+    IN_PROGRESS,
     INTERRUPT,
     UNINSTALL,
+    UNINSTALL_INTERRUPT,
     UPGRADE,
     PackageEntry,
 )
@@ -79,17 +81,17 @@ def record_success(
                 del result[other_key]
         result[key] = replace(current, stage=UPGRADE, state=COMPLETE, restarts=restarts)
     elif pod.stage == UNINSTALL:
-        result.pop(key, None)
         wanted = spec_packages.get(pod.name)
-        if wanted is not None:
-            base = result.get(wanted.key) or PackageEntry(wanted.name, wanted.version, wanted.image)
-            result[wanted.key] = replace(
-                base,
-                image=wanted.image,
-                container_sha=wanted.container_sha,
-                stage=UNINSTALL,
-                state=COMPLETE,
-            )
+        if wanted is not None and wanted.key == key and wanted.interrupt is not None:
+            # The package's interrupt completes the uninstall (a reboot unloads a driver).
+            result[key] = replace(current, stage=UNINSTALL_INTERRUPT, state=IN_PROGRESS, restarts=0)
+        else:
+            result.pop(key, None)  # uninstalled: no entry
+    elif pod.stage == UNINSTALL_INTERRUPT:
+        # One merged interrupt covers every package waiting at the uninstall-interrupt stage.
+        for other_key, entry in list(result.items()):
+            if entry.stage == UNINSTALL_INTERRUPT:
+                del result[other_key]
     else:
         result[key] = replace(current, stage=pod.stage, state=COMPLETE, restarts=restarts)
     return result

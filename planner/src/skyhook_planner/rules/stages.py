@@ -3,8 +3,13 @@
 A fresh package runs apply -> config [-> interrupt -> post-interrupt]; a newer spec version runs
 upgrade -> config [-> ...]; an older spec version first uninstalls the installed version, then
 applies; a package removed from the spec is uninstalled. A configMap edit sends packages back to
-config, and the changed keys decide whether an interrupt follows. Every answer derives from the
-node's entries alone, so it is the same after an operator restart.
+config, and the changed keys decide whether an interrupt follows.
+
+A package asked to be uninstalled (`uninstall.enabled` and `uninstall.apply`) finishes the
+install stage it is in, then runs uninstall [-> uninstall-interrupt, when it has an interrupt];
+once the cycle is over its entry is dropped: no entry means uninstalled. Cancelling (apply back
+to false) sends an unfinished uninstall back to apply; an uninstall-interrupt always completes.
+Every answer derives from the node's entries alone, so it is the same after an operator restart.
 """
 
 from __future__ import annotations
@@ -22,13 +27,23 @@ from skyhook_schemas.nodestate import (
     POST_INTERRUPT,
     SKIPPED,
     UNINSTALL,
+    UNINSTALL_CYCLE,
+    UNINSTALL_INTERRUPT,
     UPGRADE,
     PackageEntry,
 )
 from skyhook_schemas.versions import VersionChange, VersionError, version_change
 
 # How far along the cycle a stage is; upgrade stands where apply does.
-_RANK = {UNINSTALL: 0, APPLY: 1, UPGRADE: 1, CONFIG: 2, INTERRUPT: 3, POST_INTERRUPT: 4}
+_RANK = {
+    UNINSTALL: 0,
+    UNINSTALL_INTERRUPT: 0,
+    APPLY: 1,
+    UPGRADE: 1,
+    CONFIG: 2,
+    INTERRUPT: 3,
+    POST_INTERRUPT: 4,
+}
 # The stage after a completed one, when the package has an interrupt to run.
 _NEXT = {
     UNINSTALL: APPLY,
@@ -51,6 +66,9 @@ def legal_successor(previous: str | None, stage: str) -> bool:
         or (
             stage == CONFIG and previous in {INTERRUPT, POST_INTERRUPT}  # a config edit
         )
+        or (stage == UNINSTALL and previous not in UNINSTALL_CYCLE)  # an uninstall request
+        or (previous == UNINSTALL and stage == UNINSTALL_INTERRUPT)
+        or (previous in UNINSTALL_CYCLE and stage == APPLY)  # cancelled, or reinstalled
     )
 
 
@@ -67,8 +85,25 @@ def is_complete(
     return (
         entry is not None
         and entry.state == COMPLETE
-        and entry.stage != UNINSTALL
+        and entry.stage not in UNINSTALL_CYCLE
         and _RANK[entry.stage] >= _RANK[terminal_stage(package, config_updates)]
+    )
+
+
+def uninstall_over(entry: PackageEntry, package: Package | None) -> bool:
+    """Is `entry`'s uninstall cycle finished, so that the entry goes (absent = uninstalled)?
+    `package`: the spec's package of that name, if any. An uninstall-interrupt that no spec
+    interrupt can carry out any more (the package or its interrupt left the spec) is over too:
+    nothing would ever run it."""
+    if entry.stage not in UNINSTALL_CYCLE:
+        return False
+    follows = package is not None and package.key == entry.key and package.interrupt is not None
+    if entry.stage == UNINSTALL_INTERRUPT:
+        return entry.state == COMPLETE or not follows
+    # An uninstall recorded complete (by an operator that kept such markers) is over unless
+    # its package's interrupt is still to run; cancelled, the package then reinstalls.
+    return entry.state == COMPLETE and not (
+        follows and package is not None and package.uninstalling
     )
 
 
@@ -105,7 +140,15 @@ def next_stage(
     the node's image compatibility artifact now chooses another image, which upgrades the
     complete package as a new version would."""
     entry = entries.get(package.key)
-    if reselected and entry is not None and entry.state == COMPLETE and entry.stage != UNINSTALL:
+    if entry is not None and entry.stage in UNINSTALL_CYCLE:
+        return _uninstall_next(package, entry)
+    if package.uninstalling:
+        if entry is None:
+            return None  # uninstalled (or never installed): nothing to do
+        if entry.state == COMPLETE:
+            return UNINSTALL
+        return entry.stage  # the install stage under way finishes first
+    if reselected and entry is not None and entry.state == COMPLETE:
         return UPGRADE
     if entry is None:
         others = [e for e in entries.values() if e.name == package.name]
@@ -113,8 +156,6 @@ def next_stage(
             return None  # the newer installed version is uninstalled first
         return UPGRADE if others else APPLY
     if entry.state == COMPLETE:
-        if entry.stage == UNINSTALL:
-            return APPLY
         if is_complete(package, entries, config_updates):
             return None
         nxt = _NEXT.get(entry.stage)
@@ -125,6 +166,19 @@ def next_stage(
         return None if pending else APPLY
     # in_progress, erroring, skipped (interrupt) or unknown: (re)run the recorded stage
     return entry.stage
+
+
+def _uninstall_next(package: Package, entry: PackageEntry) -> str | None:
+    """The next stage of a package whose entry is in the uninstall cycle."""
+    if uninstall_over(entry, package):
+        # Dropped by tidying (passes/select.py); then absent: reinstalled unless uninstalling.
+        return None if package.uninstalling else APPLY
+    if entry.stage == UNINSTALL_INTERRUPT:
+        return UNINSTALL_INTERRUPT  # the host is already uninstalled: the interrupt completes
+    if entry.state == COMPLETE:
+        return UNINSTALL_INTERRUPT
+    # An uninstall not yet finished: cancelled, the package goes back to apply.
+    return UNINSTALL if package.uninstalling else APPLY
 
 
 def node_work(
