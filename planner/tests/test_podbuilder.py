@@ -66,7 +66,8 @@ def test_stage_pod_shape() -> None:
     assert spec["initContainers"][2]["args"] == ["apply-check", "/root", copy_dir]
     env = spec["initContainers"][1]["env"]
     assert [e["name"] for e in env] == ["X", *podbuilder.OP_ENV_NAMES]
-    assert env[-1]["value"] == "simple-skyhook-u1-2_dexter_1.2.3"
+    assert env[-2]["value"] == "simple-skyhook-u1-2_dexter_1.2.3"
+    assert env[-1] == {"name": "SKYHOOK_NODE_ORDER", "value": "0"}
     assert [t.get("key") for t in spec["tolerations"]] == [
         "node.kubernetes.io/unschedulable",
         "skyhook.nvidia.com",

@@ -1,4 +1,5 @@
-"""Resetting a Skyhook's deployment-policy batch state (every compartment back to batch 1).
+"""Resetting a Skyhook's deployment-policy batch state (every compartment back to batch 1) and
+its node order.
 
 Every counter is written explicitly (zeros and false), so a rollout stopped by its failure
 threshold really starts again: a merge patch that left out the zero values would keep
@@ -11,6 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from skyhook_schemas.status import BatchState, CompartmentStatus, SkyhookStatus
+
+# Clears the node order: the offset is written as an explicit 0, the pick times removed.
+NODE_ORDER_RESET: Mapping[str, Any] = {"status": {"nodeOrderOffset": 0, "nodePriority": None}}
 
 
 def compartments(skyhook: Mapping[str, Any]) -> dict[str, CompartmentStatus]:

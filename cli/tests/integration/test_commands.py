@@ -352,6 +352,13 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
         },
     )
 
+    custom.patch_cluster_custom_object_status(
+        keys.GROUP,
+        keys.VERSION,
+        keys.PLURAL,
+        label,
+        {"status": {"nodeOrderOffset": 7, "nodePriority": {first: "2026-01-01T00:00:00Z"}}},
+    )
     summary = f"Skyhook: {label}\nNodes to reset (2):\n  - {first} (2 packages)\n  - {second} (1 packages)\n\nBatch state will also be reset (use --skip-batch-reset to preserve)\n"
     dry = cli("reset", label, "--dry-run")
     assert (dry.code, dry.out) == (0, summary + "\n[dry-run] No changes applied\n")
@@ -378,6 +385,9 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     assert not cordoned  # it was this Skyhook's cordon
     assert auto_taint in node_meta(core, second)[0]  # "another" still has state there
     state = skyhook(custom, label)["status"]["compartmentStatuses"]["__default__"]["batchState"]
+    order = skyhook(custom, label)["status"]
+    assert order["nodeOrderOffset"] == 0
+    assert "nodePriority" not in order
     assert state == {
         "currentBatch": 1,
         "consecutiveFailures": 0,

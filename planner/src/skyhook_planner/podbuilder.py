@@ -22,7 +22,13 @@ ROOT_MOUNT = "root-mount"
 PACKAGE_COPY_COMMAND = (
     "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
 )
-OP_ENV_NAMES = ("SKYHOOK_LOG_DIR", "SKYHOOK_ROOT_DIR", "COPY_RESOLV", "SKYHOOK_RESOURCE_ID")
+OP_ENV_NAMES = (
+    "SKYHOOK_LOG_DIR",
+    "SKYHOOK_ROOT_DIR",
+    "COPY_RESOLV",
+    "SKYHOOK_RESOURCE_ID",
+    "SKYHOOK_NODE_ORDER",
+)
 # Every variable we set rather than the package: SKYHOOK_DIR (the init container's) carries the
 # SCR generation, so comparing it would restart running stages on any spec edit.
 _OUR_ENV_NAMES = frozenset({*OP_ENV_NAMES, "SKYHOOK_DIR"})
@@ -71,13 +77,16 @@ def decode_pod_package(pod: PodView) -> PodPackage | None:
 # --- pods ----------------------------------------------------------------------------------------
 
 
-def _op_env(settings: PlannerSettings, scr: SkyhookView, package: Package) -> list[dict[str, str]]:
+def _op_env(
+    settings: PlannerSettings, scr: SkyhookView, package: Package, node_order: int
+) -> list[dict[str, str]]:
     resource_id = f"{scr.name}-{scr.uid}-{scr.generation}_{package.name}_{package.version}"
     return [
         {"name": "SKYHOOK_LOG_DIR", "value": f"{settings.agent_log_root}/{scr.name}"},
         {"name": "SKYHOOK_ROOT_DIR", "value": f"{settings.copy_dir_root}/{scr.name}"},
         {"name": "COPY_RESOLV", "value": "false"},
         {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id},
+        {"name": "SKYHOOK_NODE_ORDER", "value": str(node_order)},
     ]
 
 
@@ -158,7 +167,13 @@ def _base_pod(
 
 
 def build_stage_pod(
-    settings: PlannerSettings, scr: SkyhookView, package: Package, node: str, stage: str
+    settings: PlannerSettings,
+    scr: SkyhookView,
+    package: Package,
+    node: str,
+    stage: str,
+    *,
+    node_order: int = 0,
 ) -> dict[str, Any]:
     """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`.
 
@@ -175,7 +190,7 @@ def build_stage_pod(
     ]
     if package.config_map:
         mounts.append({"name": package.name, "mountPath": "/skyhook-package/configmaps"})
-    env = [dict(e) for e in package.env] + _op_env(settings, scr, package)
+    env = [dict(e) for e in package.env] + _op_env(settings, scr, package, node_order)
     security = {"privileged": True}
 
     def agent(suffix: str, mode: str) -> dict[str, Any]:
@@ -254,6 +269,7 @@ def build_interrupt_pod(
     interrupt: Interrupt,
     *,
     stage: str = INTERRUPT,
+    node_order: int = 0,
 ) -> dict[str, Any]:
     """The one pod that performs a node's merged interrupt, on behalf of `package`; `stage`
     (interrupt or uninstall-interrupt) is the stage its package annotation records. The agent
@@ -285,7 +301,7 @@ def build_interrupt_pod(
                 copy_dir(settings, scr, package),
                 interrupt_payload(interrupt),
             ],
-            "env": _op_env(settings, scr, package),
+            "env": _op_env(settings, scr, package, node_order),
             "securityContext": {"privileged": True},
             "volumeMounts": [
                 {"name": ROOT_MOUNT, "mountPath": "/root", "mountPropagation": "HostToContainer"}

@@ -102,6 +102,9 @@ class SkyhookStatus:
     node_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # JSON entries
     node_status: Mapping[str, str] = field(default_factory=dict)
     node_boot_ids: Mapping[str, str] = field(default_factory=dict)
+    # When each node was first picked (RFC 3339), until it is retired; and how many were retired
+    node_priority: Mapping[str, str] = field(default_factory=dict)
+    node_order_offset: int = 0
     config_updates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     complete_nodes: str = ""  # "<complete>/<matched>"
     nodes_in_progress: int = 0
@@ -124,6 +127,8 @@ class SkyhookStatus:
             },
             node_status=_strings(raw.get("nodeStatus")),
             node_boot_ids=_strings(raw.get("nodeBootIds")),
+            node_priority=_strings(raw.get("nodePriority")),
+            node_order_offset=_int(raw.get("nodeOrderOffset")) or 0,
             config_updates={
                 str(name): tuple(str(k) for k in keys)
                 for name, keys in _mapping(raw.get("configUpdates")).items()

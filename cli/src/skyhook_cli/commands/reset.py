@@ -59,20 +59,25 @@ def report(app: App, failures: Sequence[str], what: str, total: int) -> None:
 
 
 def reset_batch_state(app: App, name: str) -> None:
-    """Best effort, as part of `reset`: warnings on stderr, never a failure."""
+    """Best effort, as part of `reset`: the batch state (with a DeploymentPolicy), then the node
+    order (status.nodePriority and nodeOrderOffset), so numbering starts again at 0. Warnings
+    on stderr, never a failure."""
     try:
         skyhook = app.kube.get_skyhook(name)
     except KubeError as error:
         app.warn(f"Warning: failed to get skyhook for batch reset: {error}")
         return
-    if not batch.compartments(skyhook):
-        return
+    if batch.compartments(skyhook):
+        try:
+            app.kube.patch_skyhook_status(name, batch.reset_patch(skyhook))
+        except KubeError as error:
+            app.warn(f"Warning: failed to reset batch state: {error}")
+        else:
+            app.say(f"Batch state reset for Skyhook {quote(name)}")
     try:
-        app.kube.patch_skyhook_status(name, batch.reset_patch(skyhook))
+        app.kube.patch_skyhook_status(name, batch.NODE_ORDER_RESET)
     except KubeError as error:
-        app.warn(f"Warning: failed to reset batch state: {error}")
-        return
-    app.say(f"Batch state reset for Skyhook {quote(name)}")
+        app.warn(f"Warning: failed to reset node ordering: {error}")
 
 
 @click.command("reset", short_help="Reset all nodes for a Skyhook")

@@ -119,6 +119,7 @@ def admit(
     )
     running = {n.name for n in selection.occupied}
     started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
+    recorded = ctx.scr.status.node_priority
     for node in started:
         found = blockers.reasons(gates, node)
         if not found:
@@ -133,6 +134,15 @@ def admit(
             decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
     if rollout.holds.stages is not None and started:
         decided.wake_in(rollout.holds.stages.recheck_s)
+    # Every node that runs is recorded once, with the time it was picked (rules/ordering.py).
+    picked = ordering.picked_at(ctx.now)
+    for node in rollout.matched:
+        if (
+            node.name in running
+            and node.name not in recorded
+            and not ctx.complete(ctx.name, node.name, default=False)
+        ):
+            decided.work.picked[node.name] = picked
     return Admission(frozenset(running), decided)
 
 

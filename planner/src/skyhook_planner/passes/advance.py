@@ -210,7 +210,14 @@ class _NodeRun:
             if entry is not None and entry.stage == stage and entry.state == ERRORING
             else 0
         )
-        manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, package, self.node.name, stage)
+        manifest = podbuilder.build_stage_pod(
+            ctx.settings,
+            ctx.scr,
+            package,
+            self.node.name,
+            stage,
+            node_order=ctx.node_order(self.node.name),
+        )
         if not self._create(manifest):
             return
         chosen = self.node_packages.chosen.get(package.name)
@@ -284,6 +291,7 @@ class _NodeRun:
             self.node.name,
             merged.interrupt,
             stage=stage,
+            node_order=ctx.node_order(self.node.name),
         )
         if not self._create(manifest):
             return

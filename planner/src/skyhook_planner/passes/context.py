@@ -26,6 +26,7 @@ from skyhook_planner.model.snapshot import (
 from skyhook_planner.model.spec import Package, SkyhookSpec
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.rules import ordering
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import COMPLETE, UNINSTALL_CYCLE, PackageEntry
@@ -110,6 +111,7 @@ class SkyhookContext:
         # Node states decoded by an earlier pass from the same annotations (passes/memory.py).
         self._before: dict[str, NodeState] = dict(known or {})
         self._node_packages: dict[str, NodePackages] = {}
+        self._orders: dict[str, int] | None = None
 
     # --- this Skyhook's state on nodes ------------------------------------------------------
 
@@ -172,6 +174,15 @@ class SkyhookContext:
             if ran != wanted["image"]:
                 names.add(name)
         return frozenset(names)
+
+    def node_order(self, node: str) -> int:
+        """The node's SKYHOOK_NODE_ORDER (rules/ordering.py), counting the nodes admitted this
+        pass: ask only once admission is done."""
+        if self._orders is None:
+            status = self.scr.status
+            priority = {**status.node_priority, **self._so_far.work.picked}
+            self._orders = ordering.node_orders(priority, status.node_order_offset)
+        return self._orders.get(node, 0)
 
     @property
     def config_updates(self) -> dict[str, list[str]]:

@@ -60,9 +60,11 @@ class SkyhookWork:
     config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
     stale_config: set[str] = field(default_factory=set)
     conditions: list[dict[str, Any]] = field(default_factory=list)
+    picked: dict[str, str] = field(default_factory=dict)  # nodes first picked now: pick time
 
     def merge(self, other: SkyhookWork) -> None:
         self.states.update(other.states)
+        self.picked.update(other.picked)
         if other.config_updates is not None:
             self.config_updates = other.config_updates
         self.stale_config |= other.stale_config

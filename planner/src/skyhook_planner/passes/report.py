@@ -166,6 +166,7 @@ def status(
     node_state: Mapping[str, Mapping[str, Any]],
     boot_ids: Mapping[str, str],
     gated: bool = False,
+    node_order: tuple[Mapping[str, str], int] = ({}, 0),
     groups: Compartments | None,
     conditions: Sequence[dict[str, Any]],
     config_updates: Mapping[str, list[str]],
@@ -230,6 +231,11 @@ def status(
             found,
         ),
     }
+    node_priority, node_order_offset = node_order
+    if node_priority or "nodePriority" in current:
+        desired["nodePriority"] = dict(node_priority)
+    if node_order_offset or "nodeOrderOffset" in current:
+        desired["nodeOrderOffset"] = node_order_offset
     if overall == COMPLETE:
         desired["observedGeneration"] = scr.generation
     elif "observedGeneration" in current:

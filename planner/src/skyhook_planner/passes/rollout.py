@@ -109,6 +109,12 @@ class _Share:
         decided.merge(report.save(ctx, decided.work.states))
         decided.work.conditions += uninstall.conditions(ctx, self.rollout)
         node_state = _mirror(ctx, self.rollout, reused)
+        selected = {n.name for n in self.rollout.matched}
+        node_priority, node_order_offset = ordering.retire(
+            {**ctx.scr.status.node_priority, **decided.work.picked},
+            ctx.scr.status.node_order_offset,
+            lambda node: node not in selected or decided.complete.get((ctx.name, node), False),
+        )
         decided.merge(
             report.status(
                 ctx,
@@ -117,6 +123,7 @@ class _Share:
                 node_state=node_state,
                 boot_ids=boot_ids,
                 gated=bool(self.closed_gates),
+                node_order=(node_priority, node_order_offset),
                 groups=groups,
                 conditions=decided.work.conditions,
                 config_updates=decided.work.config_updates or {},

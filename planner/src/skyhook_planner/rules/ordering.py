@@ -39,3 +39,39 @@ def runnable(
     return sorted(
         name for name in due if all(is_complete(dep) for dep in packages[name].depends_on)
     )
+
+
+# --- node order: status.nodePriority, status.nodeOrderOffset, SKYHOOK_NODE_ORDER -------------
+#
+# Each node a Skyhook starts is recorded in nodePriority with the time it was picked, to the
+# second (the precision the status keeps, so a value computed before and after a re-read
+# agrees). A node's order is the offset plus its index among the recorded nodes sorted by
+# (pick time, name). Entries are retired only from the front, once complete (or no longer
+# selected), each adding one to the offset: retiring from the front keeps every other node's
+# order as it was, so a node's order never changes and is never handed out twice.
+
+
+def picked_at(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _in_pick_order(priority: Mapping[str, str]) -> list[str]:
+    return sorted(priority, key=lambda node: (priority[node], node))
+
+
+def node_orders(priority: Mapping[str, str], offset: int) -> dict[str, int]:
+    """Each recorded node's SKYHOOK_NODE_ORDER."""
+    return {node: offset + index for index, node in enumerate(_in_pick_order(priority))}
+
+
+def retire(
+    priority: Mapping[str, str], offset: int, done: Callable[[str], bool]
+) -> tuple[dict[str, str], int]:
+    """nodePriority and nodeOrderOffset with the finished nodes at the front retired."""
+    remaining = dict(priority)
+    for node in _in_pick_order(priority):
+        if not done(node):
+            break
+        del remaining[node]
+        offset += 1
+    return remaining, offset
