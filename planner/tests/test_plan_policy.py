@@ -129,15 +129,22 @@ def test_missing_policy_blocks_until_it_exists() -> None:
     d.step()
     status = d.status("scr")
     assert status["status"] == "blocked"
-    assert [c["message"] for c in status["conditions"] if c["type"].startswith(keys.GROUP)] == [
-        'DeploymentPolicy "later" not found'
+    not_found = [
+        (c["type"], c["message"])
+        for c in status["conditions"]
+        if c["type"].endswith("DeploymentPolicyNotFound")
+    ]
+    message = 'DeploymentPolicy "later" not found'
+    assert not_found == [
+        ("DeploymentPolicyNotFound", message),
+        (f"{keys.GROUP}/DeploymentPolicyNotFound", message),
     ]
     assert d.sim.created_pods == []
     d.sim.add_policy("later", _policy({"budget": {"count": 1}, "strategy": {"fixed": {}}}))
     _rollout(d)
     status = d.status("scr")
     assert status["status"] == "complete"
-    assert all(c["type"] != f"{keys.GROUP}/DeploymentPolicyNotFound" for c in status["conditions"])
+    assert not [c for c in status["conditions"] if c["type"].endswith("DeploymentPolicyNotFound")]
 
 
 def test_reset_on_completion_when_asked() -> None:

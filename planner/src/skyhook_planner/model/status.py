@@ -29,9 +29,19 @@ CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
 CONDITION_IMAGE_COMPATIBILITY = f"{keys.GROUP}/ImageCompatibilityUnavailable"
 # Ours: nodes skipped because no candidate image of an artifact matches them.
 CONDITION_NO_COMPATIBLE_IMAGE = f"{keys.GROUP}/NoCompatibleImage"
+# Conditions written under a bare type as well as under our group's prefix (the prefixed types
+# are the older spelling, kept for readers that know only them); Ready's copy is prefixed.
+BARE_TYPES = {
+    keys.CONDITION_TAINT_NOT_TOLERABLE: "TaintNotTolerable",
+    keys.CONDITION_NODES_IGNORED: "NodesIgnored",
+    keys.CONDITION_APPLY_PACKAGE: "ApplyPackage",
+    CONDITION_POLICY_NOT_FOUND: "DeploymentPolicyNotFound",
+}
+PREFIXED_READY = f"{keys.GROUP}/Ready"
 # Removed as soon as the Skyhook runs again.
 POLICY_BLOCKED_CONDITIONS = (
     CONDITION_POLICY_NOT_FOUND,
+    BARE_TYPES[CONDITION_POLICY_NOT_FOUND],
     CONDITION_POLICY_INVALID,
     CONDITION_IMAGE_COMPATIBILITY,
 )
@@ -233,24 +243,48 @@ def erroring_message(node_statuses: Mapping[str, str]) -> str:
     return f"{len(erroring)} node(s) erroring: {shown}."
 
 
+def with_copies(conditions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`conditions` with the second copy of each that is written twice (`BARE_TYPES`: the bare
+    type first; Ready: the prefixed copy after it)."""
+    found: list[dict[str, Any]] = []
+    for cond in conditions:
+        bare = BARE_TYPES.get(cond["type"])
+        if bare is not None:
+            found += [{**cond, "type": bare}, cond]
+        elif cond["type"] == CONDITION_READY:
+            found += [cond, {**cond, "type": PREFIXED_READY}]
+        else:
+            found.append(cond)
+    return found
+
+
 def merge_conditions(
-    current: list[Mapping[str, Any]], wanted: list[dict[str, Any]]
+    current: list[Mapping[str, Any]], wanted: list[dict[str, Any]], *, generation: int
 ) -> list[dict[str, Any]]:
-    """Upsert by type; a condition whose status, reason and message are unchanged keeps its
-    lastTransitionTime, so an unchanged list produces no patch."""
+    """Upsert by type, new types appended, each copy of a condition written twice included
+    (`with_copies`), every one carrying the Skyhook's `generation`. A condition keeps its
+    lastTransitionTime while its status stays the same, whatever its reason and message say
+    (the Transition condition alone takes a new time when its reason or message changes), and an
+    unchanged list produces no patch."""
     result = [dict(c) for c in current]
     index = {c.get("type"): i for i, c in enumerate(result)}
-    for cond in wanted:
+    for cond in with_copies([{**c, "observedGeneration": generation} for c in wanted]):
         at = index.get(cond["type"])
         if at is None:
             index[cond["type"]] = len(result)
             result.append(cond)
             continue
         old = result[at]
-        if any(
-            old.get(k) != cond[k] for k in ("status", "reason", "message", "observedGeneration")
+        if all(
+            old.get(k) == cond[k] for k in ("status", "reason", "message", "observedGeneration")
         ):
-            result[at] = cond
+            continue
+        kept_time = old.get("status") == cond["status"] and not (
+            cond["type"] == keys.CONDITION_TRANSITION
+            and (old.get("reason"), old.get("message")) != (cond["reason"], cond["message"])
+        )
+        since = old.get("lastTransitionTime") if kept_time else None
+        result[at] = {**cond, "lastTransitionTime": since} if since else cond
     return result
 
 

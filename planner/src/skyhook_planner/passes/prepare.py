@@ -163,6 +163,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
                     },
                 ),
             ],
+            generation=scr.generation,
         ),
     }
     stored = scr.status.to_json()

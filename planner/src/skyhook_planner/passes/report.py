@@ -101,15 +101,15 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
     """The status conditions naming ignored, untolerating and unmatched nodes."""
     decided = Decision()
     now = ctx.now
-    ignored = selection.with_reason(waiting.IGNORED)
-    untolerated = selection.with_reason(waiting.TAINTS)
+    ignored = sorted(selection.with_reason(waiting.IGNORED))
+    untolerated = sorted(selection.with_reason(waiting.TAINTS))
     unmatched = selection.with_reason(waiting.IMAGE)
     decided.work.conditions.append(
         statuses.condition(
             keys.CONDITION_NODES_IGNORED,
             bool(ignored),
             "NodesIgnored",
-            f"Node [{', '.join(ignored)}] has ignore label set. Skipping."
+            _skipping(ignored, "has ignore label set", "have ignore label set")
             if ignored
             else "No nodes have ignore label set.",
             now,
@@ -120,7 +120,11 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
             keys.CONDITION_TAINT_NOT_TOLERABLE,
             bool(untolerated),
             "TaintNotTolerable",
-            f"Node [{', '.join(untolerated)}] has taints that are not tolerable. Skipping."
+            _skipping(
+                untolerated,
+                "has taints that are not tolerable",
+                "have taints that are not tolerable",
+            )
             if untolerated
             else "All nodes have tolerable taints.",
             now,
@@ -140,6 +144,16 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
             )
         )
     return decided
+
+
+# Past this many nodes a condition message counts them instead of naming them.
+MAX_NAMED_NODES = 10
+
+
+def _skipping(nodes: Sequence[str], one: str, many: str) -> str:
+    if len(nodes) > MAX_NAMED_NODES:
+        return f"{len(nodes)} nodes {many}. Skipping."
+    return f"Node [{', '.join(nodes)}] {one}. Skipping."
 
 
 def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:
@@ -229,6 +243,7 @@ def status(
                 and c.get("type") not in dropped
             ],
             found,
+            generation=scr.generation,
         ),
     }
     node_priority, node_order_offset = node_order
