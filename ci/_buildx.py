@@ -52,6 +52,17 @@ def check_registry(registry: str) -> str:
     return registry
 
 
+_BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def parse_build_args(values: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+    """`NAME=VALUE` strings -> (name, value) pairs, in order."""
+    bad = [value for value in values if not _BUILD_ARG.match(value)]
+    if bad:
+        raise BuildConfigError(f"--build-arg: {', '.join(bad)} not NAME=VALUE")
+    return tuple((name, value) for name, _, value in (v.partition("=") for v in values))
+
+
 @dataclass(frozen=True)
 class BuildxBuild:
     """One `docker buildx build` of a Dockerfile for several platforms."""

@@ -1,4 +1,4 @@
-"""A pinned Go tool, built from the Go module proxy once and cached (helm, actionlint).
+"""A pinned Go tool, built from the Go module proxy once and cached (helm, actionlint, BuildKit).
 
 No release binaries are downloadable here, so `go install <package>@<version>` builds the tool,
 niced because a build can take minutes of CPU. It lands in
@@ -37,6 +37,14 @@ class GoTool:
     version_args: tuple[str, ...]  # the arguments that make the binary print its version
     # From the module's go.mod text to the -ldflags value; None builds without any.
     link_flags: Callable[[str], str] | None = None
+    # Which word of the version output names the version (`buildkitd github.com/moby/buildkit
+    # v0.34.2 ...` is word 2); a version printed without its `v` (runc's 1.5.2) also counts.
+    version_word: int = 0
+    cgo: bool = False  # runc's nsenter is C: build with CGO_ENABLED=1 (needs gcc)
+    tags: tuple[str, ...] = ()  # Go build tags, e.g. runc's seccomp (needs libseccomp-dev)
+    # `go install <package>@<version>` refuses a module whose go.mod has replace or exclude
+    # directives (BuildKit's): build in a copy of the module instead, as its main module.
+    in_module: bool = False
 
     @property
     def override_variable(self) -> str:
@@ -72,29 +80,55 @@ class GoTool:
             )
         module = f"{self.module}@{self.version}"
         say(f"building {self.name} {self.version} from the Go module proxy (first run only)")
-        with tempfile.TemporaryDirectory(prefix=f"skyhook-{self.name}-") as work:
-            command = ["nice", "-n", "19", go, "install", "-v"]
-            if self.link_flags is not None:
-                command += ["-ldflags", self.link_flags(self._go_mod(go, module, Path(work)))]
-            command.append(f"{self.package}@{self.version}")
-            gobin = Path(work) / "bin"
-            self._install(command, Path(work), {**_go_env(), "GOBIN": str(gobin)}, say)
+        with tempfile.TemporaryDirectory(prefix=f"skyhook-{self.name}-") as work_dir:
+            work = Path(work_dir)
+            gobin = work / "bin"
             built = gobin / self.name
+            env = {**_go_env(), "GOBIN": str(gobin)}
+            if self.cgo:
+                env["CGO_ENABLED"] = "1"
+            command, cwd = self._command(go, module, work, built)
+            self._install(command, cwd, env, say)
+            if not self.in_module:
+                (gobin / Path(self.package).name).rename(built)
             reported = subprocess.run(
                 [str(built), *self.version_args], capture_output=True, text=True
             ).stdout.split()
-            if self.version not in reported[:1]:
+            word = reported[self.version_word : self.version_word + 1]
+            if not {self.version, self.version.removeprefix("v")} & set(word):
                 raise GoToolBuildError(
-                    f"built {self.name} reports version {' '.join(reported[:1])!r}, "
-                    f"not {self.version}"
+                    f"built {self.name} reports version {' '.join(word)!r}, not {self.version}"
                 )
             partial = target.with_name(target.name + ".partial")
             shutil.copy2(built, partial)
             partial.replace(target)  # atomic: a reader sees no binary or a whole one
         say(f"{self.name} {self.version} cached at {target}")
 
+    def _command(self, go: str, module: str, work: Path, built: Path) -> tuple[list[str], Path]:
+        """The niced `go install` (or `go build` in a copy of the module) and where to run it."""
+        nice = ["nice", "-n", "19", go]
+        if self.in_module:
+            downloaded = self._download(go, module, work)
+            source = work / "src"
+            shutil.copytree(downloaded["Dir"], source)  # the module cache is read-only
+            subprocess.run(["chmod", "-R", "u+w", str(source)], check=True)
+            command = [*nice, "build", "-v", "-o", str(built)]
+            go_mod = Path(downloaded["GoMod"]).read_text()
+            package = "./" + self.package.removeprefix(self.module).strip("/")
+        else:
+            command = [*nice, "install", "-v"]
+            source = work
+            linked = self.link_flags is not None
+            go_mod = Path(self._download(go, module, work)["GoMod"]).read_text() if linked else ""
+            package = f"{self.package}@{self.version}"
+        if self.link_flags is not None:
+            command += ["-ldflags", self.link_flags(go_mod)]
+        if self.tags:
+            command += ["-tags", ",".join(self.tags)]
+        return [*command, package], source
+
     @staticmethod
-    def _go_mod(go: str, module: str, work: Path) -> str:
+    def _download(go: str, module: str, work: Path) -> dict[str, str]:
         download = subprocess.run(
             [go, "mod", "download", "-json", module],
             cwd=work,
@@ -104,7 +138,8 @@ class GoTool:
         )
         if download.returncode != 0:
             raise GoToolBuildError(f"go mod download {module} failed:\n{download.stderr.strip()}")
-        return Path(json.loads(download.stdout)["GoMod"]).read_text()
+        info: dict[str, str] = json.loads(download.stdout)
+        return info
 
     def _install(self, command: list[str], cwd: Path, env: dict[str, str], say: Say) -> None:
         """Run `go install -v`, reporting downloads and every 50th compiled package."""

@@ -92,6 +92,23 @@ def test_registry_and_platforms_are_configurable() -> None:
     assert argv[argv.index("--platform") + 1] == "linux/amd64"
 
 
+def test_build_args_follow_version_and_revision() -> None:
+    version = f"v{project_version('agent')}"
+    result = run(
+        "--dry-run", f"agent/{version}", "--build-arg", "PYTHON_IMAGE=127.0.0.1:5000/base/py:3"
+    )
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"] == [
+        f"VERSION={version}",
+        f"REVISION={head()}",
+        "PYTHON_IMAGE=127.0.0.1:5000/base/py:3",
+    ]
+    bad = run("--dry-run", f"agent/{version}", "--build-arg", "=x")
+    assert bad.returncode == 2
+    assert "--build-arg: =x not NAME=VALUE" in bad.stderr
+
+
 def test_without_docker_the_build_stops_with_a_clear_message(tmp_path: Path) -> None:
     version = f"v{project_version('operator')}"
     git = shutil.which("git")

@@ -84,11 +84,27 @@ def test_registry_and_platforms_from_flags_and_env():
     assert argv[argv.index("-t") + 1].startswith("registry.example.com/team/tuning:")
 
 
+def test_build_args_pass_through_in_order():
+    tag = f"shellscript/{config_version('shellscript')}"
+    result = run(
+        "--dry-run", tag, "--registry", "127.0.0.1:5000",
+        "--build-arg", "BASE_IMAGE=127.0.0.1:5000/base/busybox:1.35", "--build-arg", "X=a=b",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[argv.index("-t") + 1] == tag.replace("shellscript/", "127.0.0.1:5000/shellscript:")
+    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"] == [
+        "BASE_IMAGE=127.0.0.1:5000/base/busybox:1.35",
+        "X=a=b",
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--registry", "Not A Registry"], "--registry: 'Not A Registry' is not host[:port]/path"),
         (["--platforms", "amd64"], "--platforms: amd64 not os/arch"),
+        (["--build-arg", "BASE_IMAGE"], "--build-arg: BASE_IMAGE not NAME=VALUE"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(args, message):

@@ -1,0 +1,53 @@
+"""Fixtures for the real image builds: one local registry and BuildKit for the session.
+
+`python3 -m tox -e images` runs these (not in the default run: the first one builds BuildKit,
+buildx, runc and the registry from the Go module proxy, about 10 minutes on 2 cores, and each
+build takes tens of seconds). Needs root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CI_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(CI_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _localbuild import LocalBuild  # noqa: E402
+from bases import push_busybox_base  # noqa: E402
+from registry import Registry  # noqa: E402
+
+
+def _say(line: str) -> None:
+    print(f"[local-build] {line}", file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def local_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBuild]:
+    if os.geteuid() != 0:
+        pytest.fail("the image builds need root (BuildKit's OCI worker mounts and unshares)")
+    # A short path: buildkitd's unix socket lives in it.
+    parent = Path(os.environ.get("SKYHOOK_IMAGES_TEST_DIR", "/var/tmp"))
+    state = parent / f"skyhook-images-{os.getpid()}"
+    with LocalBuild(state, say=_say) as build:
+        yield build
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def registry(local_build: LocalBuild) -> Registry:
+    return Registry(local_build.registry)
+
+
+@pytest.fixture(scope="session")
+def busybox_base(local_build: LocalBuild, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A linux/amd64 + linux/arm64 busybox base in our registry (Debian's busybox-static)."""
+    image = f"{local_build.registry}/base/busybox:1.35"
+    push_busybox_base(local_build, tmp_path_factory.mktemp("busybox-base"), image)
+    return image
