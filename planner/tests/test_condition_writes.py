@@ -83,3 +83,28 @@ def test_more_than_ten_ignored_nodes_are_counted_not_named() -> None:
 
     assert ignored_message(2) == "Node [node-0000, node-0001] has ignore label set. Skipping."
     assert ignored_message(11) == "11 nodes have ignore label set. Skipping."
+
+
+def test_an_unreadable_node_state_is_named_until_it_is_fixed() -> None:
+    d = Driver(7)
+    for name in sorted(d.sim.nodes)[:6]:
+        d.sim.nodes[name]["metadata"]["annotations"][keys.node_state_key("scr")] = "{not json"
+    d.sim.add_skyhook("scr", {"packages": {"tools": package()}})
+    d.step()
+    found = [c for c in d.status("scr")["conditions"] if c["type"] == "NodeStateMalformed"]
+    assert len(found) == 1
+    assert (found[0]["status"], found[0]["reason"]) == ("True", "ParseError")
+    assert found[0]["message"] == (
+        "nodeState annotation cannot be parsed on 6 node(s): node-0000, node-0001, node-0002, "
+        "node-0003, node-0004 and 1 more"
+    )
+    for name in sorted(d.sim.nodes)[:6]:
+        d.sim.nodes[name]["metadata"]["annotations"][keys.node_state_key("scr")] = "{}"
+    d.step()
+    assert not [c for c in d.status("scr")["conditions"] if c["type"] == "NodeStateMalformed"]
+
+
+def test_long_node_names_are_cut_in_the_malformed_message() -> None:
+    assert statuses.malformed_message(["a-very-long-node-name", "b"]) == (
+        "nodeState annotation cannot be parsed on 2 node(s): a-very-lon..., b"
+    )

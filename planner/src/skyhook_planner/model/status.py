@@ -47,7 +47,9 @@ POLICY_BLOCKED_CONDITIONS = (
 )
 # Present only while they hold: a pass that does not report one removes it (explicit uninstall,
 # passes/uninstall.py).
+CONDITION_NODE_STATE_MALFORMED = "NodeStateMalformed"
 WHILE_TRUE_CONDITIONS = (
+    CONDITION_NODE_STATE_MALFORMED,
     keys.CONDITION_UNINSTALL_IN_PROGRESS,
     keys.CONDITION_UNINSTALL_FAILED,
     keys.CONDITION_BLOCKED,
@@ -241,6 +243,17 @@ def erroring_message(node_statuses: Mapping[str, str]) -> str:
         f" and {len(erroring) - 5} more" if len(erroring) > 5 else ""
     )
     return f"{len(erroring)} node(s) erroring: {shown}."
+
+
+def malformed_message(nodes: Sequence[str]) -> str:
+    """NodeStateMalformed's message: how many nodes, and the first five names (sorted, each cut
+    to ten characters)."""
+    names = sorted(nodes)
+    shown = [n if len(n) <= 10 else f"{n[:10]}..." for n in names[:5]]
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return (
+        f"nodeState annotation cannot be parsed on {len(names)} node(s): {', '.join(shown)}{more}"
+    )
 
 
 def with_copies(conditions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

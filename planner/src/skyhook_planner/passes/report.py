@@ -98,9 +98,21 @@ def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
 
 
 def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Decision:
-    """The status conditions naming ignored, untolerating and unmatched nodes."""
+    """The status conditions naming ignored, untolerating and unmatched nodes, and nodes whose
+    state annotation cannot be read (only while there are any)."""
     decided = Decision()
     now = ctx.now
+    malformed = selection.with_reason(waiting.STATE)
+    if malformed:
+        decided.work.conditions.append(
+            statuses.condition(
+                statuses.CONDITION_NODE_STATE_MALFORMED,
+                True,
+                "ParseError",
+                statuses.malformed_message(malformed),
+                now,
+            )
+        )
     ignored = sorted(selection.with_reason(waiting.IGNORED))
     untolerated = sorted(selection.with_reason(waiting.TAINTS))
     unmatched = selection.with_reason(waiting.IMAGE)
