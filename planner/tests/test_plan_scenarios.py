@@ -101,30 +101,35 @@ def test_upgrade_runs_upgrade_then_config() -> None:
     assert d.entries("scr", "node-0000") == {"tuning|1.1.0": ("config", "complete")}
 
 
-def test_downgrade_uninstalls_old_then_applies_new() -> None:
+def test_downgrade_installs_the_older_version_and_keeps_the_newer_entry() -> None:
     d = installed(Driver(1, LABELS), {"packages": {"tuning": package("2.0.0")}})
     d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["version"] = "1.0.0"
     before = len(d.sim.created_pods)
     d.run()
     assert [pod_stage(p)[1:] for p in d.sim.created_pods[before:]] == [
-        ("tuning|2.0.0", "uninstall"),
         ("tuning|1.0.0", "apply"),
         ("tuning|1.0.0", "config"),
     ]
-    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("config", "complete")}
+    # The newer version's entry stays: its files may remain on the host.
+    assert d.entries("scr", "node-0000") == {
+        "tuning|1.0.0": ("config", "complete"),
+        "tuning|2.0.0": ("config", "complete"),
+    }
+    assert d.status("scr")["status"] == "complete"
 
 
-def test_removed_package_is_uninstalled_and_forgotten() -> None:
+def test_removed_package_is_left_installed() -> None:
     d = installed(Driver(2, LABELS), {"packages": {"tuning": package(), "extra": package()}})
     del d.sim.skyhooks["scr"]["spec"]["packages"]["extra"]
     before = len(d.sim.created_pods)
     d.run()
-    assert sorted(pod_stage(p) for p in d.sim.created_pods[before:]) == [
-        ("node-0000", "extra|1.0.0", "uninstall"),
-        ("node-0001", "extra|1.0.0", "uninstall"),
-    ]
-    assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("config", "complete")}
+    assert d.sim.created_pods[before:] == []  # nothing is uninstalled unless asked
+    assert d.entries("scr", "node-0000") == {
+        "extra|1.0.0": ("config", "complete"),
+        "tuning|1.0.0": ("config", "complete"),
+    }
     assert d.status("scr")["packageList"] == "tuning:1.0.0"
+    assert d.status("scr")["status"] == "complete"
 
 
 def test_depends_on_runs_dependency_first() -> None:

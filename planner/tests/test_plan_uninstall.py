@@ -6,9 +6,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from skyhook_planner.admission import review_skyhook
 from skyhook_planner.model.spec import SpecError, decode_spec
 from skyhook_planner.sim.cluster import make_node
 from skyhook_planner.sim.driver import Driver, package, pod_stage
@@ -289,3 +291,83 @@ def test_an_uninstall_never_exceeds_the_budget(
         assert d.entries("scr", name) == {}
         assert not d.sim.nodes[name]["spec"].get("unschedulable")
     assert d.status("scr")["status"] == "complete"
+
+
+# --- admission: removal, downgrade, cancel --------------------------------------------------------
+
+
+def _scr(packages: dict[str, Any], node_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"metadata": {"name": "scr"}, "spec": {**SEL, "packages": packages}}
+    if node_state is not None:
+        body["status"] = {"nodeState": node_state}
+    return body
+
+
+def _pkg(version: str = "2.0.0", **uninstall: bool) -> dict[str, Any]:
+    return package(version, uninstall={"enabled": True, "apply": False, **uninstall})
+
+
+HELD = {"node-0000": {"tuning|2.0.0": {"name": "tuning", "version": "2.0.0", "image": "x"}}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "refusal"),
+    [
+        pytest.param(
+            _scr({"tuning": _pkg()}, HELD), _scr({}), "spec.packages.tuning: has", id="removal"
+        ),
+        pytest.param(_scr({"tuning": _pkg(apply=True)}, {}), _scr({}), "", id="removal-done"),
+        pytest.param(
+            _scr({"tuning": package("2.0.0")}, HELD), _scr({}), "", id="removal-not-enabled"
+        ),
+        pytest.param(
+            _scr({"tuning": _pkg()}, {}),
+            _scr({"tuning": _pkg("1.0.0")}),
+            "set uninstall.apply=true first",
+            id="downgrade-without-apply",
+        ),
+        pytest.param(
+            _scr({"tuning": _pkg(apply=True)}, HELD),
+            _scr({"tuning": _pkg("1.0.0", apply=True)}),
+            "the uninstall has not finished on every node",
+            id="downgrade-before-done",
+        ),
+        pytest.param(
+            _scr({"tuning": _pkg(apply=True)}, {}),
+            _scr({"tuning": _pkg("1.0.0")}),
+            "",
+            id="downgrade-after-uninstall",
+        ),
+        pytest.param(
+            _scr({"tuning": _pkg()}, HELD), _scr({"tuning": _pkg("3.0.0")}), "", id="upgrade"
+        ),
+        pytest.param(
+            _scr({"tuning": package("2.0.0")}, HELD),
+            _scr({"tuning": package("1.0.0")}),
+            "",
+            id="downgrade-not-enabled",
+        ),
+    ],
+)
+def test_removal_and_downgrade_gates(
+    old: dict[str, Any], new: dict[str, Any], refusal: str
+) -> None:
+    verdict = review_skyhook("UPDATE", new, old, policies=())
+    if refusal:
+        assert not verdict.allowed
+        assert refusal in verdict.message
+        assert "spec.packages.tuning" in verdict.message
+    else:
+        assert verdict.allowed, verdict.message
+
+
+def test_cancelling_an_uninstall_is_admitted_with_a_warning() -> None:
+    old = _scr({"tuning": _pkg(apply=True)}, HELD)
+    verdict = review_skyhook("UPDATE", _scr({"tuning": _pkg()}), old, policies=())
+    assert verdict.allowed
+    assert verdict.warnings == (
+        "spec.packages.tuning.uninstall.apply: uninstall cancelled; nodes where it already "
+        "finished will install the package again",
+    )
+    created = review_skyhook("CREATE", _scr({"tuning": _pkg()}), None, policies=())
+    assert created.allowed and not created.warnings

@@ -126,7 +126,10 @@ def e(stage: str, state: str, version: str = "1.0.0", name: str = "aa") -> Packa
             p("aa"), {"aa|0.9.0": e("config", "complete", "0.9.0")}, "upgrade", id="upgrade"
         ),
         pytest.param(
-            p("aa"), {"aa|2.0.0": e("config", "complete", "2.0.0")}, None, id="downgrade-waits"
+            p("aa"),
+            {"aa|2.0.0": e("config", "complete", "2.0.0")},
+            "apply",
+            id="downgrade-installs-from-scratch",
         ),
         pytest.param(
             p("aa"), {"aa|1.0.0": e("uninstall", "complete")}, "apply", id="after-uninstall"
@@ -145,14 +148,16 @@ def test_next_stage(
     assert stages.next_stage(package, entries, {}) == expected
 
 
-def test_node_work_uninstalls_removed_and_downgraded() -> None:
+def test_node_work_leaves_removed_and_downgraded_entries_alone() -> None:
     entries = {
         "aa|2.0.0": e("config", "complete", "2.0.0"),
         "gone|1.0.0": e("config", "complete", name="gone"),
     }
     work = stages.node_work({"aa": p("aa")}, entries, {})
-    assert [x.key for x in work.uninstalls] == ["aa|2.0.0", "gone|1.0.0"]
-    assert not work.complete
+    assert work.due == {"aa": "apply"}
+    assert not work.renames
+    installed = {**entries, "aa|1.0.0": e("config", "complete")}
+    assert stages.node_work({"aa": p("aa")}, installed, {}).complete
 
 
 def test_node_work_renames_same_version_spelling() -> None:

@@ -5,7 +5,11 @@ one the planner runs, and one it refuses is reported in status the same way when
 was off. On top of them, admission adds what only makes sense at the door:
 - a Skyhook's name must leave room for the node keys built from it;
 - the DeploymentPolicy a Skyhook names must exist;
-- a policy still named by a Skyhook cannot be deleted.
+- a policy still named by a Skyhook cannot be deleted;
+- a package that declares `uninstall.enabled` may only leave the spec, or go down in version,
+  once it is uninstalled from every node (no node in the old status's nodeState holds its
+  version), and a downgrade also needs `uninstall.apply` set first; cancelling an uninstall is
+  admitted with a warning.
 
 An update that leaves `spec` as it was is always admitted: the operator's own metadata writes
 (finalizer, version annotation) must go through even for an object admitted before the webhook
@@ -26,9 +30,10 @@ from skyhook_planner.model.policy import (
     PolicyError,
     decode_policy,
 )
-from skyhook_planner.model.spec import SpecError, decode_spec
+from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec
 from skyhook_planner.model.status import summarize
 from skyhook_schemas import keys
+from skyhook_schemas.versions import VersionChange, VersionError, version_change
 
 # The longest node key built from a Skyhook's name, `<group>/nodeState_<name>`, must keep its
 # name part within the 63 characters Kubernetes allows.
@@ -96,14 +101,79 @@ def review_skyhook(
         problems += error.messages
     else:
         warnings = spec.warnings
+        if operation == "UPDATE":
+            refused, cancelled = _uninstall_gates(spec, old or {})
+            problems += refused
+            warnings = (*warnings, *cancelled)
         if spec.deployment_policy and spec.deployment_policy not in policies:
             problems.append(
                 f'spec.deploymentPolicy: DeploymentPolicy "{spec.deployment_policy}" not found; '
                 "create it first"
             )
     if problems:
-        return Verdict.refuse(problems)
+        return Verdict(False, Verdict.refuse(problems).message, warnings)
     return Verdict(True, warnings=warnings)
+
+
+def _uninstall_gates(spec: SkyhookSpec, old: Json) -> tuple[list[str], list[str]]:
+    """What an update does to packages that declare `uninstall.enabled`: the refusals (removed,
+    or downgraded, while still installed somewhere) and the cancel warnings. Read from the old
+    object as stored; an old spec that does not decode gates nothing."""
+    try:
+        before = decode_spec(old.get("spec") or {})
+    except SpecError:
+        return [], []
+    status = old.get("status")
+    mirror = (status or {}).get("nodeState") if isinstance(status, Mapping) else None
+    nodes = (
+        [n for n in (mirror or {}).values() if isinstance(n, Mapping)]
+        if isinstance(mirror, Mapping)
+        else []
+    )
+
+    def installed(key: str) -> bool:
+        return any(key in node for node in nodes)
+
+    refused: list[str] = []
+    cancelled: list[str] = []
+    for name, was in sorted(before.packages.items()):
+        now = spec.packages.get(name)
+        if was.uninstall.enabled and now is None:
+            if installed(was.key):
+                refused.append(
+                    f"spec.packages.{name}: has uninstall.enabled=true and is still installed "
+                    f"on some nodes; set uninstall.apply=true and wait for the uninstall to "
+                    "finish before removing it from the spec"
+                )
+            continue
+        if now is None:
+            continue
+        if was.uninstall.enabled and _downgrade(was.version, now.version):
+            if not was.uninstall.apply:
+                refused.append(
+                    f"spec.packages.{name}.version: downgrade from {was.version} to "
+                    f"{now.version} not allowed: set uninstall.apply=true first, wait for the "
+                    "uninstall to finish, then change the version"
+                )
+            elif installed(was.key):
+                refused.append(
+                    f"spec.packages.{name}.version: downgrade from {was.version} to "
+                    f"{now.version} not allowed: the uninstall has not finished on every node "
+                    "yet; wait for it, then change the version"
+                )
+        if was.uninstalling and not now.uninstalling:
+            cancelled.append(
+                f"spec.packages.{name}.uninstall.apply: uninstall cancelled; nodes where it "
+                "already finished will install the package again"
+            )
+    return refused, cancelled
+
+
+def _downgrade(old: str, new: str) -> bool:
+    try:
+        return version_change(old, new) is VersionChange.DOWNGRADE
+    except VersionError:
+        return False
 
 
 def review_policy(

@@ -177,9 +177,8 @@ def build_stage_pod(
 ) -> dict[str, Any]:
     """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`.
 
-    An explicit uninstall is built from the spec's package like any stage; a removed or
-    downgraded version's uninstall from its stand-in (name, old version, image only), so that
-    pod carries no package env, configMap or resources.
+    An uninstall pod too is built from the spec's package, with its env, configMap and
+    resources.
     """
     directory = copy_dir(settings, scr, package)
     short = package.name[:43]
@@ -443,7 +442,3 @@ def build_metadata_configmap(
 def _without_progress(values: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in values.items() if not keys.is_rollout_progress(k)}
 
-
-def uninstall_stand_in(name: str, version: str, image: str) -> Package:
-    """The package an uninstall pod is built from: name, old version and image only."""
-    return Package(name=name, version=version, image=image)

@@ -1,5 +1,5 @@
-"""Advance one admitted node for one Skyhook: uninstalls first, then the runnable packages in
-dependsOn order; interrupt packages need the node cordoned and drained, and every package due
+"""Advance one admitted node for one Skyhook: explicit uninstalls first, then the runnable
+packages in dependsOn order; interrupt packages need the node cordoned and drained, and every package due
 for an interrupt shares one interrupt pod, which goes before anything new starts.
 
 An explicit uninstall (`uninstall.apply`) runs before any install work of the Skyhook on the
@@ -79,15 +79,8 @@ class _NodeRun:
         stage_hold = self.ctx.holds.stages
         if stage_hold is not None:
             # A closed window that holds every stage: what runs finishes, nothing new starts.
-            if self.work.uninstalls or self.work.due:
+            if self.work.due:
                 self._hold(stage_hold)
-        elif self.work.uninstalls:
-            for entry in self.work.uninstalls:
-                stand_in = podbuilder.uninstall_stand_in(entry.name, entry.version, entry.image)
-                ran = self.images.get(entry.name, {}).get("image", "")
-                if ran:  # the variant the node was given, not the package's plain image
-                    stand_in = replace(stand_in, chosen_image=ran)
-                self._start(stand_in, UNINSTALL)
         else:
             self._spec_work()
         images = self.images if self.images or self.state.images is not None else None

@@ -96,14 +96,19 @@ def _config_edit(
 
 
 def clear_on_version_change(ctx: SkyhookContext) -> Decision:
-    """Forget the config updates of packages that are gone or whose version changed."""
+    """Forget the config updates of packages that are gone or whose version changed: a node
+    records another version and not yet the spec's (an older version's entry kept beside the
+    spec's after a downgrade is no change)."""
     updates = dict(ctx.config_updates)
     for name in list(updates):
         package = ctx.spec.packages.get(name)
         if package is None or any(
-            e.name == name and e.version != package.version
+            package.key not in ctx.state(n).packages
+            and any(
+                e.name == name and e.version != package.version
+                for e in ctx.state(n).packages.values()
+            )
             for n in ctx.matched
-            for e in ctx.state(n).packages.values()
         ):
             del updates[name]
     return Decision(work=SkyhookWork(config_updates=updates))

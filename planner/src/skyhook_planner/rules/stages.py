@@ -1,9 +1,11 @@
 """The per-node, per-package stage machine.
 
 A fresh package runs apply -> config [-> interrupt -> post-interrupt]; a newer spec version runs
-upgrade -> config [-> ...]; an older spec version first uninstalls the installed version, then
-applies; a package removed from the spec is uninstalled. A configMap edit sends packages back to
-config, and the changed keys decide whether an interrupt follows.
+upgrade -> config [-> ...]; an older spec version installs from scratch (apply), beside the
+entry of the newer version, which stays as the record that its files may remain on the host. A
+package removed from the spec is left as it is: nothing is uninstalled unless asked. A
+configMap edit sends packages back to config, and the changed keys decide whether an interrupt
+follows.
 
 A package asked to be uninstalled (`uninstall.enabled` and `uninstall.apply`) finishes the
 install stage it is in, then runs uninstall [-> uninstall-interrupt, when it has an interrupt];
@@ -97,6 +99,8 @@ def uninstall_over(entry: PackageEntry, package: Package | None) -> bool:
     nothing would ever run it."""
     if entry.stage not in UNINSTALL_CYCLE:
         return False
+    if entry.state == SKIPPED:  # an older operator's marker for an apply still to come
+        return package is None or package.uninstalling
     follows = package is not None and package.key == entry.key and package.interrupt is not None
     if entry.stage == UNINSTALL_INTERRUPT:
         return entry.state == COMPLETE or not follows
@@ -120,13 +124,12 @@ def _change(installed: str, wanted: str) -> VersionChange:
 class NodeWork:
     """What is left to do for one Skyhook on one node."""
 
-    uninstalls: tuple[PackageEntry, ...]  # installed versions to uninstall first
     due: Mapping[str, str]  # spec package name -> the stage it runs next
     renames: Mapping[str, str]  # old entry key -> spec key (same version, other spelling)
 
     @property
     def complete(self) -> bool:
-        return not (self.uninstalls or self.due or self.renames)
+        return not (self.due or self.renames)
 
 
 def next_stage(
@@ -151,19 +154,18 @@ def next_stage(
     if reselected and entry is not None and entry.state == COMPLETE:
         return UPGRADE
     if entry is None:
-        others = [e for e in entries.values() if e.name == package.name]
-        if any(_change(e.version, package.version) is VersionChange.DOWNGRADE for e in others):
-            return None  # the newer installed version is uninstalled first
-        return UPGRADE if others else APPLY
+        older = [
+            e
+            for e in entries.values()
+            if e.name == package.name
+            and _change(e.version, package.version) is VersionChange.UPGRADE
+        ]
+        return UPGRADE if older else APPLY  # a downgrade installs from scratch
     if entry.state == COMPLETE:
         if is_complete(package, entries, config_updates):
             return None
         nxt = _NEXT.get(entry.stage)
         return nxt
-    if entry.state == SKIPPED and entry.stage == UNINSTALL:
-        # upstream's marker for "apply once the old version is uninstalled"
-        pending = [e for e in entries.values() if e.name == package.name and e.key != package.key]
-        return None if pending else APPLY
     # in_progress, erroring, skipped (interrupt) or unknown: (re)run the recorded stage
     return entry.stage
 
@@ -187,23 +189,16 @@ def node_work(
     config_updates: ConfigUpdates,
     reselected: frozenset[str] = frozenset(),
 ) -> NodeWork:
-    uninstalls: list[PackageEntry] = []
     renames: dict[str, str] = {}
     for key, entry in sorted(entries.items()):
         package = packages.get(entry.name)
-        if package is None:
-            uninstalls.append(entry)  # removed from the spec
-            continue
-        if entry.version == package.version:
-            continue
-        change = _change(entry.version, package.version)
-        if change is VersionChange.SAME:
+        if package is None or entry.version == package.version:
+            continue  # a removed package's entry stays: its files may remain on the host
+        if _change(entry.version, package.version) is VersionChange.SAME:
             renames[key] = package.key  # same version, other spelling (build metadata)
-        elif change is VersionChange.DOWNGRADE:
-            uninstalls.append(entry)
     due: dict[str, str] = {}
     for name, package in packages.items():
         stage = next_stage(package, entries, config_updates, name in reselected)
         if stage is not None:
             due[name] = stage
-    return NodeWork(tuple(uninstalls), due, renames)
+    return NodeWork(due, renames)
