@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import copy
 from dataclasses import replace
 
@@ -627,3 +628,25 @@ def test_a_copy_of_our_pod_in_another_namespace_is_not_a_stage_result() -> None:
     d.step()
     assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("apply", "in_progress")}
     assert ("default", f"{name}-copy") in d.sim.pods, "an ordinary pod: not ours to delete"
+
+
+def test_each_stage_pod_finds_its_node_state_in_the_metadata_configmap() -> None:
+    """The node-metadata ConfigMap is written before each stage pod with the node's labels and
+    annotations as the pod will find them: the nodeState records the stage the pod runs."""
+    d = Driver(2, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package(configMap={"a.sh": "x"})}})
+    seen: list[tuple[str, str]] = []
+
+    def check(driver: Driver) -> None:
+        for pod in driver.sim.created_pods[len(seen) :]:
+            node, key, stage = pod_stage(pod)
+            name = keys.node_metadata_configmap_name("scr", node)
+            data = driver.sim.configmaps[("skyhook", name)]["data"]
+            annotations = json.loads(data["annotations.json"])
+            entries = json.loads(annotations[keys.node_state_key("scr")])
+            assert (entries[key]["stage"], entries[key]["state"]) == (stage, "in_progress")
+            assert json.loads(data["labels.json"])[keys.node_status_key("scr")] == "in_progress"
+            seen.append((node, stage))
+
+    d.run(on_step=check)
+    assert sorted(seen) == [(n, s) for n in sorted(d.sim.nodes) for s in ("apply", "config")]

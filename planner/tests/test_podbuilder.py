@@ -220,12 +220,15 @@ def test_metadata_configmap() -> None:
     assert cm["metadata"]["name"] == keys.node_metadata_configmap_name(
         "simple-skyhook", "kind-worker"
     )
-    # Rollout progress keys are left out: the ConfigMap changes when the node does, not at
-    # every stage.
-    assert cm["data"]["labels.json"] == '{"a":"1","b":"2"}'
-    assert cm["data"]["annotations.json"] == (
-        '{"skyhook.nvidia.com/version_simple-skyhook":"v0.1.0","x":"y"}'
+    # Everything the node carries, rollout progress included, sorted, in Go's JSON spelling.
+    assert cm["data"]["labels.json"] == (
+        '{"a":"1","b":"2","skyhook.nvidia.com/status_simple-skyhook":"in_progress"}'
     )
+    assert json.loads(cm["data"]["annotations.json"]) == {
+        **progress,
+        keys.version_key("simple-skyhook"): "v0.1.0",
+        "x": "y",
+    }
     assert json.loads(cm["data"]["packages.json"]) == {
         "agentVersion": "latest",
         "packages": {

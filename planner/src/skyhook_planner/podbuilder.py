@@ -418,9 +418,9 @@ def build_metadata_configmap(
     annotations: Mapping[str, str],
 ) -> dict[str, Any]:
     """The per node x SCR ConfigMap mounted at /skyhook-package/node-metadata. `labels` and
-    `annotations` are the node's as they will be after this pass's patch, without the keys
-    that only record rollout progress: those change at every stage and would make this
-    ConfigMap one more write per stage, for facts a step has no use for."""
+    `annotations` are the node's as they will be after this pass's patch, progress included
+    (every Skyhook's nodeState and status): it is rewritten before each stage pod, so a
+    package reads its node's state as of the stage it runs."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -432,13 +432,8 @@ def build_metadata_configmap(
             "ownerReferences": [_owner_reference(scr)],
         },
         "data": {
-            "labels.json": go_json(sorted_map(_without_progress(labels))),
-            "annotations.json": go_json(sorted_map(_without_progress(annotations))),
+            "labels.json": go_json(sorted_map(labels)),
+            "annotations.json": go_json(sorted_map(annotations)),
             "packages.json": packages_json(settings, scr),
         },
     }
-
-
-def _without_progress(values: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in values.items() if not keys.is_rollout_progress(k)}
-

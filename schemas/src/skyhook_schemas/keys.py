@@ -53,16 +53,6 @@ def cordon_key(scr: str) -> str:
     return f"{GROUP}/cordon_{scr}"
 
 
-# Keys the operator rewrites as a rollout moves through stages (for any SCR).
-ROLLOUT_PROGRESS_PREFIXES = (f"{GROUP}/nodeState_", f"{GROUP}/status_", f"{GROUP}/cordon_")
-
-
-def is_rollout_progress(key: str) -> bool:
-    """A node label or annotation that only records rollout progress (nodeState, status,
-    cordon of any SCR)."""
-    return key.startswith(ROLLOUT_PROGRESS_PREFIXES)
-
-
 def version_key(scr: str) -> str:
     """Annotation with the operator version that first handled the node for this SCR."""
     return f"{GROUP}/version_{scr}"
