@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import json
 import copy
+import json
 from dataclasses import replace
 
 import pytest
