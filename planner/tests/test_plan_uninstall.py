@@ -371,3 +371,69 @@ def test_cancelling_an_uninstall_is_admitted_with_a_warning() -> None:
     )
     created = review_skyhook("CREATE", _scr({"tuning": _pkg()}), None, policies=())
     assert created.allowed and not created.warnings
+
+
+# --- deletion -------------------------------------------------------------------------------------
+
+
+def delete(driver: Driver) -> None:
+    driver.sim.skyhooks["scr"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+
+def test_deletion_uninstalls_enabled_packages_first_within_the_budget() -> None:
+    spec = {
+        "interruptionBudget": {"count": 1},
+        "packages": {"tuning": package(uninstall=dict(ENABLED)), "plain": package()},
+    }
+    d = installed(Driver(2, LABELS), spec)
+    before = len(d.sim.created_pods)
+    delete(d)
+    d.run()
+    assert sorted(runs_since(d, before)) == [
+        ("node-0000", "tuning|1.0.0", "uninstall"),
+        ("node-0001", "tuning|1.0.0", "uninstall"),
+    ]
+    assert "scr" not in d.sim.skyhooks  # the finalizer went once every node was uninstalled
+    for node in d.sim.nodes.values():
+        assert keys.node_state_key("scr") not in node["metadata"]["annotations"]
+
+
+def test_deletion_without_enabled_packages_cleans_up_at_once() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"plain": package()}})
+    delete(d)
+    d.step()
+    assert "scr" not in d.sim.skyhooks
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config"]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "reason"),
+    [
+        pytest.param(keys.PAUSE_ANNOTATION, "PausedWithPendingUninstall", id="paused"),
+        pytest.param(keys.DISABLE_ANNOTATION, "DisabledWithPendingUninstall", id="disabled"),
+    ],
+)
+def test_deletion_is_blocked_while_paused_or_disabled(annotation: str, reason: str) -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": package(uninstall=dict(ENABLED))}})
+    d.sim.skyhooks["scr"]["metadata"]["annotations"][annotation] = "true"
+    delete(d)
+    before = len(d.sim.created_pods)
+    d.run()
+    assert runs_since(d, before) == []
+    blocked = conditions(d)[keys.CONDITION_DELETION_BLOCKED]
+    assert (blocked["status"], blocked["reason"]) == ("True", reason)
+    warnings = [e for e in d.sim.events if e.reason == "DeletionBlocked"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    del d.sim.skyhooks["scr"]["metadata"]["annotations"][annotation]
+    d.run()
+    assert "scr" not in d.sim.skyhooks
+    assert [s for _, _, s in d.stages_run()][-1] == "uninstall"
+
+
+def test_deletion_waits_while_a_node_state_is_unreadable() -> None:
+    d = installed(Driver(1, LABELS), {"packages": {"tuning": package(uninstall=dict(ENABLED))}})
+    d.sim.nodes["node-0000"]["metadata"]["annotations"][keys.node_state_key("scr")] = "{oops"
+    delete(d)
+    d.run()
+    assert "scr" in d.sim.skyhooks
+    assert conditions(d)[keys.CONDITION_DELETION_BLOCKED]["reason"] == "MalformedNodeState"

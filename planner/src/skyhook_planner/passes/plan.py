@@ -20,7 +20,7 @@ from skyhook_planner.model.actions import (
 from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, SkyhookView
-from skyhook_planner.passes import rollout
+from skyhook_planner.passes import rollout, uninstall
 from skyhook_planner.passes.cleanup import cleanup
 from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
@@ -62,7 +62,7 @@ def decide(index: PassIndex, memory: PassMemory) -> Decision:
     ordered = ordering.skyhook_order(index.snap.skyhooks)
     decision = auto_taint(index, ordered)
     for scr in ordered:
-        if scr.deleting:
+        if scr.deleting and not uninstall.deletion_pending(index, scr):
             decision.merge(cleanup(index, scr, decision.deleted))
         else:
             remembered = memory.skyhooks.get(scr.name)

@@ -43,6 +43,8 @@ def decide(
     if isinstance(prepared, prepare.Unrunnable):
         return decided.merge(prepare.unrunnable(index, scr, prepared)).released()
     decided.merge(prepared.decided)
+    if scr.deleting:  # only here while its uninstall-enabled packages remain (plan.py)
+        prepared = uninstall.for_deletion(prepared)
     return _Share(
         index, scr, rollout=prepared, earlier=earlier, decided=decided, memory=memory
     ).run()
@@ -107,7 +109,7 @@ class _Share:
         decided.merge(report.selection_conditions(ctx, self.rollout, selection))
         decided.merge(_release_unselected(ctx, self.rollout))
         decided.merge(report.save(ctx, decided.work.states))
-        decided.work.conditions += uninstall.conditions(ctx, self.rollout)
+        decided.merge(uninstall.report(ctx, self.rollout))
         node_state = _mirror(ctx, self.rollout, reused)
         selected = {n.name for n in self.rollout.matched}
         node_priority, node_order_offset = ordering.retire(

@@ -1,5 +1,7 @@
-"""What explicit uninstall reports on a Skyhook: the conditions saying an uninstall runs, fails,
-or holds back a package that depends on an uninstalled one.
+"""Explicit uninstall beyond the stage machine: the conditions saying an uninstall runs, fails,
+or holds back a package that depends on an uninstalled one (`report`), and a deleted Skyhook's
+uninstall of its `uninstall.enabled` packages before cleanup (`deletion_pending`,
+`for_deletion`), held with a DeletionBlocked condition while paused, disabled or unreadable.
 
 Each condition is present (True) only while it holds; the status step removes it otherwise
 (`model.status.WHILE_TRUE_CONDITIONS`). They are read from the node states after the pass's own decisions, so they
@@ -9,14 +11,102 @@ stop still counts as in progress.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from skyhook_planner.model import nodestate
 from skyhook_planner.model import status as statuses
-from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.model.snapshot import SkyhookView
+from skyhook_planner.model.spec import Uninstall
+from skyhook_planner.passes.context import PassIndex, SkyhookContext
+from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.rules import stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import ERRORING, UNINSTALL_CYCLE
+
+
+def deletion_pending(index: PassIndex, scr: SkyhookView) -> bool:
+    """Must a deleted Skyhook uninstall first? Yes while a selected node still holds an
+    `uninstall.enabled` package at its spec version, or a node's state cannot be read (what it
+    holds is unknown: deletion waits rather than guess)."""
+    spec = scr.spec
+    if spec is None:
+        return False
+    enabled = [p for p in spec.packages.values() if p.uninstall.enabled]
+    if not enabled:
+        return False
+    for node in index.snap.nodes:
+        if not spec.node_selector.matches(node.labels):
+            continue
+        state = nodestate.read(node, scr.name)
+        if state.error or any(p.key in state.packages for p in enabled):
+            return True
+    return False
+
+
+def for_deletion(rollout: Rollout) -> Rollout:
+    """A deleted Skyhook's rollout: every `uninstall.enabled` package uninstalled as if asked,
+    the others left as they are (nothing new is installed)."""
+    packages = {
+        name: replace(package, uninstall=Uninstall(enabled=True, apply=True))
+        for name, package in rollout.spec.packages.items()
+        if package.uninstall.enabled
+    }
+    return replace(rollout, spec=replace(rollout.spec, packages=packages))
+
+
+def report(ctx: SkyhookContext, rollout: Rollout) -> Decision:
+    """The uninstall conditions, and a Warning Event when deletion becomes blocked."""
+    decided = Decision()
+    decided.work.conditions += conditions(ctx, rollout)
+    if ctx.scr.deleting:
+        blocked = _deletion_blocked(ctx, rollout)
+        if blocked is not None:
+            reason, message, event = blocked
+            decided.work.conditions.append(
+                statuses.condition(
+                    keys.CONDITION_DELETION_BLOCKED,
+                    True,
+                    reason,
+                    message,
+                    ctx.now,
+                    generation=ctx.scr.generation,
+                )
+            )
+            previous = ctx.scr.status.condition(keys.CONDITION_DELETION_BLOCKED)
+            if previous is None or previous.get("reason") != reason:
+                decided.event("Skyhook", ctx.name, "DeletionBlocked", event, type="Warning")
+    return decided
+
+
+def _deletion_blocked(ctx: SkyhookContext, rollout: Rollout) -> tuple[str, str, str] | None:
+    """(reason, condition message, event message) while a deletion cannot go on by itself."""
+    states = [ctx.state(node) for node in rollout.matched]
+    if any(s.error for s in states):
+        return (
+            "MalformedNodeState",
+            "Cannot safely delete Skyhook: malformed nodeState on one or more nodes. Repair "
+            "the nodeState annotation before deletion.",
+            f"Cannot delete Skyhook {ctx.name}: malformed nodeState. Repair and retry.",
+        )
+    if rollout.paused:
+        return (
+            "PausedWithPendingUninstall",
+            "Skyhook is paused with uninstall-enabled packages still tracked in nodeState. "
+            "Unpause to let uninstall complete before deletion.",
+            f"Cannot delete Skyhook {ctx.name}: paused with uninstall work pending. "
+            "Unpause to proceed.",
+        )
+    if rollout.disabled:
+        return (
+            "DisabledWithPendingUninstall",
+            "Skyhook is disabled with uninstall-enabled packages still tracked in nodeState. "
+            "Re-enable the Skyhook to let uninstall complete before deletion.",
+            f"Cannot delete Skyhook {ctx.name}: disabled with uninstall work pending. "
+            "Re-enable to proceed.",
+        )
+    return None
 
 
 def conditions(ctx: SkyhookContext, rollout: Rollout) -> list[dict[str, Any]]:
