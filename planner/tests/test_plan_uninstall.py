@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from skyhook_planner import telemetry
 from skyhook_planner.admission import review_skyhook
 from skyhook_planner.model.spec import SpecError, decode_spec
 from skyhook_planner.sim.cluster import make_node
@@ -437,3 +438,30 @@ def test_deletion_waits_while_a_node_state_is_unreadable() -> None:
     d.run()
     assert "scr" in d.sim.skyhooks
     assert conditions(d)[keys.CONDITION_DELETION_BLOCKED]["reason"] == "MalformedNodeState"
+
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+def test_stage_count_has_uninstall_interrupt_and_drops_to_zero_when_uninstalled() -> None:
+    pkg = package(uninstall=dict(ENABLED), interrupt={"type": "reboot"})
+    d = installed(Driver(1, LABELS), {"packages": {"kernel": pkg}})
+
+    def stage_counts() -> dict[str, float]:
+        (family,) = [
+            f
+            for f in telemetry.skyhook_families(d.sim.snapshot(d.now))
+            if f.name == "skyhook_package_stage_count"
+        ]
+        return {s.labels[-1]: s.value for s in family.samples}
+
+    assert stage_counts()["uninstall-interrupt"] == 0  # every stage has its series
+    request_uninstall(d, "kernel")
+    d.step()  # cordon
+    d.step()
+    d.sim.finish_pod(d.pending_pods()[0])
+    d.step()
+    assert stage_counts()["uninstall-interrupt"] == 1
+    d.sim.reboot("node-0000", "boot-after-uninstall")
+    d.run()
+    assert set(stage_counts().values()) == {0}  # uninstalled: the package counts no node
