@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 import yaml
 
-from skyhook_planner.model.spec import SpecError, decode_spec, find_cycle, parse_quantity
+from skyhook_planner.model.spec import (
+    SpecError,
+    decode_spec,
+    find_cycle,
+    normalising_patch,
+    parse_quantity,
+)
 from skyhook_schemas.durations import parse_duration
 
 DEMO = Path("/work/shared/examples/demo-scr.yaml")
@@ -364,3 +370,17 @@ def test_image_compatibility_errors_name_the_field(given: dict[str, Any], messag
 
 def test_packages_without_image_compatibility_are_unchanged() -> None:
     assert decode_spec({"packages": {"pk": pkg()}}).packages["pk"].image_compatibility is None
+
+
+def test_the_normalising_patch_names_packages_and_drops_image_tags() -> None:
+    raw = {
+        "packages": {
+            "tools": {"version": "1.0.0", "image": "host:5000/team/tools:1.0.0"},
+            "named": {"name": "named", "version": "2.0.0", "image": "ghcr.io/x/named"},
+        }
+    }
+    assert normalising_patch(raw) == {
+        "packages": {"tools": {"name": "tools", "image": "host:5000/team/tools"}}
+    }
+    assert normalising_patch({"packages": {"named": raw["packages"]["named"]}}) is None
+    assert normalising_patch({"packages": "not a map"}) is None

@@ -24,6 +24,7 @@ from skyhook_operator.kube.artifacts import pod_image_patch
 from skyhook_operator.kube.client import ApiError, Kube
 from skyhook_operator.settings import Settings
 from skyhook_planner import admission
+from skyhook_planner.model.spec import normalising_patch
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
     handlers: dict[str, Callable[..., Any]] = {
         "validate-skyhook.nvidia.com": validate_skyhook,
         "validate-deploymentpolicy.nvidia.com": validate_policy,
-        "mutate-skyhook.nvidia.com": leave_skyhook,
+        "mutate-skyhook.nvidia.com": normalise_skyhook,
         "mutate-deploymentpolicy.nvidia.com": default_policy,
         "mutate-pod-image.skyhook.nvidia.com": choose_pod_image,
     }
@@ -128,9 +129,14 @@ def _skyhooks_naming(kube: Kube, policy: str) -> list[str]:
     )
 
 
-async def leave_skyhook(**_: Any) -> None:
-    """Nothing to fill in a Skyhook (its defaults are the CRD's); served because upstream's
-    chart registers this webhook, and an unanswered one would refuse every Skyhook."""
+async def normalise_skyhook(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> None:
+    """Store the spec in the form it is read in (each package named by its key, images without
+    a tag): as upstream's, a Skyhook created through the webhook keeps generation 1, and the
+    operator's first write (adding its finalizer) has nothing left to normalise."""
+    spec = (_dict(new) or {}).get("spec")
+    normalised = normalising_patch(spec) if isinstance(spec, dict) else None
+    if normalised is not None:
+        patch["spec"] = normalised
 
 
 async def default_policy(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> None:

@@ -79,6 +79,13 @@ def image_tag(reference: str) -> str:
     return _parts(reference)[1] or ""
 
 
+def image_without_tag(reference: str) -> str:
+    """The reference without its tag, a digest kept: `repo:1.2@sha256:<hex>` ->
+    `repo@sha256:<hex>`, `host:5000/repo:1.2` -> `host:5000/repo`."""
+    repository, _, digest = _parts(reference)
+    return f"{repository}@{digest}" if digest is not None else repository
+
+
 def _parts(reference: str) -> tuple[str, str | None, str | None]:
     """(repository, tag, digest) as the reference spells them, unchecked."""
     name, at, digest = reference.partition("@")

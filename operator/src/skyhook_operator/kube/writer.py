@@ -68,6 +68,7 @@ from skyhook_planner.model.actions import (
     lane_of,
     skyhook_wide,
 )
+from skyhook_planner.model.spec import normalising_patch
 from skyhook_planner.model.status import compose_merge_patches
 from skyhook_planner.model.vocabulary import Taint
 
@@ -232,12 +233,34 @@ class Writer:
         with self._idle:
             self._idle.wait_for(lambda: not self._busy and not self._unsent)
 
-    def close(self) -> None:
-        self._closing = True  # statuses still waiting for their lanes are not written
-        self._workers.close()
-        self._status_thread.shutdown(wait=True)
-        self._events.shutdown(wait=True)
-        self._recorder.close()
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop: lanes going out finish, queued ones are dropped (the next leader re-plans),
+        statuses still waiting for their lanes are not written, Events still waiting are
+        sent. True once that is done; with a `timeout`, False if it is not done by then,
+        what is left going on in daemon threads: a stopping operator must exit within its
+        pod's grace period whatever the apiserver does. Events never hold the answer back
+        (they are best-effort): they get what is left of `timeout` once the writes are done.
+        """
+        self._closing = True
+        written = threading.Event()
+        stop = None if timeout is None else time.monotonic() + timeout
+
+        def close_all() -> None:
+            self._workers.close()
+            self._status_thread.shutdown(wait=True)
+            written.set()
+            self._events.shutdown(wait=True)
+            left = 10.0 if stop is None else max(0.0, stop - time.monotonic())
+            self._recorder.close(deadline=min(10.0, left))
+
+        if stop is None:
+            close_all()
+            return True
+        closing = threading.Thread(target=close_all, name="writer-close", daemon=True)
+        closing.start()
+        finished = written.wait(timeout)
+        closing.join(max(0.0, stop - time.monotonic()))  # the Events, within what is left
+        return finished
 
     def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
@@ -605,14 +628,21 @@ class Writer:
                 raise
 
     def add_finalizer(self, action: AddFinalizer) -> None:
+        # The first write to a new Skyhook also stores its spec in the form it is read in, as
+        # upstream's operator does: created without the mutating webhook, its generation
+        # becomes 2 here, which upstream's users and checks expect.
         self._edit_finalizers(
-            action.name, lambda f: f if action.finalizer in f else [*f, action.finalizer]
+            action.name,
+            lambda f: f if action.finalizer in f else [*f, action.finalizer],
+            normalise=True,
         )
 
     def remove_finalizer(self, action: RemoveFinalizer) -> None:
         self._edit_finalizers(action.name, lambda f: [x for x in f if x != action.finalizer])
 
-    def _edit_finalizers(self, name: str, edit: Callable[[list[str]], list[str]]) -> None:
+    def _edit_finalizers(
+        self, name: str, edit: Callable[[list[str]], list[str]], *, normalise: bool = False
+    ) -> None:
         path = self._kube.skyhook_path(name)
         for attempt in range(_CONFLICT_RETRIES):
             try:
@@ -625,12 +655,15 @@ class Writer:
             wanted = edit(finalizers)
             if wanted == finalizers:
                 return
-            body = {
+            body: dict[str, Any] = {
                 "metadata": {
                     "finalizers": wanted,
                     "resourceVersion": current["metadata"]["resourceVersion"],
                 }
             }
+            spec = normalising_patch(current.get("spec") or {}) if normalise else None
+            if spec is not None:
+                body["spec"] = spec
             try:
                 self._store.skyhooks.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
                 return

@@ -65,6 +65,8 @@ from skyhook_schemas.durations import parse_duration
 from skyhook_schemas.images import (
     ImageReference,
     digest_problem,
+    image_tag,
+    image_without_tag,
     split_image,
     tag_mismatch_warning,
 )
@@ -632,3 +634,25 @@ def find_cycle(graph: Mapping[str, tuple[str, ...]]) -> list[str] | None:
         if vertex not in state and (found := visit(vertex)):
             return found
     return None
+
+
+def normalising_patch(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that stores a spec in the form it is read in: each package's `name` is
+    its key and its image has no tag (the version is the tag pulled). None when it is in that
+    form already, or when the spec is too malformed to tell (decoding then reports it)."""
+    packages = raw.get("packages")
+    if not isinstance(packages, Mapping):
+        return None
+    changes: dict[str, Any] = {}
+    for key, package in packages.items():
+        if not isinstance(package, Mapping):
+            continue
+        change: dict[str, str] = {}
+        if "name" not in package:
+            change["name"] = key
+        image = package.get("image")
+        if isinstance(image, str) and image_tag(image):
+            change["image"] = image_without_tag(image)
+        if change:
+            changes[key] = change
+    return {"packages": changes} if changes else None
