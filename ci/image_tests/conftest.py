@@ -20,7 +20,7 @@ sys.path.insert(0, str(CI_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _localbuild import LocalBuild  # noqa: E402
-from bases import push_busybox_base  # noqa: E402
+from bases import push_busybox_base, push_python_base  # noqa: E402
 from registry import Registry  # noqa: E402
 
 
@@ -50,4 +50,12 @@ def busybox_base(local_build: LocalBuild, tmp_path_factory: pytest.TempPathFacto
     """A linux/amd64 + linux/arm64 busybox base in our registry (Debian's busybox-static)."""
     image = f"{local_build.registry}/base/busybox:1.35"
     push_busybox_base(local_build, tmp_path_factory.mktemp("busybox-base"), image)
+    return image
+
+
+@pytest.fixture(scope="session")
+def python_base(local_build: LocalBuild, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A linux/amd64 + linux/arm64 base with Debian bookworm's python3 in our registry."""
+    image = f"{local_build.registry}/base/python:3.11"
+    push_python_base(local_build, tmp_path_factory.mktemp("python-base"), image)
     return image
