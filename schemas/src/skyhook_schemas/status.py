@@ -105,6 +105,9 @@ class SkyhookStatus:
     # When each node was first picked (RFC 3339), until it is retired; and how many were retired
     node_priority: Mapping[str, str] = field(default_factory=dict)
     node_order_offset: int = 0
+    # Ours (soakTime): when each compartment's last batch started (RFC 3339); without a
+    # DeploymentPolicy, `__default__`: when the last node started
+    batch_starts: Mapping[str, str] = field(default_factory=dict)
     config_updates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     complete_nodes: str = ""  # "<complete>/<matched>"
     nodes_in_progress: int = 0
@@ -129,6 +132,7 @@ class SkyhookStatus:
             node_boot_ids=_strings(raw.get("nodeBootIds")),
             node_priority=_strings(raw.get("nodePriority")),
             node_order_offset=_int(raw.get("nodeOrderOffset")) or 0,
+            batch_starts=_strings(raw.get("batchStarts")),
             config_updates={
                 str(name): tuple(str(k) for k in keys)
                 for name, keys in _mapping(raw.get("configUpdates")).items()
