@@ -38,6 +38,7 @@ EVENTS = [
     "add-node",
     "remove-node",
     "lag",
+    "soak",
 ]
 
 
@@ -67,6 +68,8 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
         spec["nodeSelectors"] = {"matchLabels": {"pool": "gpu"}}
     if draw(st.booleans()):
         spec["sequencing"] = "all"
+    if draw(st.booleans()):
+        spec["soakTime"] = draw(st.sampled_from(["20s", "5m"]))
     return spec
 
 
@@ -109,6 +112,16 @@ def _toggle_uninstall(scr: dict[str, Any], data: st.DataObject) -> None:
     name = data.draw(st.sampled_from(sorted(packages)))
     asked = packages[name].get("uninstall", {}).get("apply", False)
     packages[name] = {**packages[name], "uninstall": {"enabled": True, "apply": not asked}}
+    scr["metadata"]["generation"] += 1
+
+
+def _change_soak(scr: dict[str, Any], data: st.DataObject) -> None:
+    """Set, change or remove the soak time (rules/soak.py)."""
+    choice = data.draw(st.sampled_from([None, "3s", "2m"]))
+    if choice is None:
+        scr["spec"].pop("soakTime", None)
+    else:
+        scr["spec"]["soakTime"] = choice
     scr["metadata"]["generation"] += 1
 
 
@@ -168,6 +181,8 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
         d.sim.add_node(make_node(f"extra-{len(d.sim.nodes)}", {"pool": "gpu"}))
     elif event == "remove-node" and node and len(node_names) > 1:
         del d.sim.nodes[node]
+    elif event == "soak":
+        _change_soak(scr, data)
     elif event == "lag":
         d.lag = (lambda plan: {lane_of(a) or "" for a in plan.actions}) if d.lag is None else None
 

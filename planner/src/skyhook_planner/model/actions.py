@@ -168,7 +168,7 @@ class Plan:
 
     @property
     def held(self) -> tuple[Held, ...]:
-        """The waiting nodes held by a closed maintenance window or a firing alert."""
+        """The waiting nodes held by a closed maintenance window, a firing alert or a soak."""
         return tuple(
             Held(skyhook, node, r.hold, r.message)
             for (skyhook, node), reasons in self.waiting.items()

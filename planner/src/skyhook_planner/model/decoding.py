@@ -35,6 +35,7 @@ from skyhook_planner.model.vocabulary import (
     label_key_problem,
     label_value_problem,
 )
+from skyhook_schemas.durations import parse_duration
 
 Loc = tuple[str | int, ...]
 T = TypeVar("T")
@@ -148,6 +149,16 @@ def parsed(parse: Callable[[str], T]) -> PlainValidator:
 
     return PlainValidator(validate)
 
+
+def _duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 30m or 1h30m")
+    return seconds
+
+
+# Ours: a Go duration (`30m`, `1h30m`, `0`), read as seconds.
+Duration = Annotated[float, parsed(_duration)]
 
 # A string that must be given and not empty ("required" either way).
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]

@@ -24,6 +24,7 @@ from pydantic import StrictBool, StrictInt, ValidationError, field_validator, mo
 from skyhook_planner.model.alerts import AlertGate, GateWire
 from skyhook_planner.model.decoding import (
     Closed,
+    Duration,
     FalsyIsUnset,
     Loc,
     NonEmpty,
@@ -83,6 +84,7 @@ class Policy:
     # Our additions, for every Skyhook using the policy that does not set its own.
     maintenance_window: MaintenanceWindow | None = None
     alert_gate: AlertGate | None = None
+    soak_time_s: float | None = None  # seconds between a compartment's batch starts
 
     @property
     def all(self) -> tuple[Compartment, ...]:
@@ -187,6 +189,7 @@ class _PolicyWire(Wire):
     reset_batch_state_on_completion: StrictBool | None = None
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
+    soak_time: Duration | None = None
 
     @field_validator("compartments")
     @classmethod
@@ -209,6 +212,7 @@ class _PolicyWire(Wire):
             self.reset_batch_state_on_completion,
             self.maintenance_window.decoded() if self.maintenance_window else None,
             self.alert_gate.decoded() if self.alert_gate else None,
+            self.soak_time,
         )
 
 

@@ -43,6 +43,7 @@ from skyhook_planner.model.apirules import (
 )
 from skyhook_planner.model.decoding import (
     Closed,
+    Duration,
     FalsyIsUnset,
     Loc,
     NonEmpty,
@@ -191,6 +192,9 @@ class SkyhookSpec:
     # Our additions (core/windows.py, core/alerts.py); a DeploymentPolicy may set them too.
     maintenance_window: MaintenanceWindow | None = None
     alert_gate: AlertGate | None = None
+    # Ours (docs/fleet-safety.md): seconds between batch starts (without a policy, between
+    # node starts); None: the policy's, else none.
+    soak_time_s: float | None = None
 
 
 # --- the spec as written ------------------------------------------------------------------------
@@ -506,6 +510,7 @@ class _SpecWire(Wire):
     pause: StrictBool = False
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
+    soak_time: Duration | None = None
 
     @field_validator("packages")
     @classmethod
@@ -543,6 +548,7 @@ class _SpecWire(Wire):
             if self.maintenance_window
             else None,
             alert_gate=self.alert_gate.decoded() if self.alert_gate else None,
+            soak_time_s=self.soak_time,
         )
 
     def _warnings(self, names: list[str]) -> Iterator[str]:

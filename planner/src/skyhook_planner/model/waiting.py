@@ -18,17 +18,19 @@ ORDERING = "ordering"  # a Skyhook ahead of this one is not complete on the node
 HOLD = "hold"  # a closed maintenance window or a firing alert
 BATCH = "batch"  # the DeploymentPolicy's compartment: batch full or stopped
 BUDGET = "budget"
+SOAK = "soak"  # ours: the soak time since the last batch (or node) start is not over
 DRAIN = "drain"  # pods matching podNonInterruptLabels, or a drain under way
 BLOCKERS = (
     SKYHOOK, SWITCHED_OFF, STATE, IGNORED, TAINTS, IMAGE, NOT_READY, ORDERING, HOLD, BATCH,
-    BUDGET, DRAIN,
+    BUDGET, SOAK, DRAIN,
 )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Reason:
     """Why a node waits. `message` is for a person; `nodes` names the other nodes involved
-    (those holding the budget's slots); `hold` is a hold's reason word (holds.REASONS)."""
+    (those holding the budget's slots); `hold` is a hold's reason word (holds.REASONS, or
+    soak.SOAKING), by which the held-nodes metrics count it."""
 
     blocker: str
     message: str
@@ -38,8 +40,8 @@ class Reason:
 
 @dataclass(frozen=True)
 class Held:
-    """A node whose next step waits on a hold: a closed maintenance window or a firing alert.
-    `reason` is one of holds.REASONS."""
+    """A node whose next step waits on a hold: a closed maintenance window, a firing alert, or
+    (ours) a soak time. `reason` is one of holds.REASONS or soak.SOAKING."""
 
     skyhook: str
     node: str

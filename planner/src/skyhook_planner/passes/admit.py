@@ -15,6 +15,7 @@ from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
 from skyhook_planner.rules import batches, blockers, budget, ordering
+from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
@@ -98,6 +99,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
 class Admission:
     running: frozenset[str]  # occupied before this pass, or admitted by it
     decided: Decision
+    batch_starts: Mapping[str, str] | None = None  # status.batchStarts; None without a soak
 
 
 def admit(
@@ -118,12 +120,15 @@ def admit(
         blockers.SwitchedOff(rollout.paused, rollout.disabled),
     )
     running = {n.name for n in selection.occupied}
+    soaking = _soak(ctx, rollout, groups)
     started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
     recorded = ctx.scr.status.node_priority
     for node in started:
         found = blockers.reasons(gates, node)
         if not found:
             full = capacity.check(node)
+            if full is None and soaking is not None:
+                full = soaking.check(node)  # asked last: a node it lets through starts
             found = () if full is None else (full,)
         if found:
             decided.wait(ctx.name, node.name, found)
@@ -143,7 +148,34 @@ def admit(
             and not ctx.complete(ctx.name, node.name, default=False)
         ):
             decided.work.picked[node.name] = picked
-    return Admission(frozenset(running), decided)
+    if soaking is None:
+        return Admission(frozenset(running), decided)
+    decided.merge(_soak_report(ctx, soaking))
+    return Admission(frozenset(running), decided, soaking.starts())
+
+
+def _soak(ctx: SkyhookContext, rollout: Rollout, groups: Compartments | None) -> Soak | None:
+    """The soak blocker (rules/soak.py), None without a soak time."""
+    seconds = soak_time(rollout.spec, rollout.policy)
+    if seconds is None:
+        return None
+    recorded = ctx.scr.status.batch_starts
+    if groups is None:
+        return Soak(seconds, ctx.now, recorded, lambda _: NO_POLICY_GROUP, per_node=True)
+    compartment_of = {n: name for name, run in groups.runs.items() for n in run.members}
+    return Soak(seconds, ctx.now, recorded, compartment_of.__getitem__, per_node=False)
+
+
+def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Decision:
+    """The soak's condition, an Event per batch (or node) start, and a timer for its end."""
+    decided = Decision()
+    decided.work.conditions.append(soaking.condition(ctx.scr.generation))
+    for group in sorted(soaking.started):
+        decided.event("Skyhook", ctx.name, "SoakStarted", soaking.start_message(group))
+    wake = soaking.wake_in()
+    if wake is not None:
+        decided.wake_in(wake)
+    return decided
 
 
 def _started(ctx: SkyhookContext, node: NodeView) -> bool:

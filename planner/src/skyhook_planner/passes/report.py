@@ -20,7 +20,7 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, budget, holds
+from skyhook_planner.rules import batches, budget, holds, soak
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -196,6 +196,7 @@ def status(
     groups: Compartments | None,
     conditions: Sequence[dict[str, Any]],
     config_updates: Mapping[str, list[str]],
+    batch_starts: Mapping[str, str] | None = None,
 ) -> Decision:
     """The Skyhook's status as a merge patch, with a Transition condition and Event when its
     overall status changes."""
@@ -212,6 +213,7 @@ def status(
     # A gate removed from the spec takes its condition with it.
     dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in rollout.holds.conditions}
     dropped |= set(statuses.WHILE_TRUE_CONDITIONS) - {c["type"] for c in conditions}
+    dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
     old_status = current.get("status")
     if old_status != overall:
         found.append(
@@ -263,6 +265,8 @@ def status(
         desired["nodePriority"] = dict(node_priority)
     if node_order_offset or "nodeOrderOffset" in current:
         desired["nodeOrderOffset"] = node_order_offset
+    if batch_starts is not None or "batchStarts" in current:
+        desired["batchStarts"] = dict(batch_starts) if batch_starts is not None else None
     if overall == COMPLETE:
         desired["observedGeneration"] = scr.generation
     elif "observedGeneration" in current:

@@ -129,6 +129,7 @@ class _Share:
                 groups=groups,
                 conditions=decided.work.conditions,
                 config_updates=decided.work.config_updates or {},
+                batch_starts=admission.batch_starts,
             )
         )
         # Whatever the pass writes for a node makes it noisy, whichever step decided it; and a
