@@ -40,6 +40,7 @@ from skyhook_planner.telemetry import (
     held,
     held_family,
     skyhook_families,
+    waiting_family,
 )
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,11 @@ class Telemetry:
     ) -> None:
         """Fold one finished pass in. `written`: every action of `plan` was applied, so its
         pod creations count as hand-offs."""
-        self._families.families = (*skyhook_families(snapshot), held_family(plan))
+        self._families.families = (
+            *skyhook_families(snapshot),
+            held_family(plan),
+            waiting_family(plan),
+        )
         # A hold seen by the previous pass lasted until this one.
         now = time.monotonic()
         for skyhook, reason in self._held_before:

@@ -5,7 +5,8 @@ every Skyhook in the snapshot; the exporter replaces all of its series with them
 pass, so a deleted Skyhook, a removed package version or a compartment that no longer exists
 simply has no series. `handoff_delays(snapshot, plan, created_at)` measures how long each
 node waited between a stage pod finishing and the next stage pod of the same Skyhook being
-created. `held_family(plan)` counts the nodes waiting on a maintenance window or an alert.
+created. `held_family(plan)` counts the nodes waiting on a maintenance window or an alert,
+`waiting_family(plan)` every waiting node by the blocker that holds it.
 All are pure: the exporter lives outside the core.
 """
 
@@ -259,6 +260,24 @@ HELD_NODES = "skyhook_held_nodes"
 def held(plan: Plan) -> Counter[tuple[str, str]]:
     """Nodes waiting on a hold, per (Skyhook, the hold's reason)."""
     return Counter((h.skyhook, h.reason) for h in plan.held)
+
+
+WAITING_NODES = "skyhook_waiting_nodes"
+
+
+def waiting_family(plan: Plan) -> Family:
+    """Our gauge of the nodes that may not start work now, each counted once under the first
+    blocker that holds it (the words of model/waiting.py, as `kubectl skyhook plan` shows)."""
+    found = Counter(
+        (skyhook, reasons[0].blocker) for (skyhook, _), reasons in plan.waiting.items() if reasons
+    )
+    return Family(
+        WAITING_NODES,
+        "Nodes of the Skyhook that may not start work now, by the blocker holding them back "
+        "(budget, shared-budget, topology, ordering, hold, ...)",
+        (*SKYHOOK, "blocker"),
+        tuple(Sample(key, count) for key, count in sorted(found.items())),
+    )
 
 
 def held_family(plan: Plan) -> Family:

@@ -36,7 +36,7 @@ from skyhook_planner.model.decoding import (
     messages,
 )
 from skyhook_planner.model.spec import Budget
-from skyhook_planner.model.vocabulary import LabelSelector
+from skyhook_planner.model.vocabulary import LabelSelector, label_key_problem
 from skyhook_planner.model.windows import MaintenanceWindow, WindowWire
 from skyhook_schemas import keys
 
@@ -76,6 +76,17 @@ class Compartment:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """Ours: nodes grouped into domains by the value of a label (`key`; a node without it is
+    in the domain ""). At most `max_per_domain` of a domain's nodes in progress at once, or,
+    with `one_domain_at_a_time`, nodes of one domain only."""
+
+    key: str
+    max_per_domain: int | None = None
+    one_domain_at_a_time: bool = False
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     default: Compartment
@@ -85,6 +96,9 @@ class Policy:
     maintenance_window: MaintenanceWindow | None = None
     alert_gate: AlertGate | None = None
     soak_time_s: float | None = None  # seconds between a compartment's batch starts
+    # Ours: limits over every Skyhook that names the policy together (rules/sharing.py).
+    shared_budget: Budget | None = None
+    topology: Topology | None = None
 
     @property
     def all(self) -> tuple[Compartment, ...]:
@@ -183,6 +197,22 @@ class _DefaultWire(Wire):
     strategy: _StrategyWire
 
 
+class _TopologyWire(Closed):
+    unknown_field = "unknown field for a topology"
+    key: Annotated[NonEmpty, check(label_key_problem)]
+    max_per_domain: Annotated[StrictInt, in_range(1)] | None = None
+    one_domain_at_a_time: StrictBool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _TopologyWire:
+        if (self.max_per_domain is None) == (not self.one_domain_at_a_time):
+            raise ValueError("exactly one of maxPerDomain or oneDomainAtATime: true must be set")
+        return self
+
+    def decoded(self) -> Topology:
+        return Topology(self.key, self.max_per_domain, self.one_domain_at_a_time)
+
+
 class _PolicyWire(Wire):
     default: _DefaultWire
     compartments: Annotated[tuple[_CompartmentWire, ...], FalsyIsUnset] = ()
@@ -190,6 +220,8 @@ class _PolicyWire(Wire):
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
+    shared_budget: _BudgetWire | None = None
+    topology: _TopologyWire | None = None
 
     @field_validator("compartments")
     @classmethod
@@ -213,6 +245,8 @@ class _PolicyWire(Wire):
             self.maintenance_window.decoded() if self.maintenance_window else None,
             self.alert_gate.decoded() if self.alert_gate else None,
             self.soak_time,
+            self.shared_budget.decoded() if self.shared_budget else None,
+            self.topology.decoded() if self.topology else None,
         )
 
 

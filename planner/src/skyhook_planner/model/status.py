@@ -48,8 +48,13 @@ POLICY_BLOCKED_CONDITIONS = (
 # Present only while they hold: a pass that does not report one removes it (explicit uninstall,
 # passes/uninstall.py).
 CONDITION_NODE_STATE_MALFORMED = "NodeStateMalformed"
+# Ours: a DeploymentPolicy's shared budget or topology holds nodes of the Skyhook back.
+CONDITION_SHARED_BUDGET_FULL = f"{keys.GROUP}/SharedBudgetFull"
+CONDITION_TOPOLOGY_LIMIT = f"{keys.GROUP}/TopologyLimit"
 WHILE_TRUE_CONDITIONS = (
     CONDITION_NODE_STATE_MALFORMED,
+    CONDITION_SHARED_BUDGET_FULL,
+    CONDITION_TOPOLOGY_LIMIT,
     keys.CONDITION_UNINSTALL_IN_PROGRESS,
     keys.CONDITION_UNINSTALL_FAILED,
     keys.CONDITION_BLOCKED,

@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from skyhook_planner.model import status as statuses
+from skyhook_planner.model import waiting
 from skyhook_planner.model.policy import Compartment
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, blockers, budget, ordering
+from skyhook_planner.rules import batches, blockers, budget, ordering, sharing
 from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
+from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
@@ -120,11 +123,14 @@ def admit(
         blockers.SwitchedOff(rollout.paused, rollout.disabled),
     )
     running = {n.name for n in selection.occupied}
+    shared = _shared_limits(ctx, rollout, selection)
     soaking = _soak(ctx, rollout, groups)
     started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
     recorded = ctx.scr.status.node_priority
     for node in started:
         found = blockers.reasons(gates, node)
+        if not found:
+            found = blockers.reasons(shared, node, first_only=True)
         if not found:
             full = capacity.check(node)
             if full is None and soaking is not None:
@@ -134,6 +140,8 @@ def admit(
             decided.wait(ctx.name, node.name, found)
             continue
         running.add(node.name)
+        for shared_limit in shared:
+            shared_limit.take(node)
         state = ctx.state(node)
         if state.version is None:
             decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
@@ -148,10 +156,55 @@ def admit(
             and not ctx.complete(ctx.name, node.name, default=False)
         ):
             decided.work.picked[node.name] = picked
+    decided.running[ctx.name] = frozenset(running)
+    decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:
         return Admission(frozenset(running), decided)
     decided.merge(_soak_report(ctx, soaking))
     return Admission(frozenset(running), decided, soaking.starts())
+
+
+def _shared_limits(
+    ctx: SkyhookContext, rollout: Rollout, selection: Selection
+) -> list[sharing.Limit]:
+    """The policy's limits over all its Skyhooks (rules/sharing.py), this Skyhook's nodes in
+    progress counted."""
+    if rollout.policy is None:
+        return []
+    snap = ctx.index.snap
+    found = sharing.limits(rollout.policy, snap.skyhooks, snap.nodes, ctx.running_for)
+    for limit in found:
+        for node in selection.occupied:
+            limit.take(node)
+    return found
+
+
+# The condition each shared limit sets while it holds nodes of the Skyhook back.
+_SHARED_CONDITIONS = (
+    (waiting.SHARED_BUDGET, statuses.CONDITION_SHARED_BUDGET_FULL, "SharedBudgetFull"),
+    (waiting.TOPOLOGY, statuses.CONDITION_TOPOLOGY_LIMIT, "TopologyLimit"),
+)
+
+
+def _shared_conditions(ctx: SkyhookContext, admitted: Decision) -> Decision:
+    """A condition (and, when it is new, an Event) for each shared limit holding nodes back."""
+    decided = Decision()
+    for blocker, kind, reason in _SHARED_CONDITIONS:
+        held = sorted(
+            (node, r)
+            for (scr, node), found in admitted.waiting.items()
+            for r in found
+            if scr == ctx.name and r.blocker == blocker
+        )
+        if not held:
+            continue
+        first = held[0][1]
+        holders = ", ".join(first.nodes[:10]) + (" ..." if len(first.nodes) > 10 else "")
+        message = f"{len(held)} node(s) wait: {first.message} (in progress: {holders})"
+        decided.work.conditions.append(statuses.condition(kind, True, reason, message, ctx.now))
+        if ctx.scr.status.condition(kind) is None:
+            decided.event("Skyhook", ctx.name, reason, message)
+    return decided
 
 
 def _soak(ctx: SkyhookContext, rollout: Rollout, groups: Compartments | None) -> Soak | None:

@@ -175,6 +175,10 @@ class SkyhookContext:
                 names.add(name)
         return frozenset(names)
 
+    def running_for(self, scr: str) -> frozenset[str] | None:
+        """The nodes an earlier Skyhook of this pass runs; None for one not planned yet."""
+        return self._earlier.running.get(scr)
+
     def node_order(self, node: str) -> int:
         """The node's SKYHOOK_NODE_ORDER (rules/ordering.py), counting the nodes admitted this
         pass: ask only once admission is done."""

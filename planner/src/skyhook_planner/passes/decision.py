@@ -85,6 +85,9 @@ class Decision:
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
     work: SkyhookWork = field(default_factory=SkyhookWork)
+    # The nodes each Skyhook planned so far runs (in progress or admitted), for the limits
+    # shared by the Skyhooks of one DeploymentPolicy (rules/sharing.py)
+    running: dict[str, frozenset[str]] = field(default_factory=dict)
     # What each Skyhook's share keeps for the next pass (passes/memory.py)
     remembered: dict[str, SkyhookMemory] = field(default_factory=dict)
 
@@ -139,5 +142,6 @@ class Decision:
             for (skyhook, node), reasons in other.waiting.items():
                 self.wait(skyhook, node, reasons)
         self.work.merge(other.work)
+        self.running.update(other.running)
         self.remembered.update(other.remembered)
         return self

@@ -55,9 +55,13 @@ class Driver:
         self.mid_write: Callable[[Driver], None] | None = None
         self._in_flight: list[Action] = []
         self._busy: frozenset[str] = frozenset()
+        self.planned_around: frozenset[str] = frozenset()
         self._holding: frozenset[str] = frozenset()
 
     def step(self) -> Plan:
+        # A pass that planned around writes in flight left those nodes for the next one (the
+        # operator's finished writes wake it): the run is not over after it.
+        self.planned_around = self._busy
         snapshot = replace(
             self.sim.snapshot(self.now), busy_nodes=self._busy, holding_nodes=self._holding
         )
@@ -109,7 +113,8 @@ class Driver:
                 self.step()
                 on_step(self)
             pending = self.pending_pods()
-            if not result.actions and not pending and not self._in_flight:
+            quiet = not (result.actions or pending or self._in_flight or self.planned_around)
+            if quiet:
                 if result.requeue_after is None:
                     return count
                 self.now += timedelta(seconds=result.requeue_after)
