@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -99,7 +102,20 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the loop and let in-flight writes finish; then hand the Lease over."""
+    """Stop the loop and let the writes going out finish; then hand the Lease over. All within
+    `shutdown_timeout` of the start, whatever the apiserver does (`Deadline` ends the process
+    then); never raises, since kopf would retry the whole cleanup a minute later."""
+    ours: Settings = memo.get("settings") or load_settings()
+    deadline = Deadline(ours.shutdown_timeout)
+    log.info("stopping: exit within %.0f s", ours.shutdown_timeout)
+    try:
+        await _stop(memo, deadline)
+    except Exception:
+        log.exception("stopping failed part-way; exiting anyway")
+    deadline.finished(EXIT_GRACE)
+
+
+async def _stop(memo: kopf.Memo, deadline: Deadline) -> None:
     leader = memo.get("leader")
     if leader is not None:
         leader.step_down()  # writes still queued fail at once instead of going out
@@ -110,17 +126,73 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
             task.cancel()
     endpoints = memo.get("endpoints")
     if endpoints is not None:
-        await endpoints.stop()
+        try:
+            await asyncio.wait_for(endpoints.stop(), deadline.left(RELEASE_RESERVE))
+        except TimeoutError:
+            log.warning("metrics and probe endpoints not closed in time")
     for watched in (memo.get("watches") or {}).values():
         watched.stop()
     writer = memo.get("writer")
+    written = True
     if writer is not None:
-        await asyncio.to_thread(writer.close)
+        written = await asyncio.to_thread(writer.close, deadline.left(RELEASE_RESERVE))
     if leader is not None:  # after the last write: the successor starts at once
-        await asyncio.to_thread(leader.release)
+        if written:
+            await asyncio.to_thread(leader.release, deadline.left(EXIT_GRACE))
+        else:
+            # A write may still reach the apiserver: a successor must not plan meanwhile.
+            log.warning(
+                "writes still waiting on the apiserver: Lease not released, another "
+                "replica takes over once it expires"
+            )
     kube = memo.get("kube")
     if kube is not None:
         log.info("operator stopped; API requests made: %s", kube.request_counts())
+
+
+# Of the shutdown timeout, what the Lease release (and the exit after it) is left at least,
+# and how long the process may take to exit once the cleanup is done before it is ended: a
+# request stuck on an unreachable apiserver holds a thread the interpreter would wait for.
+RELEASE_RESERVE = 6.0
+EXIT_GRACE = 2.0
+
+
+class Deadline:
+    """When a stopping operator must be gone: `left` says how much of its time remains, and
+    a daemon thread ends the process at the deadline (log lines flushed first), or
+    `finished`'s grace after the cleanup, if it has not exited by itself by then."""
+
+    def __init__(self, seconds: float) -> None:
+        self._at = time.monotonic() + seconds
+        self._seconds = seconds
+        self._done = False
+        self._moved = threading.Condition()
+        threading.Thread(target=self._watch, name="shutdown-deadline", daemon=True).start()
+
+    def left(self, reserve: float = 0.0) -> float:
+        """Seconds until the deadline, less `reserve` (never below a tenth of the timeout,
+        so each step gets some time)."""
+        return max(self._seconds / 10, self._at - reserve - time.monotonic())
+
+    def finished(self, grace: float) -> None:
+        """The cleanup is done: the process should now exit by itself, at the latest in
+        `grace` seconds."""
+        with self._moved:
+            self._done = True
+            self._at = min(self._at, time.monotonic() + grace)
+            self._moved.notify_all()
+
+    def _watch(self) -> None:
+        with self._moved:
+            while (wait := self._at - time.monotonic()) > 0:
+                self._moved.wait(wait)
+            done = self._done
+        if done:
+            log.info("exiting without waiting for requests the apiserver never answered")
+        else:
+            log.error("not stopped after %.0f s: exiting now", self._seconds)
+        logging.shutdown()
+        os._exit(0 if done else 1)
 
 
 async def _webhooks(
@@ -222,6 +294,9 @@ def _configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # From the signal on, whatever happens before our cleanup starts its own deadline: kopf
+    # kills the process once the pod's grace period would be over (default: ten minutes).
+    settings.process.ultimate_exiting_timeout = ours.shutdown_timeout + EXIT_GRACE
 
 
 class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):

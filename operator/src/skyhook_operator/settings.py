@@ -513,6 +513,16 @@ class Settings(BaseSettings):
         ),
         default=30.0,
     )
+    shutdown_timeout: AtLeastOneSecond = field(
+        "SKYHOOK_SHUTDOWN_TIMEOUT",
+        _meta(
+            None,
+            "Seconds from SIGTERM to exit at most, whatever the apiserver does: writes going "
+            "out get most of it, the Lease release the rest. Keep it below the pod's "
+            "terminationGracePeriodSeconds (Kubernetes' default: 30).",
+        ),
+        default=20.0,
+    )
     clock_offset_file: str = field(
         "SKYHOOK_CLOCK_OFFSET_FILE",
         _meta(

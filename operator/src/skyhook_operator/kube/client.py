@@ -93,7 +93,11 @@ class Kube:
         *,
         query: Mapping[str, str] | None = None,
         timeout: float = 30.0,
+        retries: int | None = None,
     ) -> Json:
+        """One request; `retries` (default: urllib3's three) bounds how often a failed
+        connection or read is tried again, so `retries=0` bounds the whole call by `timeout`
+        (once to connect, once to read)."""
         if method != "GET" and not self._may_write():
             raise NotLeading(method, path)
         url = self.configuration.host.rstrip("/") + path
@@ -104,7 +108,12 @@ class Kube:
         payload = None if body is None else json.dumps(body).encode()
         try:
             response = self._pool.request(
-                method, url, body=payload, headers=headers, timeout=timeout
+                method,
+                url,
+                body=payload,
+                headers=headers,
+                timeout=timeout,
+                **({} if retries is None else {"retries": urllib3.Retry(retries)}),
             )
         except urllib3.exceptions.HTTPError:
             self._count_error(what, "network")

@@ -27,6 +27,8 @@ import secrets
 import time
 from dataclasses import dataclass, replace
 
+import urllib3
+
 from skyhook_operator.kube.client import ApiError, Json, Kube
 
 log = logging.getLogger(__name__)
@@ -169,13 +171,18 @@ class LeaderElector:
         started = time.monotonic()
         try:
             self._attempt(started)
-        except (ApiError, OSError) as error:
+        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
             log.warning("Lease %s/%s: %s", self._namespace, self._name, error)
+
+    def _request(self, method: str, path: str, body: Json | None, timeout: float) -> Json:
+        """One request, never retried by urllib3: an attempt takes at most its timeout (twice:
+        connect, then read), and the next attempt is the retry."""
+        return self._kube.request(method, path, body, timeout=timeout, retries=0)
 
     def _attempt(self, started: float) -> None:
         timeout = self._renew_deadline / 2
         try:
-            lease = self._kube.request("GET", self._path, timeout=timeout)
+            lease = self._request("GET", self._path, None, timeout)
         except ApiError as error:
             if error.status != 404:
                 raise
@@ -201,18 +208,19 @@ class LeaderElector:
         try:
             if step is Step.CREATE:
                 collection = self._path.rsplit("/", 1)[0]
-                answer = self._kube.request("POST", collection, body, timeout=timeout)
+                answer = self._request("POST", collection, body, timeout)
             else:
                 assert self._seen is not None
                 body["metadata"]["resourceVersion"] = self._seen.resource_version
-                answer = self._kube.request("PUT", self._path, body, timeout=timeout)
+                answer = self._request("PUT", self._path, body, timeout)
         except ApiError as error:
             if error.status != 409:
                 raise
             self._valid_until = 0.0  # someone else was faster
             return
         self._observe(answer, started)
-        self._valid_until = started + self._renew_deadline
+        if not self._stopped:  # an attempt that ends after step_down does not lead again
+            self._valid_until = started + self._renew_deadline
 
     def _observe(self, lease: Json, at: float) -> None:
         record = Record.from_api(lease)
@@ -227,24 +235,50 @@ class LeaderElector:
         self._stopped = True
         self._valid_until = 0.0
 
-    def release(self) -> None:
+    def release(self, timeout: float | None = None) -> bool:
         """Hand the Lease over at once, if this replica holds it (on shutdown, after
-        `step_down` and the last write)."""
+        `step_down` and the last write); True if it is not ours any more. Takes at most
+        `timeout` seconds (default: half the renew deadline) whatever the apiserver does:
+        an unreachable one means the successor waits for the lease duration instead."""
         self.step_down()
-        if self._seen is None or self._seen.record.holder != self.identity:
-            return
-        body: Json = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self._name,
-                "namespace": self._namespace,
-                "resourceVersion": self._seen.resource_version,
-            },
-            "spec": released(self._seen.record, _stamp()).to_api(),
-        }
-        try:
-            self._kube.request("PUT", self._path, body, timeout=self._renew_deadline / 2)
-            log.info("released Lease %s/%s", self._namespace, self._name)
-        except (ApiError, OSError) as error:
-            log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
+        budget = self._renew_deadline / 2 if timeout is None else timeout
+        stop = time.monotonic() + budget
+        for _ in range(2):  # the second time after a 409: an attempt in flight renewed it
+            if self._seen is None or self._seen.record.holder != self.identity:
+                return True
+            body: Json = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self._name,
+                    "namespace": self._namespace,
+                    "resourceVersion": self._seen.resource_version,
+                },
+                "spec": released(self._seen.record, _stamp()).to_api(),
+            }
+            try:
+                # Connect and read each get half of what is left, so the call ends in time.
+                left = max(0.1, (stop - time.monotonic()) / 2)
+                self._request("PUT", self._path, body, left)
+                log.info("released Lease %s/%s", self._namespace, self._name)
+                return True
+            except ApiError as error:
+                if error.status != 409 or time.monotonic() >= stop:
+                    log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
+                    return False
+            except (OSError, urllib3.exceptions.HTTPError) as error:
+                log.warning(
+                    "Lease %s/%s not released (the apiserver did not answer): %s; "
+                    "another replica takes over once it expires",
+                    self._namespace,
+                    self._name,
+                    error,
+                )
+                return False
+            try:
+                left = max(0.1, (stop - time.monotonic()) / 2)
+                self._observe(self._request("GET", self._path, None, left), time.monotonic())
+            except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+                log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
+                return False
+        return False
