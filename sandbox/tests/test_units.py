@@ -11,9 +11,11 @@ from skyhook_sandbox.images import (
     ImageMap,
     ImageMapError,
     ImageNotFound,
+    PullRule,
     repository,
     validate_rules,
 )
+from skyhook_sandbox.pull import split_reference
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
 
@@ -172,6 +174,33 @@ def test_user_rules_come_first_and_errors_name_the_field(tmp_path):
         validate_rules([{"image": "x", "run": "docker"}], "map.yaml")
     with pytest.raises(ImageMapError, match=r"images\[0\]\.source"):
         validate_rules([{"image": "x", "run": "files", "path": "/p"}], "map.yaml")
+
+
+def test_pull_rules_name_the_image_and_the_directory_to_mount(tmp_path):
+    rule = {"image": "127.0.0.1:5000/pkgs/*", "run": "pull", "path": "/skyhook-package"}
+    images = ImageMap([{**rule, "insecure": True}], packages_dir=tmp_path)
+    resolved = images.resolve("127.0.0.1:5000/pkgs/shellscript:1.1.1")
+    assert resolved.pull == PullRule(
+        "127.0.0.1:5000/pkgs/shellscript:1.1.1", "/skyhook-package", True
+    )
+    assert resolved.content == []  # filled once pulled (ImageMap.pulled)
+    with pytest.raises(ImageMapError, match=r"images\[0\]\.path: required for run: pull"):
+        validate_rules([{**rule, "path": "relative"}], "map.yaml")
+    with pytest.raises(ImageMapError, match=r"images\[0\]\.insecure"):
+        validate_rules([{**rule, "insecure": "yes"}], "map.yaml")
+
+
+@pytest.mark.parametrize(
+    ("reference", "parts"),
+    [
+        ("127.0.0.1:5000/a/b:1.0", ("127.0.0.1:5000/a/b", ":1.0")),
+        ("127.0.0.1:5000/a/b", ("127.0.0.1:5000/a/b", ":latest")),
+        ("host/a@sha256:00ff", ("host/a", "@sha256:00ff")),
+    ],
+    ids=["tag", "no-tag", "digest"],
+)
+def test_split_reference(reference, parts):
+    assert split_reference(reference) == parts
 
 
 def test_conditions_of_a_pod_waiting_on_init_containers():

@@ -2,16 +2,22 @@
 
 A map is YAML: `images:` is a list of rules, first match wins. Each rule has
   image:  a repository without tag or digest; `*` matches one path segment, captured as {name}
-  run:    agent | files | agentless | pause | host
+  run:    agent | files | pull | agentless | pause | host
   source: (files) directory whose content the image holds; {packages} and {name} expand
-  path:   (files) where that content appears in the container
+  path:   (files) where that content appears in the container; (pull) the directory of the
+          pulled image that is mounted there, e.g. /skyhook-package
+  insecure: (pull) the registry speaks plain HTTP (a local one)
   entrypoint / args: optional overrides of the image's ENTRYPOINT / CMD
+`pull` fetches the image itself from its registry (pull.py: skopeo and umoci) for the node's
+architecture, once per image digest, instead of mapping it to a local folder: e.g.
+  - {image: "127.0.0.1:5000/skyhook-packages/*", run: pull, path: /skyhook-package, insecure: true}
 Rules from a user map (`--image-map` / SKYHOOK_SANDBOX_IMAGE_MAP) are checked before the
 defaults. A reference no rule matches gives the pod an ErrImagePull waiting state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,8 +27,9 @@ from typing import Any
 import yaml
 
 from skyhook_sandbox import agentpython
+from skyhook_sandbox.pull import ImagePuller, PullError
 
-RUN_KINDS = ("agent", "files", "agentless", "pause", "host")
+RUN_KINDS = ("agent", "files", "pull", "agentless", "pause", "host")
 
 DEFAULT_RULES: list[dict[str, Any]] = [
     {"image": "ghcr.io/nvidia/skyhook/agent", "run": "agent"},
@@ -55,7 +62,16 @@ class ImageMapError(ValueError):
 
 
 class ImageNotFound(LookupError):
-    """No rule matches the reference (the pod shows ErrImagePull)."""
+    """No rule matches the reference, or its pull failed (the pod shows ErrImagePull)."""
+
+
+@dataclass(frozen=True)
+class PullRule:
+    """What a `run: pull` rule asks of the registry: the image, and the directory to mount."""
+
+    reference: str
+    path: str
+    insecure: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,8 @@ class ResolvedImage:
     # The image's own entrypoint reads and writes no file (pause, agentless): run unchanged,
     # it behaves the same without the mount namespace, so it may start as a plain process.
     touches_no_files: bool = False
+    # Set until the image is pulled (ImageMap.pulled): then `content` holds the pulled directory.
+    pull: PullRule | None = None
 
 
 def repository(reference: str) -> str:
@@ -114,6 +132,11 @@ def validate_rules(rules: object, origin: str) -> list[dict[str, Any]]:
             for key in ("source", "path"):
                 if not isinstance(rule.get(key), str):
                     raise ImageMapError(f"{where}.{key}: required for run: files")
+        if rule["run"] == "pull":
+            if not isinstance(rule.get("path"), str) or not rule["path"].startswith("/"):
+                raise ImageMapError(f"{where}.path: required for run: pull, an absolute path")
+            if not isinstance(rule.get("insecure", False), bool):
+                raise ImageMapError(f"{where}.insecure: expected true or false")
         for key in ("entrypoint", "args"):
             if key in rule and not (
                 isinstance(rule[key], list) and all(isinstance(x, str) for x in rule[key])
@@ -134,20 +157,40 @@ def load_map_file(path: Path) -> list[dict[str, Any]]:
 
 class ImageMap:
     def __init__(
-        self, extra_rules: list[dict[str, Any]] | None = None, packages_dir: Path | None = None
+        self,
+        extra_rules: list[dict[str, Any]] | None = None,
+        packages_dir: Path | None = None,
+        pull_dir: Path | None = None,
     ):
         self.rules = [*(extra_rules or []), *DEFAULT_RULES]
         self.packages_dir = packages_dir or default_packages_dir()
+        self.puller = ImagePuller(pull_dir or Path("/var/tmp/skyhook-sandbox-images"))
         self._compiled = [(_pattern(repository(rule["image"])), rule) for rule in self.rules]
 
     @classmethod
-    def from_environment(cls, map_file: Path | None = None) -> ImageMap:
+    def from_environment(
+        cls, map_file: Path | None = None, pull_dir: Path | None = None
+    ) -> ImageMap:
         path = map_file or (
             Path(os.environ["SKYHOOK_SANDBOX_IMAGE_MAP"])
             if os.environ.get("SKYHOOK_SANDBOX_IMAGE_MAP")
             else None
         )
-        return cls(load_map_file(path) if path else None)
+        return cls(load_map_file(path) if path else None, pull_dir=pull_dir)
+
+    async def pulled(self, image: ResolvedImage, arch: str) -> ResolvedImage:
+        """`image` with a `run: pull` rule's content pulled for linux/`arch`; else `image`."""
+        if image.pull is None:
+            return image
+        rule = image.pull
+        try:
+            rootfs = await self.puller.pull(rule.reference, arch, rule.insecure)
+        except PullError as error:
+            raise ImageNotFound(f'pulling image "{rule.reference}": {error}') from error
+        source = rootfs / rule.path.lstrip("/")
+        if not source.is_dir():
+            raise ImageNotFound(f'image "{rule.reference}" has no directory {rule.path}')
+        return dataclasses.replace(image, content=[(str(source), rule.path)], pull=None)
 
     def resolve(self, reference: str) -> ResolvedImage:
         repo = repository(reference)
@@ -167,6 +210,9 @@ class ImageMap:
         entrypoint: list[str] = []
         env: dict[str, str] = {}
         content: list[tuple[str, str]] = []
+        pull = None
+        if kind == "pull":
+            pull = PullRule(reference, rule["path"], bool(rule.get("insecure", False)))
         if kind == "agent":
             entrypoint = [agentpython.container_python(), "-m", "skyhook_agent.controller"]
             env = agentpython.agent_image_env()
@@ -188,4 +234,5 @@ class ImageMap:
             content=content,
             env=env,
             touches_no_files=kind in ("agentless", "pause") and "entrypoint" not in rule,
+            pull=pull,
         )

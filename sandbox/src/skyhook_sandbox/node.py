@@ -25,13 +25,14 @@ from skyhook_sandbox.images import ImageMap
 from skyhook_sandbox.kubeclient import ApiError, KubeClient
 from skyhook_sandbox.podstatus import now
 from skyhook_sandbox.podworker import Backoff, PodWorker
+from skyhook_sandbox.pull import MACHINE_ARCH
 from skyhook_sandbox.shims import REBOOT_REQUEST, shim_script
 from skyhook_sandbox.versions import KUBERNETES_VERSION
 
 JsonDict = dict[str, Any]
 log = logging.getLogger("skyhook_sandbox.node")
 LEASE_SECONDS = 40
-ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+ARCH = MACHINE_ARCH
 
 
 @dataclass

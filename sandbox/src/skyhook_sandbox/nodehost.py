@@ -69,7 +69,9 @@ class NodeHost:
         shim_targets = shims.machine_command_paths()
         self.settings = NodeSettings(
             client=self.client,
-            images=ImageMap.from_environment(Path(config.image_map) if config.image_map else None),
+            images=ImageMap.from_environment(
+                Path(config.image_map) if config.image_map else None, state_dir / "images"
+            ),
             backoff=Backoff(config.backoff_initial, config.backoff_max),
             kubelet_port=config.kubelet_port,
             machine_shims_dir=state_dir / "nodes",

@@ -18,15 +18,17 @@ import logging
 import os
 import shutil
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from skyhook_sandbox import container, podenv, volumes
 from skyhook_sandbox.hostroot import NodeRoot
-from skyhook_sandbox.images import ImageMap, ImageNotFound
+from skyhook_sandbox.images import ImageMap, ImageNotFound, ResolvedImage
 from skyhook_sandbox.kubeclient import ApiError, KubeClient
 from skyhook_sandbox.podstatus import ContainerRecord, exit_code, now, pod_status
+from skyhook_sandbox.pull import MACHINE_ARCH
 
 JsonDict = dict[str, Any]
 log = logging.getLogger("skyhook_sandbox.pod")
@@ -293,13 +295,26 @@ class PodWorker:
             await self._sleep(delay)
             record.restart_count += 1
 
+    async def _pull(self, image: ResolvedImage) -> ResolvedImage:
+        """Pull a `run: pull` image for the node's architecture, with a kubelet's events."""
+        if image.pull is None:
+            return image
+        reference = image.reference
+        await self.node.event(self.pod, "Pulling", f'Pulling image "{reference}"', "Normal")
+        started = time.monotonic()
+        pulled = await self.node.images.pulled(image, MACHINE_ARCH)
+        seconds = time.monotonic() - started
+        message = f'Successfully pulled image "{reference}" in {seconds:.3f}s'
+        await self.node.event(self.pod, "Pulled", message, "Normal")
+        return pulled
+
     async def _run_once(self, record: ContainerRecord, spec: JsonDict) -> int:
         """Start the container (retrying pull/config errors) and return its exit code."""
         attempt = 0
         while True:
             self._check()
             try:
-                image = self.node.images.resolve(spec["image"])
+                image = await self._pull(self.node.images.resolve(spec["image"]))
                 objects = {ref: await self._fetch(*ref) for ref in podenv.referenced_objects(spec)}
                 key, values = podenv.lookups(objects)
                 env = podenv.container_env(spec, self.pod, key, values)
