@@ -114,7 +114,7 @@ class LocalBuild:
             )
         tools = ensure_tools(self.say)
         self._start_registry(tools["registry"])
-        self._start_buildkitd(tools["buildkitd"], tools["runc"])
+        self._start_buildkitd(tools["buildkitd"], tools["buildctl"], tools["runc"])
         self._create_builder(tools["buildx"])
         return self
 
@@ -166,13 +166,12 @@ class LocalBuild:
         (self.state_dir / "registry.address").write_text(address + "\n")
         self.say(f"registry {address} (storage {self.state_dir / 'registry'})")
 
-    def _start_buildkitd(self, binary: Path, runc: Path) -> None:
+    def _start_buildkitd(self, binary: Path, buildctl: Path, runc: Path) -> None:
         config = self.state_dir / "buildkitd.toml"
         config.write_text(buildkitd_config(self.state_dir / "buildkit", runc, self.registry))
         self.socket_path.unlink(missing_ok=True)
         argv = [str(binary), "--config", str(config), "--addr", f"unix://{self.socket_path}"]
         pid = self._spawn("buildkitd", argv)
-        buildctl = ensure_tools(self.say)["buildctl"]
         probe = [str(buildctl), "--addr", f"unix://{self.socket_path}", "debug", "workers"]
 
         def ready() -> bool:
