@@ -52,6 +52,8 @@ def test_shellscript_is_built_and_pushed_for_both_platforms(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
 
+    _, media_type = registry.manifest("skyhook-packages/shellscript", version)
+    assert media_type == "application/vnd.oci.image.index.v1+json"  # one OCI index
     images = registry.platforms("skyhook-packages/shellscript", version)
     assert set(images) == {"linux/amd64", "linux/arm64"}
     expected = shipped_files()
