@@ -39,6 +39,7 @@ EVENTS = [
     "remove-node",
     "lag",
     "soak",
+    "cordon",
 ]
 
 
@@ -125,6 +126,10 @@ def _change_soak(scr: dict[str, Any], data: st.DataObject) -> None:
     scr["metadata"]["generation"] += 1
 
 
+def _toggle_cordon(node: dict[str, Any]) -> None:
+    node["spec"]["unschedulable"] = not node["spec"].get("unschedulable")
+
+
 def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> None:
     """One cluster event between passes."""
     node_names = sorted(d.sim.nodes)
@@ -181,6 +186,8 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
         d.sim.add_node(make_node(f"extra-{len(d.sim.nodes)}", {"pool": "gpu"}))
     elif event == "remove-node" and node and len(node_names) > 1:
         del d.sim.nodes[node]
+    elif event == "cordon" and node:  # an administrator cordons or uncordons the node
+        _toggle_cordon(d.sim.nodes[node])
     elif event == "soak":
         _change_soak(scr, data)
     elif event == "lag":

@@ -1,14 +1,18 @@
 """Fleet safety on the sandbox (docs/fleet-safety.md), each read back from a watch that records
-every version of the nodes and pods: the soak time is honoured between batch starts."""
+every version of the nodes and pods: the soak time is honoured between batch starts; an
+admin-cordoned node ends cordoned, every other uncordoned."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from skyhook_dev.harness import wait_until
+from skyhook_operator.kube.client import MERGE_PATCH
+from skyhook_planner.passes import report
 from skyhook_planner.rules import soak
 from skyhook_schemas import keys
 
-from .helpers import Cluster, Recording, agentless
+from .helpers import SHELLSCRIPT, Cluster, Recording, agentless
 from .test_policy import create_policy, ordered, policies  # noqa: F401 (a fixture)
 
 
@@ -59,3 +63,58 @@ def test_the_soak_time_is_honoured_between_batch_starts(
     assert set(status["batchStarts"]) == {keys.DEFAULT_COMPARTMENT}
     # The rollout waited on the soak in between: the condition said so, then cleared.
     assert condition(cluster, name, soak.CONDITION_SOAK)["status"] == "False"
+
+
+def reboot_package() -> dict[str, Any]:
+    return {
+        "version": "1.0.0",
+        "image": SHELLSCRIPT,
+        "interrupt": {"type": "reboot"},
+        "configMap": {"apply.sh": "#!/bin/bash\ntrue\n"},
+    }
+
+
+def test_an_admin_cordoned_node_ends_cordoned_every_other_uncordoned(cluster: Cluster) -> None:
+    """Through a reboot interrupt on every node, an operator restart mid-rollout and the
+    Skyhook's deletion: the node cordoned before the rollout is never seen schedulable and ends
+    cordoned; the others are cordoned for their reboot and end uncordoned."""
+    nodes = cluster.add_nodes(3)
+    admin = nodes[0]
+    cluster.kube.request(
+        "PATCH", cluster.kube.node_path(admin), {"spec": {"unschedulable": True}}, MERGE_PATCH
+    )
+    boots = {n: cluster.node(n)["status"]["nodeInfo"]["bootID"] for n in nodes}
+    name = cluster.label
+    recording = cluster.record(name)
+    cluster.skyhook(name, {"kernel": reboot_package()}, interruptionBudget={"count": 3})
+
+    marker = keys.cordon_key(name)
+    wait_until(
+        lambda: any(marker in cluster.node(n)["metadata"].get("annotations", {}) for n in nodes),
+        60,
+        "a node cordoned by the rollout",
+    )
+    assert cluster.operator is not None
+    cluster.operator.stop()  # a restart mid-rollout: the markers on the nodes are the memory
+    cluster.operator = cluster.start_operator()
+    cluster.wait_complete(name, timeout=240)
+
+    for node in nodes:
+        assert cluster.node(node)["status"]["nodeInfo"]["bootID"] != boots[node], node
+    versions = {
+        n: [o for _, _, o in recording.of("node") if o["metadata"]["name"] == n] for n in nodes
+    }
+    assert all(v["spec"].get("unschedulable") for v in versions[admin]), (
+        "the administrator's cordon was lifted at some point"
+    )
+    for node in nodes[1:]:
+        assert any(v["spec"].get("unschedulable") for v in versions[node]), node
+        assert not cluster.node(node)["spec"].get("unschedulable"), node
+    assert cluster.node(admin)["spec"]["unschedulable"] is True
+    assert condition(cluster, name, report.CONDITION_ADMIN_CORDONS)["status"] == "True"
+
+    cluster.kube.request("DELETE", cluster.kube.skyhook_path(name))
+    wait_until(lambda: cluster._gone(name), 60, "the Skyhook deleted")
+    assert cluster.node(admin)["spec"]["unschedulable"] is True
+    assert not any(cluster.node(n)["spec"].get("unschedulable") for n in nodes[1:])
+    assert all(marker not in cluster.node(n)["metadata"].get("annotations", {}) for n in nodes)

@@ -78,6 +78,12 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("skyhook_node_status_count", "Nodes of the Skyhook per node status", (*SKYHOOK, "status")),
     ("skyhook_node_target_count", "Nodes the Skyhook's nodeSelector matches", SKYHOOK),
     (
+        "skyhook_admin_cordoned_nodes",
+        "Nodes the Skyhook selects that someone else cordoned (no Skyhook's cordon marker): "
+        "left cordoned after the rollout",
+        SKYHOOK,
+    ),
+    (
         "skyhook_package_state_count",
         "Nodes per state of this package version",
         (*PACKAGE, "state"),
@@ -182,6 +188,8 @@ def _skyhook_samples(
         [Sample((name, s), node_statuses[s]) for s in STATUSES],
     )
     yield "skyhook_node_target_count", [Sample((name,), len(matched))]
+    admin = sum(1 for n in matched if n.unschedulable and not nodestate.cordoned_by(n.annotations))
+    yield "skyhook_admin_cordoned_nodes", [Sample((name,), admin)]
     by_state: list[Sample] = []
     by_stage: list[Sample] = []
     restarts: list[Sample] = []

@@ -134,6 +134,20 @@ def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeC
     return changes
 
 
+_CORDON_PREFIX = keys.cordon_key("")
+
+
+def cordoned_by(annotations: Mapping[str, str | None]) -> frozenset[str]:
+    """The Skyhooks whose cordon marker (`cordon_<scr>: "true"`) is in `annotations`. A node
+    that is cordoned with no marker was cordoned by someone else (an administrator): no
+    Skyhook uncordons it (docs/fleet-safety.md#admin-cordons-kept)."""
+    return frozenset(
+        key[len(_CORDON_PREFIX) :]
+        for key, value in annotations.items()
+        if key.startswith(_CORDON_PREFIX) and value == "true"
+    )
+
+
 def removal(node: NodeView, scr: str) -> NodeChanges:
     """The removal of every key this Skyhook keeps on `node` (when the Skyhook is deleted)."""
     changes = NodeChanges()

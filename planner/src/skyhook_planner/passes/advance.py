@@ -171,9 +171,13 @@ class _NodeRun:
 
     def _cordon_and_drain(self, drained: drain.Drain, package: Package) -> None:
         out = self.decision.node(self.node.name)
-        if not self.node.unschedulable and not self.state.cordoned:
-            out.unschedulable = True
+        cordoned, holders = self.ctx.cordon_of(self.node)
+        if not self.state.cordoned and (not cordoned or holders - {self.ctx.name}):
+            # Not an administrator's cordon: ours to take (shared with the Skyhooks whose
+            # markers are there) and to lift once the last of them is done.
             self.state = replace(self.state, cordoned=True)
+        if self.state.cordoned:
+            out.unschedulable = True  # again, should someone have uncordoned it meanwhile
         if drained.to_evict:
             self.decision.event(
                 "Node",

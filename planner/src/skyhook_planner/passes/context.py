@@ -179,6 +179,16 @@ class SkyhookContext:
         """The nodes an earlier Skyhook of this pass runs; None for one not planned yet."""
         return self._earlier.running.get(scr)
 
+    def cordon_of(self, node: NodeView) -> tuple[bool, frozenset[str]]:
+        """Whether `node` is cordoned and which Skyhooks' cordon markers are on it, once the
+        Skyhooks before this one in the pass have written theirs. Cordoned with no marker is
+        someone else's cordon (an administrator's), which no Skyhook takes or lifts."""
+        out = self._earlier.nodes.get(node.name)
+        if out is None:
+            return node.unschedulable, nodestate.cordoned_by(node.annotations)
+        unschedulable = node.unschedulable if out.unschedulable is None else out.unschedulable
+        return unschedulable, nodestate.cordoned_by({**node.annotations, **out.changes.annotations})
+
     def node_order(self, node: str) -> int:
         """The node's SKYHOOK_NODE_ORDER (rules/ordering.py), counting the nodes admitted this
         pass: ask only once admission is done."""

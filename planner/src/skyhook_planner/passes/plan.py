@@ -63,7 +63,7 @@ def decide(index: PassIndex, memory: PassMemory) -> Decision:
     decision = auto_taint(index, ordered)
     for scr in ordered:
         if scr.deleting and not uninstall.deletion_pending(index, scr):
-            decision.merge(cleanup(index, scr, decision.deleted))
+            decision.merge(cleanup(index, scr, decision.deleted, decision.nodes))
         else:
             remembered = memory.skyhooks.get(scr.name)
             decision.merge(rollout.decide(index, scr, decision, remembered))

@@ -53,11 +53,14 @@ def finish(
     )
     if complete and state.cordoned:
         decided = decided or Decision()
-        decided.node(node.name).unschedulable = False
+        _uncordon(ctx, node, decided)
         state = replace(state, cordoned=False)
     if complete and state.status != COMPLETE and state.entries is not None:
         decided = decided or Decision()
         decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
+        cordoned, holders = ctx.cordon_of(node)
+        if cordoned and not holders:
+            decided.event("Node", node.name, ADMIN_CORDON_KEPT, _kept_message(ctx.name))
     # Most nodes are as their annotations and status label say: nothing to save for them.
     if not (
         state is ctx.before(node)
@@ -92,8 +95,51 @@ def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
     ):
         return None
     decided = Decision()
-    decided.node(node.name).unschedulable = False
+    _uncordon(ctx, node, decided)
     decided.work.states[node.name] = replace(state, cordoned=False)
+    return decided
+
+
+# Ours (docs/fleet-safety.md#admin-cordons-kept): nodes an administrator cordoned stay so.
+ADMIN_CORDON_KEPT = "AdminCordonKept"
+CONDITION_ADMIN_CORDONS = f"{keys.GROUP}/{ADMIN_CORDON_KEPT}"
+
+
+def _kept_message(scr: str) -> str:
+    return f"cordoned by someone else before [skyhook:{scr}] ran: left cordoned"
+
+
+def _named(nodes: Sequence[str]) -> str:
+    if len(nodes) > MAX_NAMED_NODES:
+        return f"{len(nodes)} nodes were"
+    return f"Node [{', '.join(nodes)}] " + ("was" if len(nodes) == 1 else "were")
+
+
+def _uncordon(ctx: SkyhookContext, node: NodeView, decided: Decision) -> None:
+    """Lift our cordon (the caller drops our marker), unless another Skyhook's marker is still
+    on the node: the last Skyhook to let go of a shared cordon lifts it."""
+    _, holders = ctx.cordon_of(node)
+    if not holders - {ctx.name}:
+        decided.node(node.name).unschedulable = False
+
+
+def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Decision:
+    """A condition naming the selected nodes someone else cordoned (no Skyhook's marker on
+    them), while there are any: the rollout runs there and leaves them cordoned."""
+    decided = Decision()
+    kept = [n.name for n in rollout.matched if ctx.cordon_of(n) == (True, frozenset())]
+    if kept:
+        decided.work.conditions.append(
+            statuses.condition(
+                CONDITION_ADMIN_CORDONS,
+                True,
+                ADMIN_CORDON_KEPT,
+                f"{_named(kept)} cordoned by someone else (no skyhook.nvidia.com/cordon_ "
+                "marker): the rollout runs there and leaves them cordoned.",
+                ctx.now,
+                generation=ctx.scr.generation,
+            )
+        )
     return decided
 
 
@@ -213,6 +259,7 @@ def status(
     # A gate removed from the spec takes its condition with it.
     dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in rollout.holds.conditions}
     dropped |= set(statuses.WHILE_TRUE_CONDITIONS) - {c["type"] for c in conditions}
+    dropped |= {CONDITION_ADMIN_CORDONS} - {c["type"] for c in conditions}  # only while any
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
     old_status = current.get("status")
     if old_status != overall:

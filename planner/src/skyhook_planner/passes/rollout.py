@@ -107,6 +107,7 @@ class _Share:
         decided.merge(admission.decided)
         node_statuses, reused = self.advance_nodes(selection, admission)
         decided.merge(report.selection_conditions(ctx, self.rollout, selection))
+        decided.merge(report.admin_cordons(ctx, self.rollout))
         decided.merge(_release_unselected(ctx, self.rollout))
         decided.merge(report.save(ctx, decided.work.states))
         decided.merge(uninstall.report(ctx, self.rollout))
