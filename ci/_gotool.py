@@ -1,6 +1,7 @@
 """A pinned Go tool, built from the Go module proxy once and cached (helm, actionlint, BuildKit).
 
-No release binaries are downloadable here, so `go install <package>@<version>` builds the tool,
+No release binaries are downloadable here, so `go install <package>@<version>` builds the tool
+(`go build` in a copy of the module for one whose go.mod `go install` refuses, BuildKit's),
 niced because a build can take minutes of CPU. It lands in
 ~/.cache/skyhook/bin/<name>/<version>/<name> ($SKYHOOK_CACHE_DIR replaces ~/.cache/skyhook);
 a file lock stops two test runs from building at once, and the binary appears whole or not at
