@@ -188,6 +188,9 @@ class Reconciler:
                 snapshot = replace(snapshot, image_artifacts=found)
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
+            # Writes the apiserver refused as invalid go out once per spec, not every pass.
+            generations = {s.name: s.generation for s in snapshot.skyhooks}
+            plan = self._writer.without_held(plan, generations)
             planned = time.monotonic()
             if plan.needs_quiet and (snapshot.busy_nodes or pending):
                 # Planned around writes in flight: wait for them and plan again at once.

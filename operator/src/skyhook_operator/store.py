@@ -27,6 +27,7 @@ from skyhook_planner.model.snapshot import (
     PodView,
     PolicyView,
     SkyhookView,
+    WriteRefusal,
 )
 from skyhook_planner.model.status import merge_patched
 from skyhook_schemas.status import SkyhookStatus
@@ -134,6 +135,47 @@ def index_values(index: Mapping[Any, Iterable[Versioned[View]]]) -> list[Version
     return [value for store in index.values() for value in store]
 
 
+ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+class Refusals:
+    """Writes the apiserver refused as invalid (HTTP 422), by object: the writer records and
+    clears them (thread-safe), each snapshot carries them to the planner, which reports them
+    in the Skyhook's status. A refused write is not sent again while its Skyhook's
+    generation is the one it was refused at."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_object: dict[ObjectKey, WriteRefusal] = {}
+
+    def refused(self, refusal: WriteRefusal) -> bool:
+        """Record a refusal; True unless the same was recorded already (for the same spec)."""
+        key = (refusal.kind, refusal.namespace, refusal.name)
+        with self._lock:
+            new = self._by_object.get(key) != refusal
+            self._by_object[key] = refusal
+        return new
+
+    def written(self, key: ObjectKey) -> None:
+        """The object was written: whatever was refused before is past."""
+        if key in self._by_object:
+            with self._lock:
+                self._by_object.pop(key, None)
+
+    def held(self, key: ObjectKey, generations: Mapping[str, int]) -> bool:
+        """Whether a write of the object was refused at its Skyhook's current generation."""
+        refusal = self._by_object.get(key)
+        return refusal is not None and generations.get(refusal.skyhook) == refusal.generation
+
+    def current(self, skyhooks: Iterable[str]) -> tuple[WriteRefusal, ...]:
+        """The refusals of these Skyhooks (those of a deleted one are forgotten)."""
+        alive = set(skyhooks)
+        with self._lock:
+            for key in [k for k, r in self._by_object.items() if r.skyhook not in alive]:
+                del self._by_object[key]
+            return tuple(self._by_object.values())
+
+
 class ClusterStore:
     """Holds the index objects and the overlays; builds a snapshot on demand.
 
@@ -147,6 +189,7 @@ class ClusterStore:
         self.nodes: Overlay[NodeView] = Overlay(NodeView.from_api)
         self.pods: Overlay[PodView] = Overlay(PodView.from_api)
         self.configmaps: Overlay[ConfigMapView] = Overlay(ConfigMapView.from_api)
+        self.refusals = Refusals()
 
     def attach(self, name: str, index: Mapping[Any, Iterable[Versioned[Any]]]) -> None:
         self.indexes[name] = index
@@ -161,12 +204,14 @@ class ClusterStore:
         policies: list[PolicyView] = [
             v.view for v in index_values(self.indexes.get("policy_index", {})) if v.view
         ]
+        skyhooks = tuple(sorted(merged("skyhook_index", self.skyhooks), key=lambda s: s.name))
         return ClusterSnapshot(
-            skyhooks=tuple(sorted(merged("skyhook_index", self.skyhooks), key=lambda s: s.name)),
+            skyhooks=skyhooks,
             nodes=tuple(nodes),
             pods=tuple(pods),
             configmaps=tuple(merged("configmap_index", self.configmaps)),
             policies=tuple(sorted(policies, key=lambda p: p.name)),
+            refusals=self.refusals.current(s.name for s in skyhooks),
         )
 
 

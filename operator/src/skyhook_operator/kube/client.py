@@ -37,10 +37,18 @@ Json = dict[str, Any]
 class ApiError(Exception):
     """A non-2xx answer: `status` is the HTTP code, `reason` the apiserver's message."""
 
-    def __init__(self, status: int, reason: str, method: str = "", path: str = "") -> None:
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        method: str = "",
+        path: str = "",
+        fields: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(f"{method} {path}: {status} {reason}".strip())
         self.status = status
         self.reason = reason
+        self.fields = fields  # the fields a 422 (Invalid) names, from the Status's causes
 
 
 class NotLeading(ApiError):
@@ -126,10 +134,13 @@ class Kube:
         if response.status >= 300:
             self._count_error(what, str(response.status))
             try:
-                reason = json.loads(data).get("message", data)
-            except ValueError:
-                reason = data or str(response.reason)
-            raise ApiError(response.status, reason, method, path)
+                answer = json.loads(data)
+                reason = answer.get("message", data)
+                causes = (answer.get("details") or {}).get("causes") or ()
+                fields = tuple(str(c["field"]) for c in causes if c.get("field"))
+            except (ValueError, AttributeError, TypeError):
+                reason, fields = data or str(response.reason), ()
+            raise ApiError(response.status, reason, method, path, fields)
         return json.loads(data) if data else {}
 
     def get_text(self, path: str) -> str:

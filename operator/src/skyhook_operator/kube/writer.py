@@ -50,7 +50,7 @@ from skyhook_operator.kube.client import (
     Kube,
 )
 from skyhook_operator.kube.drain import Evictor
-from skyhook_operator.store import ClusterStore
+from skyhook_operator.store import ClusterStore, ObjectKey
 from skyhook_planner.model.actions import (
     Action,
     AddFinalizer,
@@ -68,9 +68,11 @@ from skyhook_planner.model.actions import (
     lane_of,
     skyhook_wide,
 )
+from skyhook_planner.model.snapshot import WriteRefusal
 from skyhook_planner.model.spec import normalising_patch
 from skyhook_planner.model.status import compose_merge_patches
 from skyhook_planner.model.vocabulary import Taint
+from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +211,7 @@ class Writer:
         self._status_written = 0.0  # time.monotonic() of the last status write
         self._status_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
         self._closing = False
+        self._generations: Mapping[str, int] = {}  # each Skyhook's, as the last plan saw it
         # Called from a writer thread when a lane failed, or when a pass left its node alone
         # while it was busy, with whether it failed.
         self.on_written: Callable[[bool], None] = lambda failed: None
@@ -468,6 +471,45 @@ class Writer:
         for action in actions:
             self._run_one(action, run, lane)
 
+    def without_held(self, plan: Plan, generations: Mapping[str, int]) -> Plan:
+        """`plan` without the writes the apiserver refused as invalid for the current spec of
+        their Skyhook (`generations`), nor what their node's lane holds after them: a refused
+        write is sent once per spec, not every pass (the Skyhook's status names it)."""
+        self._generations = dict(generations)
+        refusals = self._store.refusals
+        stopped: set[str] = set()
+        kept: list[Action] = []
+        for action in plan.actions:
+            lane = lane_of(action)
+            if lane is not None and lane in stopped:
+                continue
+            key = _object_of(action)
+            if key is not None and refusals.held(key, generations):
+                if lane is not None:
+                    stopped.add(lane)
+                continue
+            kept.append(action)
+        return plan if len(kept) == len(plan.actions) else replace(plan, actions=tuple(kept))
+
+    def _refused(self, action: Action, error: ApiError) -> None:
+        """The apiserver refused the write as invalid (422): record it for the planner and
+        the next passes, and say so once in a Warning Event on the Skyhook."""
+        key, skyhook = _object_of(action), _skyhook_of(action)
+        if key is None or not skyhook:
+            return
+        refusal = WriteRefusal(
+            skyhook, *key, message=error.reason, generation=self._generations.get(skyhook, 0)
+        )
+        if not self._store.refusals.refused(refusal):
+            return
+        fields = ", ".join(error.fields) or "a field it did not name"
+        message = (
+            f"{refusal.object}: the apiserver refused {fields}, not sent again until the "
+            f"spec changes: {error.reason}"
+        )
+        log.warning("Skyhook %s: %s", skyhook, message)
+        self.emit_event(EmitEvent("Skyhook", skyhook, "WriteRefused", message, "Warning"))
+
     def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
         with self._lock:
             self._queued = max(0, self._queued - 1)
@@ -478,12 +520,17 @@ class Writer:
         try:
             self._dispatch(action)
         except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+            if isinstance(error, ApiError) and error.status == 422:
+                self._refused(action, error)
             log.warning("%s failed, the next pass re-plans: %s", type(action).__name__, error)
             with run.lock:
                 run.result.failures.append(f"{type(action).__name__}: {error}")
                 if lane is not None:
                     run.failed_lanes.add(lane)
             return
+        key = _object_of(action)
+        if key is not None:
+            self._store.refusals.written(key)
         with run.lock:
             run.result.applied += 1
 
@@ -554,6 +601,10 @@ class Writer:
             try:
                 return self._kube.request("PATCH", path, patch, JSON_PATCH)
             except ApiError as error:
+                if error.status == 422 and attempt == _CONFLICT_RETRIES - 1:
+                    # The `test` of the resourceVersion kept failing: a conflict, not a
+                    # node the apiserver refuses.
+                    raise ApiError(409, error.reason, "PATCH", path) from error
                 if error.status not in (409, 422) or attempt == _CONFLICT_RETRIES - 1:
                     raise
                 log.debug("taints of %s changed meanwhile, recomputing", path)
@@ -709,3 +760,40 @@ def _wanted_taints(
     # Keep the original order for taints that did not change.
     order = {(t.key, t.effect): i for i, t in enumerate(current)}
     return sorted(wanted, key=lambda t: order.get((t.key, t.effect), len(order)))
+
+
+# Per-Skyhook node keys (`<group>/nodeState_<skyhook>`, ...): what names a node patch's Skyhook.
+_NODE_KEY_PREFIXES = tuple(
+    key("")
+    for key in (
+        keys.node_state_key,
+        keys.node_status_key,
+        keys.cordon_key,
+        keys.version_key,
+        keys.image_selection_key,
+    )
+)
+
+
+def _object_of(action: Action) -> ObjectKey | None:
+    """The object a write creates or changes, for those the apiserver may refuse as invalid."""
+    if isinstance(action, CreatePod):
+        return ("Pod", action.namespace, action.name)
+    if isinstance(action, UpsertConfigMap):
+        return ("ConfigMap", str(action.manifest["metadata"].get("namespace", "")), action.name)
+    if isinstance(action, PatchNode):
+        return ("Node", "", action.name)
+    return None
+
+
+def _skyhook_of(action: Action) -> str:
+    """The Skyhook a write is for ("" if none can be told)."""
+    if isinstance(action, CreatePod | UpsertConfigMap):
+        labels = action.manifest["metadata"].get("labels") or {}
+        return str(labels.get(keys.NAME_LABEL) or labels.get(keys.NODE_META_LABEL) or "")
+    if isinstance(action, PatchNode):
+        for key in sorted({**action.annotations, **action.labels}):
+            for prefix in _NODE_KEY_PREFIXES:
+                if key.startswith(prefix) and len(key) > len(prefix):
+                    return key[len(prefix) :]
+    return ""

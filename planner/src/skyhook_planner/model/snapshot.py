@@ -245,6 +245,25 @@ class PolicyView:
 
 
 @dataclass(frozen=True)
+class WriteRefusal:
+    """A write of the operator's that the apiserver refused as invalid (HTTP 422): the
+    operator does not send it again while the Skyhook's spec stays at `generation`, and the
+    Skyhook's status says so (passes/report.py)."""
+
+    skyhook: str
+    kind: str  # ConfigMap, Pod, Node
+    namespace: str  # "" for a Node
+    name: str
+    message: str  # the apiserver's, naming the field
+    generation: int
+
+    @property
+    def object(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}"
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one pass decides from. It must reflect every write of earlier passes
     (read-your-writes): a stale node annotation would make the planner redo finished work."""
@@ -266,3 +285,5 @@ class ClusterSnapshot:
     # released node until its whole lane is written, the deletion of its last pod included).
     busy_nodes: frozenset[str] = frozenset()
     holding_nodes: frozenset[str] = frozenset()
+    # Writes the apiserver refused as invalid, and for which Skyhook generation.
+    refusals: tuple[WriteRefusal, ...] = ()

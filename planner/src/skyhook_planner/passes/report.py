@@ -259,6 +259,9 @@ def status(
     # A gate removed from the spec takes its condition with it.
     dropped = set(holds.HOLD_CONDITIONS) - {c["type"] for c in rollout.holds.conditions}
     dropped |= set(statuses.WHILE_TRUE_CONDITIONS) - {c["type"] for c in conditions}
+    refused = write_refused(ctx)  # only while a write for this spec is refused
+    found += refused
+    dropped |= {CONDITION_WRITE_REFUSED} - {c["type"] for c in refused}
     dropped |= {CONDITION_ADMIN_CORDONS} - {c["type"] for c in conditions}  # only while any
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
     old_status = current.get("status")
@@ -373,3 +376,33 @@ def compartment_statuses(
             entry["batchState"] = (BatchState() if group.reset else group.batch).to_json()
         result[name] = entry
     return result
+
+
+CONDITION_WRITE_REFUSED = f"{keys.GROUP}/WriteRefused"
+_REFUSALS_LISTED = 3
+
+
+def write_refused(ctx: SkyhookContext) -> list[dict[str, Any]]:
+    """The WriteRefused condition while the apiserver refuses some write of this Skyhook's
+    current spec as invalid (the operator does not send it again until the spec changes);
+    none once that write went through or the spec changed."""
+    refused = sorted(
+        (r for r in ctx.index.snap.refusals if r.skyhook == ctx.name),
+        key=lambda r: (r.kind, r.namespace, r.name),
+    )
+    refused = [r for r in refused if r.generation == ctx.scr.generation]
+    if not refused:
+        return []
+    listed = "; ".join(f"{r.object}: {r.message}" for r in refused[:_REFUSALS_LISTED])
+    more = len(refused) - _REFUSALS_LISTED
+    return [
+        statuses.condition(
+            CONDITION_WRITE_REFUSED,
+            True,
+            "WriteRefused",
+            f"The apiserver refused {len(refused)} write(s) as invalid, not sent again until "
+            f"the spec changes: {listed}" + (f"; and {more} more" if more > 0 else ""),
+            ctx.now,
+            generation=ctx.scr.generation,
+        )
+    ]
