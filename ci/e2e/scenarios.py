@@ -3,12 +3,14 @@
 One list, run by both `ci/e2e-kind` (a kind cluster with the helm chart installed) and the
 operator's sandbox integration suite (operator/tests/integration/test_shared_scenarios.py), so
 the two cannot drift. The runner touches the cluster only through the Kubernetes API with the
-kubeconfig it is given, and judges only what the API shows: the Skyhook's status, the nodes'
+kubeconfig it is given, and judges only what the API shows: the Skyhook's status and
+conditions (every version of them, once recorded), admission refusals, the nodes'
 `nodeState_<scr>` annotations, `status_<scr>` labels, taints and cordon, and stage pods.
 
 Nodes under test are those labelled `skyhook.nvidia.com/test-node=demo` (kind's workers, the
-sandbox test's nodes). Each scenario deletes what it created when it passes; a failing one
-leaves everything in place for diagnostics and stops the run.
+sandbox test's nodes); a scenario may label, taint or corrupt one of them for a while. Each
+scenario deletes what it created and undoes those edits when it passes; a failing one leaves
+everything in place for diagnostics and stops the run.
 
     python3 ci/e2e/scenarios.py list                    name and summary of each scenario
     python3 ci/e2e/scenarios.py images [--kubeconfig K] image:version of every package used
@@ -55,7 +57,7 @@ class Apply:
 @dataclass(frozen=True)
 class Refused:
     """`kubectl apply` must fail with a message holding every string of `naming`, and the
-    object must not exist afterwards."""
+    object must not exist afterwards (or, when it existed, keep its spec)."""
 
     manifest: Obj
     naming: tuple[str, ...]
@@ -71,15 +73,26 @@ class Patch:
 
 @dataclass(frozen=True)
 class Record:
-    """From now on, keep every stage pod of `scr` and every version of the nodes under test."""
+    """From now on, keep every stage pod of `scr`, every version of the nodes under test and
+    every version of the Skyhook itself."""
 
     scr: str
 
 
 @dataclass(frozen=True)
+class Recording:
+    """What `Record` kept, in arrival order: Skyhook versions, pods added, node versions."""
+
+    skyhooks: Sequence[Obj]
+    pods: Sequence[Obj]
+    nodes: Sequence[Obj]
+
+
+@dataclass(frozen=True)
 class Complete:
-    """Wait until the Skyhook says complete and every node under test has exactly the
-    Skyhook's packages, each complete, status label complete, no taint of ours, no cordon."""
+    """Wait until the Skyhook says complete and every node under test it selects has exactly
+    the Skyhook's packages (none of those it uninstalls), each complete, status label complete,
+    no taint of ours, no cordon."""
 
     scr: str
 
@@ -103,9 +116,11 @@ class AtMostAtOnce:
 
 @dataclass(frozen=True)
 class Delete:
-    """Delete a Skyhook and wait until it is gone (its finalizer ran)."""
+    """Delete a Skyhook and wait until it is gone (its finalizer ran); with `wait=False` only
+    ask for the deletion."""
 
     scr: str
+    wait: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,90 @@ class Clean:
     scr: str
 
 
-Step = Apply | Refused | Patch | Record | Complete | OnlyStages | AtMostAtOnce | Delete | Clean
+@dataclass(frozen=True)
+class Ran:
+    """Since `Record`, every node under test ran a pod of each of `stages` and, once they all
+    did, no pod of another stage (for a Skyhook that may be gone, so no wait for complete)."""
+
+    scr: str
+    stages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Started:
+    """Wait until, since `Record`, every node under test ran a pod of each of `stages`."""
+
+    scr: str
+    stages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Wait until `judge(skyhook, nodes under test)` finds no problem."""
+
+    scr: str
+    judge: Callable[[Obj, Sequence[Obj]], list[str]]
+    what: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Judge what `Record` kept: `judge(Recording, nodes under test now)` must find no
+    problem (checked once, when the step runs)."""
+
+    scr: str
+    judge: Callable[[Recording, Sequence[Obj]], list[str]]
+    what: str
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Wait until the Skyhook no longer exists (after `Delete(..., wait=False)`)."""
+
+    scr: str
+
+
+@dataclass(frozen=True)
+class Label:
+    """Set (or with None remove) a label on the `node`-th node under test, in name order;
+    clean-up removes what the scenario set."""
+
+    node: int
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class Taint:
+    """Add (`present`) or remove a NoSchedule taint `key` on the `node`-th node under test;
+    clean-up removes what the scenario added."""
+
+    node: int
+    key: str
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class Corrupt:
+    """Overwrite the `node`-th node's `nodeState_<scr>` annotation with text that is not JSON,
+    keeping the old value for `Repair` (and clean-up)."""
+
+    scr: str
+    node: int
+
+
+@dataclass(frozen=True)
+class Repair:
+    """Put back the annotation `Corrupt` overwrote."""
+
+    scr: str
+    node: int
+
+
+Step = (
+    Apply | Refused | Patch | Record | Complete | OnlyStages | AtMostAtOnce | Delete | Clean
+    | Ran | Started | Expect | Recorded | Gone | Label | Taint | Corrupt | Repair
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,20 +227,41 @@ class Scenario:
 def shellscript_scr(name: str, version: str, marker: str, **spec: Any) -> dict[str, Any]:
     """A Skyhook whose one shellscript package appends a line per step to `marker` on the host
     and checks it; quick (no sleeps) so the scenarios stay short."""
+    return skyhook(name, {"hello": package(version, marker)}, **spec)
+
+
+def skyhook(name: str, packages: Mapping[str, Any], **spec: Any) -> dict[str, Any]:
+    """A Skyhook of `packages` on the nodes under test; `annotations` go in its metadata."""
+    metadata: dict[str, Any] = {"name": name}
+    if "annotations" in spec:
+        metadata["annotations"] = spec.pop("annotations")
+    selector = {NODE_LABEL: NODE_LABEL_VALUE, **spec.pop("labels", {})}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Skyhook",
+        "metadata": metadata,
+        "spec": {"nodeSelectors": {"matchLabels": selector}, "packages": dict(packages), **spec},
+    }
+
+
+def package(
+    version: str, marker: str, *, uninstall_sleep: int = 0, **fields: Any
+) -> dict[str, Any]:
+    """A shellscript package: apply and config append a line to `marker` on the host and check
+    it; uninstall (after `uninstall_sleep` seconds) removes it, failing with $UNINSTALL_EXIT
+    when the package's env sets it, and uninstall-check checks it is gone."""
     scripts = {}
     for step in ("apply", "config"):
         scripts[f"{step}.sh"] = f"#!/bin/bash\necho {step} >> {marker}\n"
         scripts[f"{step}_check.sh"] = f"#!/bin/bash\ngrep -q {step} {marker}\n"
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Skyhook",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {NODE_LABEL: NODE_LABEL_VALUE}},
-            "packages": {"hello": {"version": version, "image": SHELLSCRIPT, "configMap": scripts}},
-            **spec,
-        },
-    }
+    if "uninstall" in fields:
+        pause = f"sleep {uninstall_sleep}\n" if uninstall_sleep else ""
+        scripts["uninstall.sh"] = (
+            f"#!/bin/bash\n{pause}exit_code=${{UNINSTALL_EXIT:-0}}\n"
+            f'[ "$exit_code" = 0 ] || exit "$exit_code"\nrm -f {marker}\n'
+        )
+        scripts["uninstall_check.sh"] = f"#!/bin/bash\ntest ! -e {marker}\n"
+    return {"version": version, "image": SHELLSCRIPT, "configMap": scripts, **fields}
 
 
 def _invalid_scr() -> dict[str, Any]:
@@ -157,6 +276,377 @@ POLICY = {
     "metadata": {"name": "e2e-one-at-a-time"},
     "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
 }
+
+# --- upstream's newest behaviours: explicit uninstall, its admission gates, sequencing, node
+# order, malformed node state, blocked deletion, and the status as a user reads it.
+
+ENABLED = {"enabled": True, "apply": False}
+APPLY = {"enabled": True, "apply": True}
+PAUSE = f"{GROUP}/pause"
+DISABLE = f"{GROUP}/disable"
+GATE_LABEL = f"{GROUP}/e2e-gate"
+
+
+def uninstall_apply(*names: str, apply: bool = True) -> dict[str, Any]:
+    """A merge patch setting `uninstall.apply` on the named packages."""
+    return {"spec": {"packages": {n: {"uninstall": {"apply": apply}} for n in names}}}
+
+
+def _mixed() -> dict[str, Any]:
+    return skyhook(
+        "e2e-mixed",
+        {
+            "plain": package("1.1.1", "/skyhook-e2e-plain", uninstall=ENABLED),
+            "noop": package(
+                "1.1.1", "/skyhook-e2e-noop", uninstall=ENABLED, interrupt={"type": "noop"}
+            ),
+            "kept": package("1.1.1", "/skyhook-e2e-kept"),
+        },
+        # One node cordoned and drained at a time, so on kind an operator pod drained off a
+        # worker always has the other one to go to.
+        interruptionBudget={"count": 1},
+    )
+
+
+def _mixed_history(recording: Recording, nodes: Sequence[Obj]) -> list[str]:
+    names = sorted(n["metadata"]["name"] for n in nodes)
+    return (
+        never_cordoned(recording, names)
+        + condition_seen(recording, "UninstallInProgress", "UninstallInProgress")
+        # the first rollout retired both nodes from nodePriority: this one numbers on from 2
+        + node_order_problems(recording, names, offset=2)
+    )
+
+
+def _gated(version: str, uninstall: Mapping[str, bool]) -> dict[str, Any]:
+    return skyhook(
+        "e2e-gates",
+        {
+            "hello": package(version, "/skyhook-e2e-gates", uninstall=dict(uninstall)),
+            "other": package("1.1.1", "/skyhook-e2e-gates-other"),
+        },
+    )
+
+
+def _sequenced(name: str, priority: int, **spec: Any) -> dict[str, Any]:
+    return skyhook(name, {"hello": package("1.1.1", f"/skyhook-{name}")}, priority=priority, **spec)
+
+
+def _node_order(scr: str, count: int) -> Callable[[Recording, Sequence[Obj]], list[str]]:
+    """SKYHOOK_NODE_ORDER numbered from 0 in start order, and the status at completion:
+    nodeOrderOffset `count`, no nodePriority left; while running, nodePriority held nodes."""
+
+    def judge(recording: Recording, nodes: Sequence[Obj]) -> list[str]:
+        names = sorted(n["metadata"]["name"] for n in nodes)
+        problems = node_order_problems(recording, names)
+        if not any((v.get("status") or {}).get("nodePriority") for v in recording.skyhooks):
+            problems.append(f"no recorded version of {scr} had a status.nodePriority")
+        last = recording.skyhooks[-1].get("status") or {} if recording.skyhooks else {}
+        if last.get("nodeOrderOffset") != count or last.get("nodePriority"):
+            problems.append(
+                f"{scr} ends with nodeOrderOffset {last.get('nodeOrderOffset')} and "
+                f"nodePriority {last.get('nodePriority')}, want {count} and none"
+            )
+        return problems
+
+    return judge
+
+
+UPSTREAM_HEAD: tuple[Scenario, ...] = (
+    Scenario(
+        "uninstall-mixed-packages",
+        "uninstall.apply on two of three packages removes them (the one with an interrupt "
+        "cordoned, uninstall-interrupt run) and keeps the third",
+        (
+            Apply(_mixed()),
+            Complete("e2e-mixed"),
+            Record("e2e-mixed"),
+            Patch("e2e-mixed", uninstall_apply("plain", "noop")),
+            OnlyStages("e2e-mixed", ("uninstall", "uninstall-interrupt")),
+            Recorded(
+                "e2e-mixed",
+                _mixed_history,
+                "every node cordoned for the interrupt, UninstallInProgress shown meanwhile, "
+                "SKYHOOK_NODE_ORDER 2 and 3 on uninstall and uninstall-interrupt pods",
+            ),
+            Expect(
+                "e2e-mixed",
+                lambda scr, nodes: (
+                    no_condition(scr, "UninstallInProgress") + mirror_problems(scr, nodes)
+                ),
+                "UninstallInProgress gone, status mirrors the nodes",
+            ),
+        ),
+    ),
+    Scenario(
+        "uninstall-cancel",
+        "uninstall.apply back to false while uninstalling installs the package again",
+        (
+            Apply(
+                skyhook(
+                    "e2e-cancel",
+                    {
+                        "hello": package(
+                            "1.1.1", "/skyhook-e2e-cancel", uninstall=ENABLED, uninstall_sleep=5
+                        )
+                    },
+                )
+            ),
+            Complete("e2e-cancel"),
+            Record("e2e-cancel"),
+            Patch("e2e-cancel", uninstall_apply("hello")),
+            Started("e2e-cancel", ("uninstall",)),
+            Patch("e2e-cancel", uninstall_apply("hello", apply=False)),
+            OnlyStages("e2e-cancel", ("uninstall", "apply", "config")),
+        ),
+    ),
+    Scenario(
+        "uninstall-fix-failing",
+        "a failing uninstall shows UninstallFailed; fixing the package's env finishes it",
+        (
+            Apply(
+                skyhook(
+                    "e2e-fix",
+                    {
+                        "hello": package(
+                            "1.1.1",
+                            "/skyhook-e2e-fix",
+                            uninstall=ENABLED,
+                            env=[{"name": "UNINSTALL_EXIT", "value": "3"}],
+                        )
+                    },
+                )
+            ),
+            Complete("e2e-fix"),
+            Patch("e2e-fix", uninstall_apply("hello")),
+            Expect(
+                "e2e-fix",
+                lambda scr, nodes: (
+                    condition_problems(scr, "UninstallFailed", "UninstallPodFailing")
+                    + condition_problems(scr, "UninstallInProgress", "UninstallInProgress")
+                ),
+                "UninstallFailed and UninstallInProgress",
+            ),
+            Patch(
+                "e2e-fix",
+                {
+                    "spec": {
+                        "packages": {"hello": {"env": [{"name": "UNINSTALL_EXIT", "value": "0"}]}}
+                    }
+                },
+            ),
+            Complete("e2e-fix"),
+            Expect(
+                "e2e-fix",
+                lambda scr, nodes: (
+                    no_condition(scr, "UninstallFailed") + no_condition(scr, "UninstallInProgress")
+                ),
+                "UninstallFailed and UninstallInProgress gone",
+            ),
+        ),
+    ),
+    Scenario(
+        "uninstall-on-delete",
+        "deleting a Skyhook uninstalls its uninstall-enabled package from every node first",
+        (
+            Apply(
+                skyhook(
+                    "e2e-ondelete",
+                    {
+                        "hello": package("1.1.1", "/skyhook-e2e-ondelete", uninstall=ENABLED),
+                        "kept": package("1.1.1", "/skyhook-e2e-ondelete-kept"),
+                    },
+                )
+            ),
+            Complete("e2e-ondelete"),
+            Record("e2e-ondelete"),
+            Delete("e2e-ondelete"),
+            Ran("e2e-ondelete", ("uninstall",)),
+            Clean("e2e-ondelete"),
+        ),
+    ),
+    Scenario(
+        "uninstall-gates-removal-and-downgrade",
+        "removing or downgrading an uninstall-enabled package still installed is refused "
+        "naming the field; after uninstall.apply the downgrade goes through",
+        (
+            Apply(_gated("1.1.1", ENABLED)),
+            Complete("e2e-gates"),
+            Refused(
+                skyhook("e2e-gates", {"other": package("1.1.1", "/skyhook-e2e-gates-other")}),
+                ("spec.packages.hello", "uninstall.apply=true"),
+            ),
+            Refused(_gated("1.1.0", ENABLED), ("spec.packages.hello.version", "downgrade")),
+            Patch("e2e-gates", uninstall_apply("hello")),
+            Complete("e2e-gates"),
+            Expect(
+                "e2e-gates",
+                lambda scr, nodes: mirror_problems(scr, nodes),  # noqa: PLW0108 (defined below)
+                "status mirrors the uninstalled nodes",
+            ),
+            Apply(_gated("1.1.0", ENABLED)),
+            Complete("e2e-gates"),
+        ),
+    ),
+    Scenario(
+        "delete-blocked-paused-or-disabled",
+        "deleting a paused, then disabled, Skyhook with an enabled package installed waits "
+        "with DeletionBlocked; re-enabled, it uninstalls and goes",
+        (
+            Apply(
+                skyhook(
+                    "e2e-blocked",
+                    {
+                        "hello": package("1.1.1", "/skyhook-e2e-blocked", uninstall=ENABLED),
+                    },
+                )
+            ),
+            Complete("e2e-blocked"),
+            Patch("e2e-blocked", {"metadata": {"annotations": {PAUSE: "true"}}}),
+            Delete("e2e-blocked", wait=False),
+            Expect(
+                "e2e-blocked",
+                lambda scr, nodes: condition_problems(
+                    scr, "DeletionBlocked", "PausedWithPendingUninstall"
+                ),
+                "DeletionBlocked while paused",
+            ),
+            Patch("e2e-blocked", {"metadata": {"annotations": {PAUSE: None, DISABLE: "true"}}}),
+            Expect(
+                "e2e-blocked",
+                lambda scr, nodes: condition_problems(
+                    scr, "DeletionBlocked", "DisabledWithPendingUninstall"
+                ),
+                "DeletionBlocked while disabled",
+            ),
+            Patch("e2e-blocked", {"metadata": {"annotations": {DISABLE: None}}}),
+            Gone("e2e-blocked"),
+            Clean("e2e-blocked"),
+        ),
+    ),
+    Scenario(
+        "malformed-node-state",
+        "a nodeState annotation that is not JSON sets NodeStateMalformed (ParseError); "
+        "repaired, the condition goes",
+        (
+            Apply(shellscript_scr("e2e-malformed", "1.1.1", "/skyhook-e2e-malformed")),
+            Complete("e2e-malformed"),
+            Corrupt("e2e-malformed", 0),
+            Expect(
+                "e2e-malformed",
+                lambda scr, nodes: condition_problems(
+                    scr, "NodeStateMalformed", "ParseError", ("cannot be parsed on 1 node(s)",)
+                ),
+                "NodeStateMalformed",
+            ),
+            Repair("e2e-malformed", 0),
+            Expect(
+                "e2e-malformed",
+                lambda scr, nodes: (
+                    no_condition(scr, "NodeStateMalformed") + completion_problems(scr, nodes)
+                ),
+                "NodeStateMalformed gone, still complete",
+            ),
+        ),
+    ),
+    Scenario(
+        "sequencing-all-then-node",
+        "behind an unfinished sequencing: all Skyhook no node starts a later one, even a "
+        "node the gate does not select; with sequencing: node only the gate's nodes wait",
+        (
+            Label(0, GATE_LABEL, "yes"),
+            Apply(
+                _sequenced(
+                    "e2e-gate",
+                    1,
+                    sequencing="all",
+                    labels={GATE_LABEL: "yes"},
+                    annotations={PAUSE: "true"},
+                )
+            ),
+            Apply(_sequenced("e2e-after", 2)),
+            Expect(
+                "e2e-after",
+                lambda scr, nodes: (
+                    status_is(scr, "waiting")
+                    + progress_problems("e2e-after", nodes, (False, False))
+                ),
+                "e2e-after waiting on every node",
+            ),
+            Patch("e2e-gate", {"spec": {"sequencing": "node"}}),
+            Expect(
+                "e2e-after",
+                lambda scr, nodes: progress_problems("e2e-after", nodes, (False, True)),
+                "e2e-after complete on the node the gate does not select, and only there",
+            ),
+            Patch("e2e-gate", {"metadata": {"annotations": {PAUSE: None}}}),
+            Complete("e2e-gate"),
+            Complete("e2e-after"),
+            Label(0, GATE_LABEL, None),
+        ),
+    ),
+    Scenario(
+        "node-order",
+        "stage pods carry SKYHOOK_NODE_ORDER 0, 1 in the order nodes start, the same on every "
+        "pod of a node; status.nodePriority while running, nodeOrderOffset 2 at the end",
+        (
+            Apply(POLICY),
+            Record("e2e-order"),
+            Apply(
+                shellscript_scr(
+                    "e2e-order",
+                    "1.1.1",
+                    "/skyhook-e2e-order",
+                    deploymentPolicy=POLICY["metadata"]["name"],
+                )
+            ),
+            Complete("e2e-order"),
+            Recorded("e2e-order", _node_order("e2e-order", 2), "node order"),
+        ),
+    ),
+    Scenario(
+        "status-mirror",
+        "the status as a user reads it: NodesIgnored and TaintNotTolerable (bare and "
+        "prefixed) while nodes are skipped, then every version consistent through "
+        "in_progress to complete, Ready NodesConverged, nodeState/nodeStatus/nodeBootIds",
+        (
+            Taint(0, "e2e-untolerated"),
+            Label(1, f"{GROUP}/ignore", "true"),
+            Record("e2e-status"),
+            Apply(shellscript_scr("e2e-status", "1.1.1", "/skyhook-e2e-status")),
+            Expect(
+                "e2e-status",
+                lambda scr, nodes: (
+                    condition_problems(scr, "NodesIgnored", "NodesIgnored")
+                    + condition_problems(scr, f"{GROUP}/NodesIgnored", "NodesIgnored")
+                    + condition_problems(scr, "TaintNotTolerable", "TaintNotTolerable")
+                    + condition_problems(scr, f"{GROUP}/TaintNotTolerable", "TaintNotTolerable")
+                    + status_problems(scr)
+                ),
+                "both nodes skipped, named by both conditions",
+            ),
+            Taint(0, "e2e-untolerated", present=False),
+            Label(1, f"{GROUP}/ignore", None),
+            Complete("e2e-status"),
+            Expect(
+                "e2e-status",
+                lambda scr, nodes: (
+                    mirror_problems(scr, nodes)
+                    + condition_problems(scr, "Ready", "NodesConverged", ("2/2 nodes complete",))
+                    + condition_problems(scr, f"{GROUP}/Ready", "NodesConverged")
+                    + no_condition(scr, "NodesIgnored")
+                    + no_condition(scr, "TaintNotTolerable")
+                ),
+                "complete status mirroring the nodes",
+            ),
+            Recorded(
+                "e2e-status",
+                lambda rec, nodes: history_problems(rec, ("blocked", "in_progress", "complete")),
+                "every recorded status",
+            ),
+        ),
+    ),
+)
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -240,6 +730,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             AtMostAtOnce("e2e-policy", 1),
         ),
     ),
+    *UPSTREAM_HEAD,
 )
 
 
@@ -252,6 +743,13 @@ def under_test(nodes: Sequence[Obj]) -> list[Obj]:
     ]
 
 
+def selected(scr: Obj, nodes: Sequence[Obj]) -> list[Obj]:
+    """The nodes under test the Skyhook's `nodeSelectors.matchLabels` select (the scenarios
+    use no other kind of selector)."""
+    wanted = ((scr["spec"].get("nodeSelectors") or {}).get("matchLabels") or {}).items()
+    return [n for n in under_test(nodes) if wanted <= (n["metadata"].get("labels") or {}).items()]
+
+
 def ours(taint: Obj) -> bool:
     return str(taint.get("key", "")).startswith(GROUP)
 
@@ -259,12 +757,16 @@ def ours(taint: Obj) -> bool:
 def completion_problems(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
     """Why the Skyhook is not complete on every node under test; empty when it is."""
     name = scr["metadata"]["name"]
-    expected = {f"{key}|{p['version']}" for key, p in scr["spec"]["packages"].items()}
+    expected = {
+        f"{key}|{p['version']}"
+        for key, p in scr["spec"]["packages"].items()
+        if not uninstalling(p)  # an uninstalled package has no entry
+    }
     status = (scr.get("status") or {}).get("status")
     problems = [] if status == "complete" else [f"Skyhook {name} status is {status!r}"]
-    chosen = under_test(nodes)
+    chosen = selected(scr, nodes)
     if not chosen:
-        return [*problems, f"no node is labelled {NODE_LABEL}={NODE_LABEL_VALUE}"]
+        return [*problems, f"no node labelled {NODE_LABEL}={NODE_LABEL_VALUE} is selected"]
     for node in chosen:
         meta = node["metadata"]
         raw = (meta.get("annotations") or {}).get(f"{GROUP}/nodeState_{name}")
@@ -291,6 +793,281 @@ def completion_problems(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
         ]
         if (node.get("spec") or {}).get("unschedulable"):
             problems.append(f"{meta['name']}: still cordoned")
+    return problems
+
+
+def uninstalling(package_spec: Obj) -> bool:
+    """The spec asks for the package to be uninstalled (`uninstall.enabled` and `.apply`)."""
+    block = package_spec.get("uninstall") or {}
+    return bool(block.get("enabled") and block.get("apply"))
+
+
+def node_state(name: str, node: Obj) -> dict[str, Any] | None:
+    """The node's `nodeState_<name>` annotation decoded; None when absent."""
+    raw = (node["metadata"].get("annotations") or {}).get(f"{GROUP}/nodeState_{name}")
+    return None if raw is None else dict(json.loads(raw))
+
+
+def by_name(nodes: Sequence[Obj]) -> list[Obj]:
+    """The nodes under test in name order (what a step's `node` index counts)."""
+    return sorted(under_test(nodes), key=lambda n: str(n["metadata"]["name"]))
+
+
+def conditions_of(scr: Obj) -> dict[str, Obj]:
+    return {c["type"]: c for c in (scr.get("status") or {}).get("conditions") or []}
+
+
+def condition_problems(
+    scr: Obj, type_: str, reason: str | None = None, contains: Sequence[str] = ()
+) -> list[str]:
+    """Why the Skyhook has no True condition `type_` with `reason` and a message holding each
+    of `contains`; empty when it has."""
+    name = scr["metadata"]["name"]
+    found = conditions_of(scr).get(type_)
+    if found is None or found.get("status") != "True":
+        return [f"{name}: no True condition {type_} (has {sorted(conditions_of(scr))})"]
+    problems = []
+    if reason is not None and found.get("reason") != reason:
+        problems.append(f"{name}: condition {type_} has reason {found.get('reason')!r}")
+    problems += [
+        f"{name}: condition {type_} message {found.get('message')!r} lacks {text!r}"
+        for text in contains
+        if text not in str(found.get("message", ""))
+    ]
+    return problems
+
+
+def no_condition(scr: Obj, type_: str) -> list[str]:
+    """A problem while the Skyhook has a True condition `type_`."""
+    found = conditions_of(scr).get(type_)
+    if found is not None and found.get("status") == "True":
+        return [f"{scr['metadata']['name']}: condition {type_} still True: {found.get('message')}"]
+    return []
+
+
+def status_is(scr: Obj, want: str) -> list[str]:
+    status = (scr.get("status") or {}).get("status")
+    return [] if status == want else [f"{scr['metadata']['name']} status is {status!r}, not {want}"]
+
+
+def progress_problems(name: str, nodes: Sequence[Obj], started: Sequence[bool | None]) -> list[str]:
+    """For the i-th node under test (name order): `started[i]` False, the Skyhook started
+    nothing there (no nodeState entry); True, it finished there (entries, all complete);
+    None, either."""
+    problems = []
+    for node, want in zip(by_name(nodes), started, strict=True):
+        state = node_state(name, node) or {}
+        node_name = node["metadata"]["name"]
+        if want is False and state:
+            problems.append(f"{node_name}: {name} started there: {sorted(state)}")
+        if want and (not state or any(e.get("state") != "complete" for e in state.values())):
+            problems.append(f"{node_name}: {name} not complete there: {state}")
+    return problems
+
+
+def stage_seen(name: str, nodes: Sequence[Obj], stage: str) -> list[str]:
+    """A problem until some node under test has an entry of `name` at `stage`."""
+    for node in under_test(nodes):
+        if any(e.get("stage") == stage for e in (node_state(name, node) or {}).values()):
+            return []
+    return [f"no node has an entry of {name} at stage {stage}"]
+
+
+# Ready's reason for each overall status; anything else is Unknown.
+READY_REASONS = {
+    "complete": "NodesConverged",
+    "in_progress": "Progressing",
+    "blocked": "Blocked",
+    "erroring": "Erroring",
+    "paused": "Paused",
+    "waiting": "Waiting",
+    "disabled": "Disabled",
+}
+SUMMARY_BUCKETS = (
+    ("in_progress", "in progress"),
+    ("blocked", "blocked"),
+    ("erroring", "erroring"),
+    ("waiting", "waiting"),
+    ("paused", "paused"),
+    ("disabled", "disabled"),
+    ("unknown", "unknown"),
+)
+# Conditions written under a bare type and under the prefixed one, with the same content.
+MIRRORED = (
+    "Ready",
+    "TaintNotTolerable",
+    "NodesIgnored",
+    "ApplyPackage",
+    "DeploymentPolicyNotFound",
+)
+
+
+def node_summary(node_status: Mapping[str, str]) -> str:
+    """Ready's message for these node statuses: `<c>/<n> nodes complete (<names>)`, then each
+    other status that has nodes, in a fixed order, with its nodes' names (sorted)."""
+    words = {word for word, _ in SUMMARY_BUCKETS} | {"complete"}
+    buckets: dict[str, list[str]] = {}
+    for node in sorted(node_status):
+        word = node_status[node] if node_status[node] in words else "unknown"
+        buckets.setdefault(word, []).append(node)
+
+    def names(found: list[str]) -> str:
+        if not found:
+            return ""
+        return (
+            " (list truncated; see status.nodeStatus)"
+            if len(found) > 10
+            else (f" ({', '.join(found)})")
+        )
+
+    complete = buckets.get("complete", [])
+    parts = [f"{len(complete)}/{len(node_status)} nodes complete{names(complete)}"]
+    parts += [
+        f"{len(buckets[word])} {label}{names(buckets[word])}"
+        for word, label in SUMMARY_BUCKETS
+        if buckets.get(word)
+    ]
+    return ", ".join(parts)
+
+
+def status_problems(scr: Obj) -> list[str]:
+    """What one version of the Skyhook's status says that does not agree with itself: the
+    counts with `nodeStatus`, `Ready` with the overall status and `nodeStatus`, and each
+    mirrored condition with its `skyhook.nvidia.com/` copy."""
+    status = scr.get("status") or {}
+    overall = status.get("status")
+    if overall is None:
+        return []
+    node_status = status.get("nodeStatus") or {}
+    values = list(node_status.values())
+    problems = []
+    complete = f"{values.count('complete')}/{len(node_status)}"
+    if status.get("completeNodes") != complete:
+        problems.append(
+            f"completeNodes {status.get('completeNodes')!r}, nodeStatus says {complete}"
+        )
+    busy = values.count("in_progress") + values.count("erroring")
+    if status.get("nodesInProgress", 0) != busy:
+        problems.append(f"nodesInProgress {status.get('nodesInProgress')}, nodeStatus says {busy}")
+    found = conditions_of(scr)
+    ready = found.get("Ready")
+    if ready is None:
+        return [*problems, f"{overall}: no Ready condition"]
+    want = (
+        "True" if overall == "complete" else "False",
+        READY_REASONS.get(overall, "Unknown"),
+        node_summary(node_status),
+    )
+    got = (ready.get("status"), ready.get("reason"), ready.get("message"))
+    if got != want:
+        problems.append(f"{overall}: Ready is {got}, want {want}")
+    for bare in MIRRORED:
+        pair = (found.get(bare), found.get(f"{GROUP}/{bare}"))
+        if pair == (None, None):
+            continue
+        if None in pair:
+            problems.append(f"{overall}: condition {bare} without its copy, or the other way")
+        elif {**pair[0], "type": ""} != {**pair[1], "type": ""}:
+            problems.append(f"{overall}: {bare} differs from its copy: {pair[0]} vs {pair[1]}")
+    return problems
+
+
+def mirror_problems(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
+    """Where the Skyhook's status does not mirror the nodes under test: `nodeState` (the
+    annotations), `nodeStatus` (the status labels), `nodeBootIds` (each node's boot id), plus
+    `status_problems`."""
+    name = scr["metadata"]["name"]
+    status = scr.get("status") or {}
+    problems = status_problems(scr)
+    for node in under_test(nodes):
+        node_name = node["metadata"]["name"]
+        state = node_state(name, node)
+        mirrored = (status.get("nodeState") or {}).get(node_name)
+        if (state or None) != (mirrored or None):
+            problems.append(f"{node_name}: status.nodeState {mirrored}, annotation {state}")
+        label = (node["metadata"].get("labels") or {}).get(f"{GROUP}/status_{name}")
+        if (status.get("nodeStatus") or {}).get(node_name) != label:
+            problems.append(
+                f"{node_name}: status.nodeStatus {(status.get('nodeStatus') or {}).get(node_name)!r}"
+                f", label {label!r}"
+            )
+        boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+        if (status.get("nodeBootIds") or {}).get(node_name) != boot:
+            problems.append(
+                f"{node_name}: status.nodeBootIds {(status.get('nodeBootIds') or {}).get(node_name)!r}"
+                f", node boot id {boot!r}"
+            )
+    return problems
+
+
+def history_problems(recording: Recording, phases: Sequence[str]) -> list[str]:
+    """Every recorded version of the Skyhook agrees with itself (`status_problems`), and its
+    overall status went through each of `phases`, in that order."""
+    problems = []
+    seen: list[str] = []
+    for version in recording.skyhooks:
+        overall = (version.get("status") or {}).get("status")
+        problems += [
+            f"version {version['metadata'].get('resourceVersion')}: {problem}"
+            for problem in status_problems(version)
+        ]
+        if overall is not None and (not seen or seen[-1] != overall):
+            seen.append(overall)
+    rest = iter(seen)
+    if not all(phase in rest for phase in phases):
+        problems.append(f"statuses went {seen}, want {list(phases)} in that order")
+    return problems
+
+
+def never_cordoned(recording: Recording, names: Sequence[str]) -> list[str]:
+    """A problem for each node of `names` that no recorded version showed cordoned."""
+    cordoned = {
+        v["metadata"]["name"] for v in recording.nodes if (v.get("spec") or {}).get("unschedulable")
+    }
+    return [f"{name} was never cordoned" for name in names if name not in cordoned]
+
+
+def condition_seen(recording: Recording, type_: str, reason: str) -> list[str]:
+    """A problem unless some recorded version had a True condition `type_` with `reason`."""
+    for version in recording.skyhooks:
+        found = conditions_of(version).get(type_)
+        if found and found.get("status") == "True" and found.get("reason") == reason:
+            return []
+    return [f"no recorded version had condition {type_} ({reason})"]
+
+
+def node_orders(pod: Obj) -> set[str]:
+    """The SKYHOOK_NODE_ORDER values a pod's containers carry."""
+    spec = pod.get("spec") or {}
+    return {
+        str(env.get("value"))
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        for env in container.get("env") or []
+        if env.get("name") == "SKYHOOK_NODE_ORDER"
+    }
+
+
+def node_order_problems(recording: Recording, nodes: Sequence[str], offset: int = 0) -> list[str]:
+    """Every recorded pod carries SKYHOOK_NODE_ORDER, one value per node, numbered `offset`,
+    `offset`+1, ... in the order the nodes' first pods arrived; every node ran a pod."""
+    problems = []
+    first: list[str] = []
+    values: dict[str, set[str]] = {}
+    for pod in recording.pods:
+        node = pod["spec"].get("nodeName", "")
+        found = node_orders(pod)
+        if not found:
+            problems.append(f"pod {pod['metadata']['name']} has no SKYHOOK_NODE_ORDER")
+        values.setdefault(node, set()).update(found)
+        if node not in first:
+            first.append(node)
+    problems += [f"{node}: no pod ran" for node in nodes if node not in values]
+    for index, node in enumerate(first):
+        if values[node] - {str(offset + index)}:
+            problems.append(
+                f"{node} (started {index + 1}.): SKYHOOK_NODE_ORDER {sorted(values[node])}, "
+                f"want {offset + index}"
+            )
     return problems
 
 
@@ -399,11 +1176,9 @@ class Watch:
     """Every object of a list path from now on, as `kubectl get --raw` streams a watch that
     starts at the list's resourceVersion (so nothing created after construction is missed)."""
 
-    def __init__(self, kubectl: Kubectl, path: str, selector: str) -> None:
-        version = kubectl.raw(path, labelSelector=selector)["metadata"]["resourceVersion"]
-        query = urllib.parse.urlencode(
-            {"watch": "1", "resourceVersion": version, "labelSelector": selector}
-        )
+    def __init__(self, kubectl: Kubectl, path: str, **selector: str) -> None:
+        version = kubectl.raw(path, **selector)["metadata"]["resourceVersion"]
+        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": version, **selector})
         self.what = f"{path} watch ({selector})"
         self.events: list[tuple[str, Obj]] = []
         self._lock = threading.Lock()
@@ -457,6 +1232,10 @@ class Runner:
     created: list[tuple[str, str]] = field(default_factory=list)
     pods: dict[str, Watch] = field(default_factory=dict)
     nodes: dict[str, Watch] = field(default_factory=dict)
+    skyhooks: dict[str, Watch] = field(default_factory=dict)
+    # node edits to undo at clean-up: ("label" | "taint", node, key); annotations Corrupt kept
+    edits: list[tuple[str, str, str]] = field(default_factory=list)
+    corrupted: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     def nodes_now(self) -> list[Obj]:
         return list(self.kubectl.json("get", "nodes")["items"])
@@ -466,6 +1245,28 @@ class Runner:
 
     def scr(self, name: str) -> Obj:
         return dict(self.kubectl.json("get", f"skyhooks.{GROUP}", name))
+
+    def exists(self, name: str) -> bool:
+        return self.kubectl.run("get", f"skyhooks.{GROUP}", name).returncode == 0
+
+    def recording(self, scr: str) -> Recording:
+        return Recording(
+            self.skyhooks[scr].objects(),
+            self.pods[scr].objects(("ADDED",)),
+            self.nodes[scr].objects(),
+        )
+
+    def ran(self, scr: str, stages: tuple[str, ...], *, final: bool) -> None:
+        names = self.node_names()
+        wait_for(
+            lambda: stage_problems(self.recording(scr).pods, names, stages, final=False),
+            self.timeout,
+            f"{'/'.join(stages)} pods of {scr} on every node",
+        )
+        if final:
+            problems = stage_problems(self.recording(scr).pods, names, stages, final=True)
+            if problems:
+                raise StepFailed(f"only {'/'.join(stages)} pods of {scr}: {problems}")
 
     def step(self, step: Step) -> None:
         match step:
@@ -479,8 +1280,15 @@ class Runner:
                 )
             case Record(scr):
                 selector = f"{NODE_LABEL}={NODE_LABEL_VALUE}"
-                self.nodes[scr] = Watch(self.kubectl, "/api/v1/nodes", selector)
-                self.pods[scr] = Watch(self.kubectl, "/api/v1/pods", f"{GROUP}/name={scr}")
+                self.nodes[scr] = Watch(self.kubectl, "/api/v1/nodes", labelSelector=selector)
+                self.pods[scr] = Watch(
+                    self.kubectl, "/api/v1/pods", labelSelector=f"{GROUP}/name={scr}"
+                )
+                self.skyhooks[scr] = Watch(
+                    self.kubectl,
+                    f"/apis/{API_VERSION}/skyhooks",
+                    fieldSelector=f"metadata.name={scr}",
+                )
             case Complete(scr):
                 wait_for(
                     lambda: completion_problems(self.scr(scr), self.nodes_now()),
@@ -507,12 +1315,53 @@ class Runner:
                     raise StepFailed(
                         f"{peak} nodes were in progress with {scr} at once (at most {count})"
                     )
-            case Delete(scr):
-                self.kubectl.ok(
-                    "delete", f"skyhooks.{GROUP}", scr, "--wait", f"--timeout={self.timeout}s"
-                )
+            case Delete(scr, wait):
+                waiting = ("--wait", f"--timeout={self.timeout}s") if wait else ("--wait=false",)
+                self.kubectl.ok("delete", f"skyhooks.{GROUP}", scr, *waiting)
             case Clean(scr):
                 wait_for(lambda: self.leftovers(scr), 60, f"nothing of {scr} left")
+            case Ran(scr, stages):
+                self.ran(scr, stages, final=True)
+            case Started(scr, stages):
+                self.ran(scr, stages, final=False)
+            case Expect(scr, judge, what):
+                wait_for(
+                    lambda: judge(self.scr(scr), under_test(self.nodes_now())), self.timeout, what
+                )
+            case Recorded(scr, judge, what):
+                problems = judge(self.recording(scr), under_test(self.nodes_now()))
+                if problems:
+                    raise StepFailed(f"{what}:\n  " + "\n  ".join(problems))
+            case Gone(scr):
+                wait_for(
+                    lambda: [f"{scr} still exists"] if self.exists(scr) else [],
+                    self.timeout,
+                    f"{scr} gone",
+                )
+            case _:
+                self.edit_node(step)
+
+    def edit_node(self, step: Step) -> None:
+        match step:
+            case Label(index, key, value):
+                node = self.node_names()[index]
+                change = f"{key}-" if value is None else f"{key}={value}"
+                self.kubectl.ok("label", "node", node, change, "--overwrite")
+                self.edits.append(("label", node, key))
+            case Taint(index, key, present):
+                node = self.node_names()[index]
+                change = f"{key}=e2e:NoSchedule" if present else f"{key}:NoSchedule-"
+                self.kubectl.ok("taint", "node", node, change)
+                self.edits.append(("taint", node, key))
+            case Corrupt(scr, index):
+                node = self.node_names()[index]
+                key = f"{GROUP}/nodeState_{scr}"
+                found = self.kubectl.json("get", "node", node)["metadata"].get("annotations") or {}
+                self.corrupted[(scr, node)] = found.get(key)
+                self.kubectl.ok("annotate", "node", node, "--overwrite", f"{key}={{not json")
+            case Repair(scr, index):
+                node = self.node_names()[index]
+                self.repair(scr, node, self.corrupted.pop((scr, node)))
 
     def apply(self, manifest: Obj | str) -> None:
         if isinstance(manifest, str):
@@ -524,9 +1373,17 @@ class Runner:
         if (obj["kind"], obj["metadata"]["name"]) not in self.created:
             self.created.append((obj["kind"], obj["metadata"]["name"]))
 
+    def repair(self, scr: str, node: str, value: str | None) -> None:
+        key = f"{GROUP}/nodeState_{scr}"
+        change = f"{key}-" if value is None else f"{key}={value}"
+        self.kubectl.ok("annotate", "node", node, "--overwrite", change)
+
     def refused(self, manifest: Obj, naming: Sequence[str]) -> None:
-        result = self.kubectl.run("apply", "-f", "-", stdin=json.dumps(manifest))
         name = manifest["metadata"]["name"]
+        if self.exists(name):
+            self.refused_update(manifest, naming)
+            return
+        result = self.kubectl.run("apply", "-f", "-", stdin=json.dumps(manifest))
         if result.returncode == 0:
             self.created.append((manifest["kind"], name))
             raise StepFailed(f"kubectl apply of {name} was accepted")
@@ -536,6 +1393,18 @@ class Runner:
         found = self.kubectl.run("get", f"skyhooks.{GROUP}", name)
         if found.returncode == 0:
             raise StepFailed(f"refused Skyhook {name} exists anyway")
+
+    def refused_update(self, manifest: Obj, naming: Sequence[str]) -> None:
+        name = manifest["metadata"]["name"]
+        before = self.scr(name)["spec"]
+        result = self.kubectl.run("apply", "-f", "-", stdin=json.dumps(manifest))
+        if result.returncode == 0:
+            raise StepFailed(f"kubectl apply of the change to {name} was accepted")
+        missing = [text for text in naming if text not in result.stderr]
+        if missing:
+            raise StepFailed(f"refusal of {name} lacks {missing}: {result.stderr.strip()}")
+        if self.scr(name)["spec"] != before:
+            raise StepFailed(f"the refused change to {name} was stored anyway")
 
     def leftovers(self, name: str) -> list[str]:
         labelled = [
@@ -559,13 +1428,26 @@ class Runner:
                 ) from None
 
     def clean_up(self) -> None:
-        """Stop watches; delete what the scenario created, newest first, and wait."""
-        for watch in [*self.pods.values(), *self.nodes.values()]:
+        """Stop watches; undo node edits; delete what the scenario created, newest first (a
+        Skyhook unpaused and enabled first, so its deletion is not held), and wait."""
+        for watch in [*self.pods.values(), *self.nodes.values(), *self.skyhooks.values()]:
             watch.stop()
         self.pods.clear()
         self.nodes.clear()
+        self.skyhooks.clear()
+        for (scr, node), value in self.corrupted.items():
+            self.repair(scr, node, value)
+        self.corrupted.clear()
+        for what, node, key in reversed(self.edits):
+            change = f"{key}-" if what == "label" else f"{key}:NoSchedule-"
+            self.kubectl.run(what, "node", node, change)  # may be gone already
+        self.edits.clear()
         for kind, name in reversed(self.created):
             resource = {"Skyhook": "skyhooks", "DeploymentPolicy": "deploymentpolicies"}[kind]
+            if kind == "Skyhook":
+                self.kubectl.run(
+                    "annotate", f"{resource}.{GROUP}", name, f"{GROUP}/pause-", f"{GROUP}/disable-"
+                )
             self.kubectl.ok(
                 "delete", f"{resource}.{GROUP}", name, "--ignore-not-found", "--wait",
                 f"--timeout={self.timeout}s",

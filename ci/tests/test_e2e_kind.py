@@ -169,9 +169,9 @@ def test_scenarios_have_unique_names_and_select_the_demo_nodes() -> None:
     skyhooks = [m for s in scenarios.SCENARIOS for m in applied(s) if m["kind"] == "Skyhook"]
     assert skyhooks
     for manifest in skyhooks:
-        assert manifest["spec"]["nodeSelectors"] == {
-            "matchLabels": {"skyhook.nvidia.com/test-node": "demo"}
-        }
+        selector = manifest["spec"]["nodeSelectors"]
+        assert list(selector) == ["matchLabels"]
+        assert selector["matchLabels"]["skyhook.nvidia.com/test-node"] == "demo"
         for package in manifest["spec"]["packages"].values():
             assert package["image"] == "ghcr.io/nvidia/skyhook-packages/shellscript"
 
@@ -252,7 +252,7 @@ def test_incomplete_nodes_and_status_are_named() -> None:
     assert "w4: taint skyhook.nvidia.com still set" in problems
     assert "w4: still cordoned" in problems
     assert scenarios.completion_problems(DEMO, [node("cp", selected=False)]) == [
-        "no node is labelled skyhook.nvidia.com/test-node=demo"
+        "no node labelled skyhook.nvidia.com/test-node=demo is selected"
     ]
 
 
