@@ -1,4 +1,4 @@
-"""The scenario runner's judging of upstream's newest behaviours (ci/e2e/scenarios.py), on
+"""The scenario runner's judging of upstream's newest behaviours (ci/e2e/scenario_judging.py), on
 recorded objects: completion with uninstalled packages, the Skyhook's conditions, its status as a
 user reads it (counts, Ready and its copies, the mirror of the nodes), the status history, and
 SKYHOOK_NODE_ORDER on stage pods. The runner itself plays the scenarios on the sandbox in
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci" / "e2e"))
-import scenarios  # noqa: E402
+import scenario_judging as scenarios  # noqa: E402
 
 GROUP = "skyhook.nvidia.com"
 IMAGE = "ghcr.io/nvidia/skyhook-packages/shellscript"
