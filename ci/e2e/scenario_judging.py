@@ -358,6 +358,21 @@ def node_order_problems(recording: Recording, nodes: Sequence[str], offset: int 
     return problems
 
 
+def node_priority_problems(recording: Recording, count: int) -> list[str]:
+    """While running, some recorded version of the Skyhook had a `status.nodePriority`; the
+    last one has none left and `nodeOrderOffset` `count` (every node retired in turn)."""
+    problems = []
+    if not any((v.get("status") or {}).get("nodePriority") for v in recording.skyhooks):
+        problems.append("no recorded version had a status.nodePriority")
+    last = (recording.skyhooks[-1].get("status") or {}) if recording.skyhooks else {}
+    if last.get("nodeOrderOffset") != count or last.get("nodePriority"):
+        problems.append(
+            f"ends with nodeOrderOffset {last.get('nodeOrderOffset')} and nodePriority "
+            f"{last.get('nodePriority')}, want {count} and none"
+        )
+    return problems
+
+
 def leftover_problems(name: str, nodes: Sequence[Obj], objects: Sequence[Obj]) -> list[str]:
     """What the deleted Skyhook left on nodes, or as pods/ConfigMaps; empty when clean."""
     problems = []

@@ -50,6 +50,7 @@ from scenario_judging import (  # the pure judging, beside this file
     never_cordoned,
     no_condition,
     node_order_problems,
+    node_priority_problems,
     peak_in_progress,
     progress_problems,
     stage_problems,
@@ -343,24 +344,9 @@ def _sequenced(name: str, priority: int, **spec: Any) -> dict[str, Any]:
     return skyhook(name, {"hello": package("1.1.1", f"/skyhook-{name}")}, priority=priority, **spec)
 
 
-def _node_order(scr: str, count: int) -> Callable[[Recording, Sequence[Obj]], list[str]]:
-    """SKYHOOK_NODE_ORDER numbered from 0 in start order, and the status at completion:
-    nodeOrderOffset `count`, no nodePriority left; while running, nodePriority held nodes."""
-
-    def judge(recording: Recording, nodes: Sequence[Obj]) -> list[str]:
-        names = sorted(n["metadata"]["name"] for n in nodes)
-        problems = node_order_problems(recording, names)
-        if not any((v.get("status") or {}).get("nodePriority") for v in recording.skyhooks):
-            problems.append(f"no recorded version of {scr} had a status.nodePriority")
-        last = recording.skyhooks[-1].get("status") or {} if recording.skyhooks else {}
-        if last.get("nodeOrderOffset") != count or last.get("nodePriority"):
-            problems.append(
-                f"{scr} ends with nodeOrderOffset {last.get('nodeOrderOffset')} and "
-                f"nodePriority {last.get('nodePriority')}, want {count} and none"
-            )
-        return problems
-
-    return judge
+def _node_order(recording: Recording, nodes: Sequence[Obj]) -> list[str]:
+    names = sorted(n["metadata"]["name"] for n in nodes)
+    return node_order_problems(recording, names) + node_priority_problems(recording, len(names))
 
 
 UPSTREAM_HEAD: tuple[Scenario, ...] = (
@@ -608,7 +594,7 @@ UPSTREAM_HEAD: tuple[Scenario, ...] = (
                 )
             ),
             Complete("e2e-order"),
-            Recorded("e2e-order", _node_order("e2e-order", 2), "node order"),
+            Recorded("e2e-order", _node_order, "node order"),
         ),
     ),
     Scenario(

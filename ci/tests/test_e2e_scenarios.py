@@ -353,3 +353,17 @@ def test_node_order_missing_changing_or_never_started_is_named() -> None:
         "w2: no pod ran",
         "w1 (started 1.): SKYHOOK_NODE_ORDER ['0', '1'], want 0",
     ]
+
+
+def test_node_priority_while_running_and_retired_at_the_end() -> None:
+    running = skyhook("in_progress", {}, nodePriority={"w1": "2026-01-01T00:00:00Z"})
+    done = skyhook("complete", {}, nodeOrderOffset=2)
+    assert scenarios.node_priority_problems(scenarios.Recording([running, done], [], []), 2) == []
+    assert scenarios.node_priority_problems(scenarios.Recording([done], [], []), 3) == [
+        "no recorded version had a status.nodePriority",
+        "ends with nodeOrderOffset 2 and nodePriority None, want 3 and none",
+    ]
+    assert scenarios.node_priority_problems(scenarios.Recording([], [], []), 0) == [
+        "no recorded version had a status.nodePriority",
+        "ends with nodeOrderOffset None and nodePriority None, want 0 and none",
+    ]
