@@ -40,6 +40,7 @@ EVENTS = [
     "lag",
     "soak",
     "cordon",
+    "deadline",
 ]
 
 
@@ -71,6 +72,8 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
         spec["sequencing"] = "all"
     if draw(st.booleans()):
         spec["soakTime"] = draw(st.sampled_from(["20s", "5m"]))
+    if draw(st.booleans()):
+        spec["rebootDeadline"] = draw(st.sampled_from(["10s", "2m"]))
     return spec
 
 
@@ -116,13 +119,14 @@ def _toggle_uninstall(scr: dict[str, Any], data: st.DataObject) -> None:
     scr["metadata"]["generation"] += 1
 
 
-def _change_soak(scr: dict[str, Any], data: st.DataObject) -> None:
-    """Set, change or remove the soak time (rules/soak.py)."""
+def _change_duration(scr: dict[str, Any], data: st.DataObject, field: str) -> None:
+    """Set, change or remove the soak time (rules/soak.py) or the reboot deadline
+    (rules/deadlines.py)."""
     choice = data.draw(st.sampled_from([None, "3s", "2m"]))
     if choice is None:
-        scr["spec"].pop("soakTime", None)
+        scr["spec"].pop(field, None)
     else:
-        scr["spec"]["soakTime"] = choice
+        scr["spec"][field] = choice
     scr["metadata"]["generation"] += 1
 
 
@@ -188,8 +192,8 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
         del d.sim.nodes[node]
     elif event == "cordon" and node:  # an administrator cordons or uncordons the node
         _toggle_cordon(d.sim.nodes[node])
-    elif event == "soak":
-        _change_soak(scr, data)
+    elif event in {"soak", "deadline"}:
+        _change_duration(scr, data, "soakTime" if event == "soak" else "rebootDeadline")
     elif event == "lag":
         d.lag = (lambda plan: {lane_of(a) or "" for a in plan.actions}) if d.lag is None else None
 

@@ -175,7 +175,7 @@ def test_a_malformed_soak_time_is_refused_naming_the_field(
     soak_s=st.sampled_from([30, 90, 600]),
     batch=st.integers(1, 3),
     policy=st.booleans(),
-    work=st.lists(st.integers(0, 200), min_size=1, max_size=5),
+    work=st.lists(st.integers(0, 60), min_size=1, max_size=5),
 )
 def test_the_soak_is_honoured_between_batch_starts(
     nodes: int, soak_s: int, batch: int, policy: bool, work: list[int]

@@ -99,6 +99,7 @@ class Policy:
     # Ours: limits over every Skyhook that names the policy together (rules/sharing.py).
     shared_budget: Budget | None = None
     topology: Topology | None = None
+    reboot_deadline_s: float | None = None  # seconds a node may take to come back from a reboot
 
     @property
     def all(self) -> tuple[Compartment, ...]:
@@ -220,6 +221,7 @@ class _PolicyWire(Wire):
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
+    reboot_deadline: Duration | None = None
     shared_budget: _BudgetWire | None = None
     topology: _TopologyWire | None = None
 
@@ -247,6 +249,7 @@ class _PolicyWire(Wire):
             self.soak_time,
             self.shared_budget.decoded() if self.shared_budget else None,
             self.topology.decoded() if self.topology else None,
+            reboot_deadline_s=self.reboot_deadline,
         )
 
 

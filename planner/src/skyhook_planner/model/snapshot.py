@@ -38,6 +38,9 @@ class NodeView:
     boot_id: str = ""
     created: datetime | None = None
     conditions: tuple[NodeCondition, ...] = ()
+    # When the Ready condition last changed (its lastTransitionTime): how long a node has
+    # been NotReady, for reboot deadlines (rules/deadlines.py)
+    ready_since: datetime | None = None
 
     @classmethod
     def from_api(cls, obj: JsonDict) -> NodeView:
@@ -54,6 +57,14 @@ class NodeView:
             for c in status.get("conditions") or ()
         )
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+        ready_since = next(
+            (
+                _parse_time(c.get("lastTransitionTime"))
+                for c in status.get("conditions") or ()
+                if c.get("type") == "Ready"
+            ),
+            None,
+        )
         return cls(
             name=meta.get("name", ""),
             uid=meta.get("uid", ""),
@@ -65,6 +76,7 @@ class NodeView:
             boot_id=(status.get("nodeInfo") or {}).get("bootID", ""),
             created=_parse_time(meta.get("creationTimestamp")),
             conditions=conditions,
+            ready_since=ready_since,
         )
 
 
@@ -138,6 +150,7 @@ class PodView:
     # What a drain needs to know: does the pod tolerate the cordon taint, who owns it.
     tolerates_unschedulable: bool = False
     owner_kinds: tuple[str, ...] = ()
+    created: datetime | None = None  # creationTimestamp: when an interrupt began
 
     @property
     def active(self) -> bool:
@@ -168,6 +181,7 @@ class PodView:
                 for t in spec.get("tolerations") or ()
             ),
             owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or ()),
+            created=_parse_time(meta.get("creationTimestamp")),
         )
 
 

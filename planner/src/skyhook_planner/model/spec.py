@@ -195,6 +195,9 @@ class SkyhookSpec:
     # Ours (docs/fleet-safety.md): seconds between batch starts (without a policy, between
     # node starts); None: the policy's, else none.
     soak_time_s: float | None = None
+    # Ours: seconds a node may take to come back from a reboot interrupt (rules/deadlines.py);
+    # None: the policy's, else none.
+    reboot_deadline_s: float | None = None
 
 
 # --- the spec as written ------------------------------------------------------------------------
@@ -511,6 +514,7 @@ class _SpecWire(Wire):
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
+    reboot_deadline: Duration | None = None
 
     @field_validator("packages")
     @classmethod
@@ -549,6 +553,7 @@ class _SpecWire(Wire):
             else None,
             alert_gate=self.alert_gate.decoded() if self.alert_gate else None,
             soak_time_s=self.soak_time,
+            reboot_deadline_s=self.reboot_deadline,
         )
 
     def _warnings(self, names: list[str]) -> Iterator[str]:

@@ -22,10 +22,11 @@ BUDGET = "budget"
 SHARED_BUDGET = "shared-budget"  # the DeploymentPolicy's budget over all its Skyhooks (ours)
 TOPOLOGY = "topology"  # the DeploymentPolicy's per-domain limit (ours)
 SOAK = "soak"  # ours: the soak time since the last batch (or node) start is not over
+REBOOT_DEADLINE = "reboot-deadline"  # ours: the node did not come back from its reboot in time
 DRAIN = "drain"  # pods matching podNonInterruptLabels, or a drain under way
 BLOCKERS = (
     SKYHOOK, SWITCHED_OFF, STATE, IGNORED, TAINTS, IMAGE, NOT_READY, ORDERING, HOLD, BATCH,
-    SOAK, SHARED_BUDGET, TOPOLOGY, BUDGET, SOAK, DRAIN,
+    SOAK, SHARED_BUDGET, TOPOLOGY, BUDGET, SOAK, DRAIN, REBOOT_DEADLINE,
 )  # fmt: skip
 
 

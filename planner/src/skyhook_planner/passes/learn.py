@@ -9,18 +9,21 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from skyhook_planner import podbuilder
+from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import PodView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import results
+from skyhook_planner.rules import deadlines, interrupts, results
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
     IN_PROGRESS,
     INTERRUPT,
+    POST_INTERRUPT,
     UNINSTALL,
     UNINSTALL_INTERRUPT,
+    PackageEntry,
 )
 
 
@@ -145,6 +148,81 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
             f"detected reboot of [{node.name}] for [skyhook:{ctx.name}]",
         )
     return boot_ids, decision
+
+
+def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
+    """Reboots past the Skyhook's rebootDeadline (rules/deadlines.py): the node's entries turn
+    erroring, with a Warning Event on the node and the Skyhook the first time; the node waits
+    with the reason and the status condition names it. A reboot still within its deadline asks
+    for a timer then."""
+    decision = Decision()
+    if seconds is None:
+        return decision
+    overdue: list[str] = []
+    recorded = ctx.scr.status.node_boot_ids
+    for node in ctx.matched:
+        state = ctx.state(node)
+        if node.name in ctx.index.writing or not any(
+            e.stage in {INTERRUPT, POST_INTERRUPT} for e in state.packages.values()
+        ):
+            continue
+        pod = next((p for p in ctx.ours_on(node.name) if keys.INTERRUPT_LABEL in p.labels), None)
+        verdict = deadlines.watch(
+            node,
+            state.packages,
+            rebooting={k: _reboots(ctx, e) for k, e in state.packages.items()},
+            interrupt_pod_created=pod.created if pod is not None else None,
+            recorded_boot_id=recorded.get(node.name),
+            seconds=seconds,
+        )
+        if verdict is None:
+            continue
+        if not verdict.overdue(ctx.now):
+            decision.wake_in((verdict.due - ctx.now).total_seconds())
+            continue
+        overdue.append(node.name)
+        decision.wait(ctx.name, node.name, (verdict.reason(seconds),))
+        marked = deadlines.mark(state.packages, verdict)
+        if marked is None:
+            continue
+        decision.work.states[node.name] = replace(state, entries=marked, error="")
+        message = verdict.message(seconds)
+        decision.event(
+            "Node",
+            node.name,
+            deadlines.EXCEEDED,
+            f"{message}: erroring for [skyhook:{ctx.name}]",
+            type="Warning",
+        )
+        decision.event(
+            "Skyhook",
+            ctx.name,
+            deadlines.EXCEEDED,
+            f"node [{node.name}]: {message}",
+            type="Warning",
+        )
+    if overdue:
+        decision.work.conditions.append(
+            statuses.condition(
+                deadlines.CONDITION_DEADLINE,
+                True,
+                deadlines.EXCEEDED,
+                f"Node [{', '.join(overdue[:10])}]{' ...' if len(overdue) > 10 else ''} did not "
+                f"come back from a reboot within rebootDeadline: marked erroring.",
+                ctx.now,
+                generation=ctx.scr.generation,
+            )
+        )
+    return decision
+
+
+def _reboots(ctx: SkyhookContext, entry: PackageEntry) -> bool:
+    """Does the package of `entry` interrupt with a reboot (its own or a config edit's)?"""
+    package = ctx.spec.packages.get(entry.name)
+    if package is None or package.version != entry.version:
+        return False
+    wanted = interrupts.wanted_interrupts(package, ctx.config_updates.get(entry.name, ()))
+    return any(i.type == "reboot" for i in wanted)
 
 
 def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:

@@ -20,7 +20,7 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, budget, holds, soak
+from skyhook_planner.rules import batches, budget, deadlines, holds, soak
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -263,6 +263,7 @@ def status(
     found += refused
     dropped |= {CONDITION_WRITE_REFUSED} - {c["type"] for c in refused}
     dropped |= {CONDITION_ADMIN_CORDONS} - {c["type"] for c in conditions}  # only while any
+    dropped |= {deadlines.CONDITION_DEADLINE} - {c["type"] for c in conditions}
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
     old_status = current.get("status")
     if old_status != overall:

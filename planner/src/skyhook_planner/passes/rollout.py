@@ -27,7 +27,7 @@ from skyhook_planner.passes.memory import (
     SkyhookInputs,
     SkyhookMemory,
 )
-from skyhook_planner.rules import blockers, ordering
+from skyhook_planner.rules import blockers, deadlines, ordering
 
 
 def decide(
@@ -163,6 +163,8 @@ class _Share:
                 self.take(learn.from_pod(ctx, pod), pod.node)
         boot_ids, rebooted = learn.track_reboots(ctx)
         self.take(rebooted)
+        deadline = deadlines.deadline_s(self.rollout.spec, self.rollout.policy)
+        self.take(learn.reboot_deadlines(ctx, deadline))
         self.take(learn.validate_pods(ctx, skip=self.kept))
         return boot_ids
 

@@ -71,6 +71,8 @@ class SimCluster:
         # What the operator would have fetched for image compatibility sources, by source key.
         self.image_artifacts: dict[str, Any] = {}
         self._views: dict[str, tuple[int, Any]] = {}
+        # The time of the last snapshot: pods created after it are stamped with it.
+        self.clock: datetime | None = None
         self._version = 0
 
     # --- building ----------------------------------------------------------------------------
@@ -137,6 +139,7 @@ class SimCluster:
     # --- snapshot ----------------------------------------------------------------------------
 
     def snapshot(self, now: datetime) -> ClusterSnapshot:
+        self.clock = now
         return ClusterSnapshot(
             skyhooks=tuple(SkyhookView.from_api(s) for s in self.skyhooks.values()),
             nodes=tuple(NodeView.from_api(n) for n in self.nodes.values()),
@@ -161,6 +164,10 @@ class SimCluster:
             if key not in self.pods:
                 pod = copy.deepcopy(dict(action.manifest))
                 pod["status"] = {"phase": "Pending"}
+                if self.clock is not None:  # as the apiserver stamps it
+                    pod["metadata"].setdefault(
+                        "creationTimestamp", self.clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    )
                 self.pods[key] = pod
                 self.created_pods.append(pod)
         elif isinstance(action, DeletePod | EvictPod):
