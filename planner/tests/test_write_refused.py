@@ -1,0 +1,51 @@
+"""A write the apiserver refused as invalid (the operator puts it into the snapshot) shows as
+the Skyhook's WriteRefused condition, naming the object and the apiserver's message, while the
+spec stays at the generation it was refused for; it goes once the refusal is gone or the
+spec changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from skyhook_planner.model.snapshot import WriteRefusal
+from skyhook_planner.passes.plan import plan
+from skyhook_planner.sim.driver import Driver, package
+
+CONDITION = "skyhook.nvidia.com/WriteRefused"
+MESSAGE = 'ConfigMap "scr-tools-1.0.0" is invalid: data[a b]: Invalid value: "a b"'
+
+
+def refused(d: Driver) -> list[dict[str, Any]]:
+    return [c for c in d.status("scr").get("conditions") or () if c["type"] == CONDITION]
+
+
+def test_a_refused_write_is_a_condition_until_the_spec_changes() -> None:
+    d = Driver(2)
+    d.sim.add_skyhook("scr", {"packages": {"tools": package()}})
+    generation = d.sim.skyhooks["scr"]["metadata"].get("generation", 0)
+    refusals = [
+        WriteRefusal("scr", "ConfigMap", "skyhook", "scr-tools-1.0.0", MESSAGE, generation),
+        WriteRefusal("other", "Pod", "skyhook", "p", "not this Skyhook's", generation),
+    ]
+    d.planner = lambda snapshot, settings: plan(
+        replace(snapshot, refusals=tuple(refusals)), settings
+    )
+    d.step()
+    (condition,) = refused(d)
+    assert (condition["status"], condition["reason"]) == ("True", "WriteRefused")
+    assert condition["message"] == (
+        "The apiserver refused 1 write(s) as invalid, not sent again until the spec changes: "
+        f"ConfigMap skyhook/scr-tools-1.0.0: {MESSAGE}"
+    )
+
+    d.sim.skyhooks["scr"]["metadata"]["generation"] = generation + 1  # the spec changed
+    d.step()
+    assert refused(d) == []
+
+    refusals[0] = replace(refusals[0], generation=generation + 1)  # refused again
+    d.step()
+    assert len(refused(d)) == 1
+    refusals.clear()  # a later write of it went through
+    d.step()
+    assert refused(d) == []
