@@ -94,6 +94,9 @@ class SimulatedNode:
         self.ready = False
         self.rebooting = False
         self.reboots = 0
+        # A test's broken node: a reboot it is asked for never happens (boot id unchanged, the
+        # process that asked waits for ever), as a reboot hung in shutdown would.
+        self.reboot_hangs = False
         self.workers: dict[str, PodWorker] = {}
         self._next_ip = 2
         self._tasks: list[asyncio.Task[None]] = []
@@ -301,7 +304,10 @@ class SimulatedNode:
         return True
 
     async def reboot(self) -> str:
-        """Simulate a reboot; returns the new boot ID once the node is Ready again."""
+        """Simulate a reboot; returns the new boot ID once the node is Ready again (the
+        old one at once when `reboot_hangs`)."""
+        if self.reboot_hangs:
+            return self.boot_id
         if self.rebooting:
             while self.rebooting:
                 await asyncio.sleep(0.1)

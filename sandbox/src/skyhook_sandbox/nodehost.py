@@ -244,6 +244,12 @@ class NodeHost:
             task = asyncio.create_task(node.reboot())
             boot_id = await task if request.get("wait", True) else None
             return {"ok": True, "boot_id": boot_id}
+        if op == "hang-reboots":
+            node = self.nodes.get(request["name"])
+            if node is None:
+                return {"ok": False, "error": f"no simulated node named {request['name']!r}"}
+            node.reboot_hangs = bool(request.get("hang", True))
+            return {"ok": True}
         if op == "list":
             return {"ok": True, "nodes": self.describe()}
         if op == "shutdown":

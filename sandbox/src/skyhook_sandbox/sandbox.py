@@ -335,6 +335,11 @@ class Sandbox:
         boot_id = self._call({"op": "reboot", "name": name, "wait": wait}).get("boot_id")
         return str(boot_id) if boot_id else None
 
+    def hang_reboots(self, name: str, hang: bool = True) -> None:
+        """Make a node's reboots hang (for tests of nodes that never come back): a reboot its
+        host asks for never happens, its boot id stays, the asking process waits for ever."""
+        self._call({"op": "hang-reboots", "name": name, "hang": hang})
+
     def nodes(self) -> list[JsonDict]:
         return list(self._call({"op": "list"})["nodes"])
 
