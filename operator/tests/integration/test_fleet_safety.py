@@ -1,6 +1,7 @@
 """Fleet safety on the sandbox (docs/fleet-safety.md), each read back from a watch that records
 every version of the nodes and pods: the soak time is honoured between batch starts; an
-admin-cordoned node ends cordoned, every other uncordoned."""
+admin-cordoned node ends cordoned, every other uncordoned; a node that never comes back from a
+reboot is marked erroring within the deadline and its batch handled as the policy says."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import MERGE_PATCH
 from skyhook_planner.passes import report
-from skyhook_planner.rules import soak
+from skyhook_planner.rules import deadlines, soak
 from skyhook_schemas import keys
 
 from .helpers import SHELLSCRIPT, Cluster, Recording, agentless
@@ -118,3 +119,63 @@ def test_an_admin_cordoned_node_ends_cordoned_every_other_uncordoned(cluster: Cl
     assert cluster.node(admin)["spec"]["unschedulable"] is True
     assert not any(cluster.node(n)["spec"].get("unschedulable") for n in nodes[1:])
     assert all(marker not in cluster.node(n)["metadata"].get("annotations", {}) for n in nodes)
+
+
+def test_a_node_that_never_comes_back_from_a_reboot_is_marked_erroring_within_the_deadline(
+    cluster: Cluster,
+    policies: list[str],  # noqa: F811 (the fixture)
+) -> None:
+    """The first node's reboot hangs (boot id unchanged for ever). rebootDeadline 15s marks it
+    erroring, its batch (with the node that came back) is judged failed, failureThreshold 1
+    stops the compartment: the next batch never starts. The watch shows when."""
+    nodes = ordered(cluster, cluster.add_nodes(4))
+    dead = nodes[0]
+    cluster.sandbox.hang_reboots(dead)
+    boot = cluster.node(dead)["status"]["nodeInfo"]["bootID"]
+    name = cluster.label
+    policies.append(name)
+    strategy = {"fixed": {"initialBatch": 2, "failureThreshold": 1, "safetyLimit": 100}}
+    create_policy(
+        cluster.kube,
+        name,
+        {"default": {"budget": {"percent": 100}, "strategy": strategy}, "rebootDeadline": "15s"},
+    )
+    recording = cluster.record(name)
+    cluster.skyhook(name, {"kernel": reboot_package()}, deploymentPolicy=name)
+
+    def compartment() -> dict[str, Any]:
+        found = cluster.get_skyhook(name).get("status", {}).get("compartmentStatuses") or {}
+        return dict(found.get(keys.DEFAULT_COMPARTMENT) or {})
+
+    wait_until(
+        lambda: compartment().get("batchState", {}).get("shouldStop") is True,
+        180,
+        "the compartment to stop after the failed batch",
+    )
+    status_key = keys.node_status_key(name)
+    assert cluster.node(dead)["metadata"]["labels"][status_key] == "erroring"
+    wait_until(
+        lambda: cluster.node(nodes[1])["metadata"]["labels"].get(status_key) == "complete",
+        60,
+        "the other node of the batch to complete",
+    )
+    interrupt_created = min(
+        at
+        for at, _, pod in recording.of("pod")
+        if pod["spec"].get("nodeName") == dead and keys.INTERRUPT_LABEL in pod["metadata"]["labels"]
+    )
+    erroring_at = min(
+        at
+        for at, _, node in recording.of("node")
+        if node["metadata"]["name"] == dead
+        and node["metadata"].get("labels", {}).get(status_key) == "erroring"
+    )
+    waited = erroring_at - interrupt_created
+    assert 15 - 2 <= waited <= 15 + 15, f"marked erroring {waited:.1f}s after its interrupt"
+    assert cluster.node(dead)["status"]["nodeInfo"]["bootID"] == boot, "it never rebooted"
+    condition_found = condition(cluster, name, deadlines.CONDITION_DEADLINE)
+    assert condition_found["status"] == "True" and dead in condition_found["message"]
+    # The rest of the fleet is held as the policy says: nothing of the next batch started.
+    started = {pod["spec"].get("nodeName") for _, _, pod in recording.of("pod")}
+    assert started <= set(nodes[:2]), started
+    cluster.sandbox.hang_reboots(dead, hang=False)
