@@ -41,6 +41,7 @@ EVENTS = [
     "soak",
     "cordon",
     "deadline",
+    "health",
 ]
 
 
@@ -74,6 +75,8 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
         spec["soakTime"] = draw(st.sampled_from(["20s", "5m"]))
     if draw(st.booleans()):
         spec["rebootDeadline"] = draw(st.sampled_from(["10s", "2m"]))
+    if draw(st.booleans()):
+        spec["healthGate"] = {"nodeConditions": [{"type": "Healthy"}], "timeout": "30s"}
     return spec
 
 
@@ -134,6 +137,20 @@ def _toggle_cordon(node: dict[str, Any]) -> None:
     node["spec"]["unschedulable"] = not node["spec"].get("unschedulable")
 
 
+def _flip_health(node: dict[str, Any]) -> None:
+    """The health gate's signal appears, or flips."""
+    conditions = node["status"]["conditions"]
+    found = next((c for c in conditions if c["type"] == "Healthy"), None)
+    if found is None:
+        conditions.append({"type": "Healthy", "status": "True"})
+    else:
+        found["status"] = "False" if found["status"] == "True" else "True"
+
+
+# An administrator cordons or uncordons a node; a node's health gate signal flips.
+NODE_TOGGLES = {"cordon": _toggle_cordon, "health": _flip_health}
+
+
 def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> None:
     """One cluster event between passes."""
     node_names = sorted(d.sim.nodes)
@@ -190,8 +207,8 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
         d.sim.add_node(make_node(f"extra-{len(d.sim.nodes)}", {"pool": "gpu"}))
     elif event == "remove-node" and node and len(node_names) > 1:
         del d.sim.nodes[node]
-    elif event == "cordon" and node:  # an administrator cordons or uncordons the node
-        _toggle_cordon(d.sim.nodes[node])
+    elif event in NODE_TOGGLES and node:
+        NODE_TOGGLES[event](d.sim.nodes[node])
     elif event in {"soak", "deadline"}:
         _change_duration(scr, data, "soakTime" if event == "soak" else "rebootDeadline")
     elif event == "lag":

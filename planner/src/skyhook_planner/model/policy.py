@@ -35,6 +35,7 @@ from skyhook_planner.model.decoding import (
     in_range,
     messages,
 )
+from skyhook_planner.model.health import HealthGate, HealthGateWire
 from skyhook_planner.model.spec import Budget
 from skyhook_planner.model.vocabulary import LabelSelector, label_key_problem
 from skyhook_planner.model.windows import MaintenanceWindow, WindowWire
@@ -100,6 +101,7 @@ class Policy:
     shared_budget: Budget | None = None
     topology: Topology | None = None
     reboot_deadline_s: float | None = None  # seconds a node may take to come back from a reboot
+    health_gate: HealthGate | None = None  # what a node must show after its interrupt
 
     @property
     def all(self) -> tuple[Compartment, ...]:
@@ -222,6 +224,7 @@ class _PolicyWire(Wire):
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
     reboot_deadline: Duration | None = None
+    health_gate: HealthGateWire | None = None
     shared_budget: _BudgetWire | None = None
     topology: _TopologyWire | None = None
 
@@ -250,6 +253,7 @@ class _PolicyWire(Wire):
             self.shared_budget.decoded() if self.shared_budget else None,
             self.topology.decoded() if self.topology else None,
             reboot_deadline_s=self.reboot_deadline,
+            health_gate=self.health_gate.decoded() if self.health_gate else None,
         )
 
 

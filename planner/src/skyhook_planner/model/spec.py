@@ -57,6 +57,7 @@ from skyhook_planner.model.decoding import (
     one_of,
     parsed,
 )
+from skyhook_planner.model.health import HealthGate, HealthGateWire
 from skyhook_planner.model.imagecompat import Artifact, ArtifactError
 from skyhook_planner.model.imagecompat import parse as parse_artifact
 from skyhook_planner.model.vocabulary import TAINT_EFFECTS, LabelSelector, Toleration
@@ -198,6 +199,9 @@ class SkyhookSpec:
     # Ours: seconds a node may take to come back from a reboot interrupt (rules/deadlines.py);
     # None: the policy's, else none.
     reboot_deadline_s: float | None = None
+    # Ours: the signals a node must show after its interrupt before it is released
+    # (rules/health.py); None: the policy's, else none.
+    health_gate: HealthGate | None = None
 
 
 # --- the spec as written ------------------------------------------------------------------------
@@ -515,6 +519,7 @@ class _SpecWire(Wire):
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
     reboot_deadline: Duration | None = None
+    health_gate: HealthGateWire | None = None
 
     @field_validator("packages")
     @classmethod
@@ -554,6 +559,7 @@ class _SpecWire(Wire):
             alert_gate=self.alert_gate.decoded() if self.alert_gate else None,
             soak_time_s=self.soak_time,
             reboot_deadline_s=self.reboot_deadline,
+            health_gate=self.health_gate.decoded() if self.health_gate else None,
         )
 
     def _warnings(self, names: list[str]) -> Iterator[str]:

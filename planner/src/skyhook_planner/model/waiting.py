@@ -17,16 +17,16 @@ NOT_READY = "not-ready"
 ORDERING = "ordering"  # a Skyhook ahead of this one is not complete on the node
 HOLD = "hold"  # a closed maintenance window or a firing alert
 BATCH = "batch"  # the DeploymentPolicy's compartment: batch full or stopped
-SOAK = "soak"  # the soak time since the last batch start has not passed (ours)
 BUDGET = "budget"
 SHARED_BUDGET = "shared-budget"  # the DeploymentPolicy's budget over all its Skyhooks (ours)
 TOPOLOGY = "topology"  # the DeploymentPolicy's per-domain limit (ours)
 SOAK = "soak"  # ours: the soak time since the last batch (or node) start is not over
 REBOOT_DEADLINE = "reboot-deadline"  # ours: the node did not come back from its reboot in time
+HEALTH = "health"  # ours: the health gate holds the node, or halts the rollout
 DRAIN = "drain"  # pods matching podNonInterruptLabels, or a drain under way
 BLOCKERS = (
     SKYHOOK, SWITCHED_OFF, STATE, IGNORED, TAINTS, IMAGE, NOT_READY, ORDERING, HOLD, BATCH,
-    SOAK, SHARED_BUDGET, TOPOLOGY, BUDGET, SOAK, DRAIN, REBOOT_DEADLINE,
+    SOAK, SHARED_BUDGET, TOPOLOGY, BUDGET, DRAIN, REBOOT_DEADLINE, HEALTH,
 )  # fmt: skip
 
 

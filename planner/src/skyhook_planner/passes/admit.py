@@ -16,9 +16,8 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, blockers, budget, ordering, sharing
+from skyhook_planner.rules import batches, blockers, budget, health, ordering, sharing
 from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
-from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
     ERRORING,
@@ -106,10 +105,14 @@ class Admission:
 
 
 def admit(
-    ctx: SkyhookContext, rollout: Rollout, selection: Selection, groups: Compartments | None
+    ctx: SkyhookContext,
+    rollout: Rollout,
+    selection: Selection,
+    groups: Compartments | None,
+    halt: health.Halt | None = None,
 ) -> Admission:
-    """The candidates that start now. Each is asked of the holds and the pause first, then of
-    the capacity (the policy's batches, else the budget) in order: nodes left half-way (a pause,
+    """The candidates that start now. Each is asked of the holds, the pause and the health gate's
+    halt first, then of the capacity (the policy's batches, else the budget) in order: nodes left half-way (a pause,
     an external status edit) before fresh ones, then node order."""
     decided = Decision()
     capacity: blockers.Blocker
@@ -118,9 +121,10 @@ def admit(
     else:
         limit = budget.ceiling(rollout.spec.budget, len(rollout.matched))
         capacity = blockers.Budget(limit, tuple(n.name for n in selection.occupied))
-    gates = (
+    gates: tuple[blockers.Blocker, ...] = (
         blockers.OnHold(rollout.holds.stages),
         blockers.SwitchedOff(rollout.paused, rollout.disabled),
+        *([halt] if halt is not None else []),
     )
     running = {n.name for n in selection.occupied}
     shared = _shared_limits(ctx, rollout, selection)

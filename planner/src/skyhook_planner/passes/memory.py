@@ -46,6 +46,7 @@ class SkyhookInputs:
     # them with `sequencing: all` not yet complete everywhere
     ahead: tuple[tuple[str, object, str], ...]
     closed_gates: frozenset[str]
+    health_gate: object  # the Skyhook's, else its DeploymentPolicy's
 
 
 @dataclass(frozen=True)

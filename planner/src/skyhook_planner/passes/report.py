@@ -20,7 +20,7 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, budget, deadlines, holds, soak
+from skyhook_planner.rules import batches, budget, deadlines, health, holds, soak
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -243,6 +243,7 @@ def status(
     conditions: Sequence[dict[str, Any]],
     config_updates: Mapping[str, list[str]],
     batch_starts: Mapping[str, str] | None = None,
+    health_waiting: Mapping[str, str] | None = None,
 ) -> Decision:
     """The Skyhook's status as a merge patch, with a Transition condition and Event when its
     overall status changes."""
@@ -265,6 +266,7 @@ def status(
     dropped |= {CONDITION_ADMIN_CORDONS} - {c["type"] for c in conditions}  # only while any
     dropped |= {deadlines.CONDITION_DEADLINE} - {c["type"] for c in conditions}
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
+    dropped |= {health.CONDITION_WAITING, health.CONDITION_FAILED} - {c["type"] for c in conditions}
     old_status = current.get("status")
     if old_status != overall:
         found.append(
@@ -318,6 +320,8 @@ def status(
         desired["nodeOrderOffset"] = node_order_offset
     if batch_starts is not None or "batchStarts" in current:
         desired["batchStarts"] = dict(batch_starts) if batch_starts is not None else None
+    if health_waiting or "healthGateWaiting" in current:
+        desired["healthGateWaiting"] = dict(health_waiting) if health_waiting else None
     if overall == COMPLETE:
         desired["observedGeneration"] = scr.generation
     elif "observedGeneration" in current:

@@ -17,7 +17,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from skyhook_planner.model.snapshot import SkyhookView
-from skyhook_planner.passes import admit, configmaps, learn, prepare, report, select, uninstall
+from skyhook_planner.passes import (
+    admit,
+    configmaps,
+    health,
+    learn,
+    prepare,
+    report,
+    select,
+    uninstall,
+)
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision, NodeOut, SkyhookWork
@@ -28,6 +37,7 @@ from skyhook_planner.passes.memory import (
     SkyhookMemory,
 )
 from skyhook_planner.rules import blockers, deadlines, ordering
+from skyhook_planner.rules import health as health_rules
 
 
 def decide(
@@ -103,7 +113,9 @@ class _Share:
         )
         if groups is not None:
             decided.merge(groups.decided)
-        admission = admit.admit(ctx, self.rollout, selection, groups)
+        gate = health.check(ctx, self.rollout, selection)
+        decided.merge(gate.decided)
+        admission = admit.admit(ctx, self.rollout, selection, groups, gate.halt)
         decided.merge(admission.decided)
         node_statuses, reused = self.advance_nodes(selection, admission)
         decided.merge(report.selection_conditions(ctx, self.rollout, selection))
@@ -131,6 +143,7 @@ class _Share:
                 conditions=decided.work.conditions,
                 config_updates=decided.work.config_updates or {},
                 batch_starts=admission.batch_starts,
+                health_waiting=gate.waiting,
             )
         )
         # Whatever the pass writes for a node makes it noisy, whichever step decided it; and a
@@ -271,6 +284,7 @@ def _skyhook_inputs(
             for s in _ahead(index, scr)
         ),
         closed_gates=closed_gates,
+        health_gate=health_rules.gate_of(rollout.spec, rollout.policy),
     )
 
 

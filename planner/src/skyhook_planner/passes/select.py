@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from skyhook_planner.model import waiting
+from skyhook_planner.model.health import HealthGate
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.waiting import Reason
@@ -17,7 +18,7 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, NodeVerdict
 from skyhook_planner.passes.prepare import Rollout
-from skyhook_planner.rules import blockers, ordering, stages
+from skyhook_planner.rules import blockers, health, ordering, stages
 from skyhook_schemas.nodestate import (
     ERRORING,
     IN_PROGRESS,
@@ -125,13 +126,14 @@ def select(
             closed_gates,
         ),
     )
+    gate = health.gate_of(rollout.spec, rollout.policy)
     nodes: dict[str, NodeSelection] = {}
     for node in rollout.matched:
         verdict = kept.get(node.name)
         nodes[node.name] = (
             verdict.selected
             if verdict is not None
-            else _select_node(ctx, node, selection_blockers, readiness)
+            else _select_node(ctx, node, selection_blockers, readiness, gate)
         )
     decided = Decision()
     for node_name, found in nodes.items():
@@ -151,6 +153,7 @@ def _select_node(
     node: NodeView,
     selection_blockers: Sequence[blockers.Blocker],
     readiness: Sequence[blockers.Blocker],
+    gate: HealthGate | None,
 ) -> NodeSelection:
     index = ctx.index
     state = ctx.state(node)
@@ -165,6 +168,11 @@ def _select_node(
     if node_packages.unmatched:
         listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
         found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
+    if done and health.awaits(gate, node, state, work_complete=True):
+        # Past its interrupt but not healthy: it keeps its cordon and its slot, not complete.
+        assert gate is not None
+        held = health.waiting_reason(health.unmet(gate, node))
+        return NodeSelection(node_work, False, (held, *found), OCCUPIED, failed=False)
     holding = node.name in index.holding  # being started or released
     if done and not holding:
         return NodeSelection(node_work, done, found, slot="", failed=False)

@@ -59,11 +59,15 @@ def stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _parsed(text: str) -> datetime | None:
+def parse_stamp(text: str | None) -> datetime | None:
+    """A time this module or `stamp` wrote into the status; None for none, or an edited one
+    that does not read (as if nothing had started)."""
+    if not text:
+        return None
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        return None  # an edited status: as if nothing had started
+        return None
 
 
 @dataclass
@@ -88,7 +92,7 @@ class Soak:
                 return None  # the same batch
             until = self.now + timedelta(seconds=self.seconds)
         else:
-            last = _parsed(self.recorded.get(group, ""))
+            last = parse_stamp(self.recorded.get(group))
             until = last + timedelta(seconds=self.seconds) if last is not None else self.now
             if until <= self.now:
                 self.started.add(group)

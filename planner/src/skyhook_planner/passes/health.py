@@ -1,0 +1,104 @@
+"""The health gate over one Skyhook's selected nodes (rules/health.py): which nodes wait at it
+and since when, which fail it, and what that says: the halt `admit` asks each candidate, the
+conditions, the Events and a timer for the next wait to run out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from skyhook_planner.model import status as statuses
+from skyhook_planner.model.health import HealthGate
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.prepare import Rollout
+from skyhook_planner.passes.select import Selection
+from skyhook_planner.rules import health
+
+
+@dataclass(frozen=True)
+class Gate:
+    halt: health.Halt = field(default_factory=lambda: health.Halt(()))
+    waiting: Mapping[str, str] | None = None  # status.healthGateWaiting; None without a gate
+    decided: Decision = field(default_factory=Decision)
+
+
+def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
+    gate = health.gate_of(rollout.spec, rollout.policy)
+    if gate is None:
+        return Gate()
+    nodes: dict[str, tuple[NodeView, bool, bool]] = {}
+    for node in rollout.matched:
+        found = selection.nodes[node.name]
+        waits = any(r.hold == health.WAITING for r in found.reasons)
+        if waits or found.done:
+            nodes[node.name] = (node, waits, found.done)
+    recorded = ctx.scr.status.health_gate_waiting
+    verdict = health.judge(gate, nodes, recorded, ctx.now)
+    decided = Decision()
+    _report(ctx, gate, verdict, decided)
+    for name in sorted(set(recorded) - set(verdict.waiting_since)):
+        if name in nodes and nodes[name][2]:
+            decided.event("Node", name, health.PASSED, _passed(ctx.name, gate))
+    if verdict.next_timeout is not None:
+        decided.wake_in((verdict.next_timeout - ctx.now).total_seconds())
+    return Gate(health.Halt(verdict.failures), verdict.waiting_since, decided)
+
+
+def _report(
+    ctx: SkyhookContext, gate: HealthGate, verdict: health.Verdict, decided: Decision
+) -> None:
+    """The conditions while nodes wait or fail, and a Warning Event on the node and the
+    Skyhook for each node that newly fails."""
+    generation = ctx.scr.generation
+    waiting = sorted(verdict.waiting_since)
+    if waiting:
+        listed = ", ".join(waiting[: health.MAX_NAMED]) + (
+            " ..." if len(waiting) > health.MAX_NAMED else ""
+        )
+        decided.work.conditions.append(
+            statuses.condition(
+                health.CONDITION_WAITING,
+                True,
+                health.WAITING,
+                f"{len(waiting)} node(s) held cordoned after their interrupt until they show "
+                f"the health gate's signals: {listed}",
+                ctx.now,
+                generation=generation,
+            )
+        )
+    if not verdict.failures:
+        return
+    message = f"No new node starts: {health.named(verdict.failures)}"
+    decided.work.conditions.append(
+        statuses.condition(
+            health.CONDITION_FAILED, True, health.FAILED, message, ctx.now, generation=generation
+        )
+    )
+    before = ctx.scr.status.condition(health.CONDITION_FAILED)
+    told = before.get("message", "") if before and before.get("status") == "True" else ""
+    for failure in verdict.failures:
+        if f"node [{failure.node}]" in told:
+            continue
+        decided.event(
+            "Node",
+            failure.node,
+            health.FAILED,
+            f"health gate of [skyhook:{ctx.name}]: {failure.why}",
+            type="Warning",
+        )
+        decided.event(
+            "Skyhook",
+            ctx.name,
+            health.FAILED,
+            f"rollout halted: node [{failure.node}] {failure.why}",
+            type="Warning",
+        )
+
+
+def _passed(scr: str, gate: HealthGate) -> str:
+    signals = [f"{c.type}={c.status}" for c in gate.conditions]
+    signals += [f"label {k}={v}" for k, v in gate.labels]
+    return f"healthy ({', '.join(signals)}): released by [skyhook:{scr}]"

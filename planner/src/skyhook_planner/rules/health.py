@@ -1,0 +1,133 @@
+"""Health gates (ours, docs/fleet-safety.md#health-gates): after its interrupt, a node stays
+cordoned, holding its budget slot and its batch, until it shows the gate's signals (node
+conditions, labels); and the rollout halts, starting no new node, while a node fails the gate.
+Pure: decided from the nodes, what this Skyhook recorded on them, the waits recorded in the
+Skyhook's status and the pass's clock.
+
+- A node *waits* when its packages are all complete but our cordon is still on it (it was
+  interrupted in this rollout) and it does not show every signal. It is not complete: its slot,
+  its batch and the Skyhooks after it on the node wait with it. Once it shows them it is
+  released (uncordoned) as usual.
+- A node *fails* the gate when it has waited `timeout` without showing the signals, or when the
+  Skyhook is complete on it and a signal turns bad. While any node fails, no new node starts
+  (the nodes already running go on), and the status names each failing node and why. The
+  rollout resumes by itself once they show the signals again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from skyhook_planner.model.health import HealthGate
+from skyhook_planner.model.nodestate import NodeState
+from skyhook_planner.model.policy import Policy
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.waiting import HEALTH, Reason
+from skyhook_planner.rules.soak import describe, parse_stamp, stamp
+from skyhook_schemas import keys
+
+WAITING = "HealthGateWaiting"  # condition reason, held-nodes reason
+FAILED = "HealthGateFailed"  # condition reason, Event reason, held-nodes reason
+PASSED = "HealthGatePassed"  # Event reason
+CONDITION_WAITING = f"{keys.GROUP}/{WAITING}"
+CONDITION_FAILED = f"{keys.GROUP}/{FAILED}"
+MAX_NAMED = 10
+
+
+def gate_of(spec: SkyhookSpec, policy: Policy | None) -> HealthGate | None:
+    """The Skyhook's own healthGate, else its policy's; None when neither sets one."""
+    if spec.health_gate is not None:
+        return spec.health_gate
+    return policy.health_gate if policy is not None else None
+
+
+def unmet(gate: HealthGate, node: NodeView) -> tuple[str, ...]:
+    """The gate's signals `node` does not show (phrases for a person); empty when healthy."""
+    return gate.unmet(node.labels, {c.type: c.status for c in node.conditions})
+
+
+def awaits(gate: HealthGate | None, node: NodeView, state: NodeState, work_complete: bool) -> bool:
+    """Is the node past its interrupt (its work complete, our cordon still on it) without
+    showing the gate's signals?"""
+    return gate is not None and work_complete and state.cordoned and bool(unmet(gate, node))
+
+
+def waiting_reason(problems: tuple[str, ...]) -> Reason:
+    return Reason(
+        HEALTH, f"health gate: held cordoned until healthy: {'; '.join(problems)}", hold=WAITING
+    )
+
+
+@dataclass(frozen=True)
+class Failure:
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate over one Skyhook's nodes this pass: when each waiting node started waiting
+    (status.healthGate.waiting after the pass), the nodes that fail it, and the next time a
+    wait runs out."""
+
+    waiting_since: Mapping[str, str]
+    failures: tuple[Failure, ...]
+    next_timeout: datetime | None
+
+
+def judge(
+    gate: HealthGate,
+    nodes: Mapping[str, tuple[NodeView, bool, bool]],
+    recorded: Mapping[str, str],
+    now: datetime,
+) -> Verdict:
+    """`nodes`: each selected node with whether it waits at the gate (`awaits`) and whether the
+    Skyhook is complete on it; `recorded`: the waits the last pass recorded."""
+    timeout = timedelta(seconds=gate.timeout_s)
+    since: dict[str, str] = {}
+    failures: list[Failure] = []
+    next_timeout: datetime | None = None
+    for name, (node, waits, complete) in sorted(nodes.items()):
+        if waits:
+            started = parse_stamp(recorded.get(name)) or now
+            since[name] = stamp(started)
+            problems = "; ".join(unmet(gate, node))
+            if now - started >= timeout:
+                failures.append(
+                    Failure(
+                        name,
+                        f"not healthy within timeout {describe(gate.timeout_s)} after its "
+                        f"interrupt (since {stamp(started)}): {problems}",
+                    )
+                )
+            elif next_timeout is None or started + timeout < next_timeout:
+                next_timeout = started + timeout
+        elif complete and (problems_found := unmet(gate, node)):
+            failures.append(Failure(name, f"turned unhealthy: {'; '.join(problems_found)}"))
+    return Verdict(since, tuple(failures), next_timeout)
+
+
+def named(failures: tuple[Failure, ...]) -> str:
+    listed = "; ".join(f"node [{f.node}] {f.why}" for f in failures[:MAX_NAMED])
+    more = len(failures) - MAX_NAMED
+    return listed + (f"; and {more} more" if more > 0 else "")
+
+
+@dataclass(frozen=True)
+class Halt:
+    """The blocker of a rollout some node fails the gate of: no candidate starts."""
+
+    failures: tuple[Failure, ...]
+
+    def check(self, node: NodeView) -> Reason | None:
+        if not self.failures:
+            return None
+        return Reason(
+            HEALTH,
+            f"rollout halted by the health gate: {named(self.failures)}",
+            nodes=tuple(f.node for f in self.failures),
+            hold=FAILED,
+        )
