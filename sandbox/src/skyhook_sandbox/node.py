@@ -97,6 +97,9 @@ class SimulatedNode:
         # A test's broken node: a reboot it is asked for never happens (boot id unchanged, the
         # process that asked waits for ever), as a reboot hung in shutdown would.
         self.reboot_hangs = False
+        # Conditions something else on the node reports (a problem detector, a health check),
+        # by type: kept in every status the node posts.
+        self.extra_conditions: dict[str, str] = {}
         self.workers: dict[str, PodWorker] = {}
         self._next_ip = 2
         self._tasks: list[asyncio.Task[None]] = []
@@ -155,10 +158,15 @@ class SimulatedNode:
             for kind, reason in (("MemoryPressure", "SufficientMemory"),
                                  ("DiskPressure", "NoDiskPressure"), ("PIDPressure", "SufficientPID"))
         ]  # fmt: skip
+        extra = [
+            {"type": kind, "status": status, "reason": "Reported", "message": "set by a test",
+             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+            for kind, status in sorted(self.extra_conditions.items())
+        ]  # fmt: skip
         return {
             "capacity": self.settings.capacity,
             "allocatable": self.settings.capacity,
-            "conditions": [*pressure, ready],
+            "conditions": [*pressure, ready, *extra],
             "addresses": [
                 {"type": "InternalIP", "address": self.host_ip},
                 {"type": "Hostname", "address": self.name},

@@ -244,6 +244,16 @@ class NodeHost:
             task = asyncio.create_task(node.reboot())
             boot_id = await task if request.get("wait", True) else None
             return {"ok": True, "boot_id": boot_id}
+        if op == "set-condition":
+            node = self.nodes.get(request["name"])
+            if node is None:
+                return {"ok": False, "error": f"no simulated node named {request['name']!r}"}
+            if request.get("status") is None:
+                node.extra_conditions.pop(request["type"], None)
+            else:
+                node.extra_conditions[request["type"]] = str(request["status"])
+            await node.post_status()
+            return {"ok": True}
         if op == "hang-reboots":
             node = self.nodes.get(request["name"])
             if node is None:

@@ -335,6 +335,11 @@ class Sandbox:
         boot_id = self._call({"op": "reboot", "name": name, "wait": wait}).get("boot_id")
         return str(boot_id) if boot_id else None
 
+    def set_node_condition(self, name: str, kind: str, status: str | None) -> None:
+        """Report a node condition of type `kind` (a problem detector's, a health check's) in
+        every status the node posts from now on; None removes it."""
+        self._call({"op": "set-condition", "name": name, "type": kind, "status": status})
+
     def hang_reboots(self, name: str, hang: bool = True) -> None:
         """Make a node's reboots hang (for tests of nodes that never come back): a reboot its
         host asks for never happens, its boot id stays, the asking process waits for ever."""
