@@ -18,6 +18,7 @@ from skyhook_planner.model import waiting
 from skyhook_planner.model.actions import EmitEvent, Plan
 from skyhook_planner.rules import health
 from skyhook_planner.sim.driver import Driver, package
+from skyhook_schemas import keys
 
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
 SERVICE = {"type": "service", "services": ["gpud"]}
@@ -186,10 +187,84 @@ def test_without_an_interrupt_nothing_waits_at_the_gate() -> None:
     assert "healthGateWaiting" not in d.status("scr")
 
 
+CHECK = {"checkPod": {"image": "registry.example/gpu-check:1.2", "command": ["/check"]}}
+
+
+def _check_pods(d: Driver) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        k: p for k, p in d.sim.pods.items() if keys.HEALTH_CHECK_LABEL in p["metadata"]["labels"]
+    }
+
+
+def _until_check_pod(d: Driver) -> tuple[str, str]:
+    """Passes (stage pods finishing, check pods left running) until a check pod is there."""
+    for _ in range(20):
+        d.step()
+        at = d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for key in d.pending_pods():
+            if key not in _check_pods(d):
+                d.sim.finish_pod(key, at=at)
+        d.now += timedelta(seconds=1)
+        if _check_pods(d):
+            (key,) = _check_pods(d)
+            return key
+    raise AssertionError("no check pod was created")
+
+
+def test_a_check_pod_runs_on_the_node_and_its_success_releases_it() -> None:
+    d = Driver(2, {"role": "gpu"})
+    d.sim.add_skyhook("scr", _spec(interruptionBudget={"count": 1}, healthGate=CHECK))
+    key = _until_check_pod(d)
+    pod = d.sim.pods[key]
+    assert pod["spec"]["nodeName"] == "node-0000"
+    (container,) = pod["spec"]["initContainers"]
+    assert container["image"] == "registry.example/gpu-check:1.2"
+    assert container["command"] == ["/check"]
+    assert {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists"} in pod["spec"]["tolerations"]
+    assert _cordoned(d, "node-0000")
+    plan = d.step()
+    assert "check pod " + key[1] + " not finished" in plan.waiting[("scr", "node-0000")][0].message
+    assert d.entries("scr", "node-0001") == {}
+    d.sim.finish_pod(key, 0, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    [_pass(d) for _ in range(20)]
+    assert d.status("scr")["completeNodes"] == "2/2"
+    assert not any(_cordoned(d, n) for n in d.sim.nodes)
+    assert not _check_pods(d), "each check pod is deleted once its node passed"
+
+
+def test_a_failed_check_pod_halts_the_rollout_and_deleting_it_checks_again() -> None:
+    d = Driver(2, {"role": "gpu"})
+    d.sim.add_skyhook("scr", _spec(interruptionBudget={"count": 1}, healthGate=CHECK))
+    key = _until_check_pod(d)
+    d.sim.finish_pod(key, 3, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"), failed_phase=True)
+    plans = [d.step() for _ in range(3)]
+    failed = _condition(d, "scr", health.CONDITION_FAILED)
+    assert failed is not None
+    assert (
+        f"node [node-0000] failed its health check: check pod {key[1]} failed"
+        in (failed["message"])
+    )
+    assert _events(plans, health.FAILED) == [
+        ("Node", "node-0000", "Warning"),
+        ("Skyhook", "scr", "Warning"),
+    ]
+    assert key in d.sim.pods, "a failed check pod is kept for its logs"
+    assert _cordoned(d, "node-0000") and d.entries("scr", "node-0001") == {}
+    del d.sim.pods[key]  # an administrator deletes it: the check runs again
+    d.step()
+    assert key in _check_pods(d)
+    d.sim.finish_pod(key, 0, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    [_pass(d) for _ in range(20)]
+    assert d.status("scr")["completeNodes"] == "2/2"
+    assert _condition(d, "scr", health.CONDITION_FAILED) is None
+
+
 @pytest.mark.parametrize(
     ("gate", "path"),
     [
-        ({}, "spec.healthGate: set nodeConditions or nodeLabels"),
+        ({}, "spec.healthGate: set nodeConditions, nodeLabels or checkPod"),
+        ({"checkPod": {"image": "Not An Image"}}, "spec.healthGate.checkPod.image: "),
+        ({"checkPod": {"command": ["/check"]}}, "spec.healthGate.checkPod.image: "),
         ({"nodeConditions": [{"type": "Bad Type"}]}, "spec.healthGate.nodeConditions[0].type: "),
         (
             {"nodeConditions": [{"type": "GPUHealthy", "status": "yes"}]},

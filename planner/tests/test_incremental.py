@@ -76,7 +76,14 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["rebootDeadline"] = draw(st.sampled_from(["10s", "2m"]))
     if draw(st.booleans()):
-        spec["healthGate"] = {"nodeConditions": [{"type": "Healthy"}], "timeout": "30s"}
+        spec["healthGate"] = draw(
+            st.sampled_from(
+                [
+                    {"nodeConditions": [{"type": "Healthy"}], "timeout": "30s"},
+                    {"checkPod": {"image": "example.com/check:1"}, "timeout": "5m"},
+                ]
+            )
+        )
     return spec
 
 

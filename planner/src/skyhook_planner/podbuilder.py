@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from skyhook_planner.model.health import CheckPod
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import Interrupt, Package, parse_quantity
@@ -46,6 +47,10 @@ def stage_pod_name(scr: str, package: str, version: str, stage: str, node: str) 
 def interrupt_pod_name(scr: str, interrupt_type: str, node: str, stage: str = INTERRUPT) -> str:
     """`stage`: interrupt, or uninstall-interrupt for the interrupt that ends an uninstall."""
     return keys.safe_name(63, scr, stage, interrupt_type, node)
+
+
+def check_pod_name(scr: str, node: str) -> str:
+    return keys.safe_name(63, scr, "health-check", node)
 
 
 def metadata_volume_name(node: str) -> str:
@@ -137,7 +142,7 @@ def _base_pod(
     node: str,
     *,
     labels: dict[str, str],
-    annotation: PodPackage,
+    annotation: PodPackage | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "nodeName": node,
@@ -159,7 +164,7 @@ def _base_pod(
             "name": name,
             "namespace": settings.namespace,
             "labels": labels,
-            "annotations": {keys.PACKAGE_ANNOTATION: annotation.to_json()},
+            "annotations": {keys.PACKAGE_ANNOTATION: annotation.to_json()} if annotation else {},
             "ownerReferences": [_owner_reference(scr)],
         },
         "spec": spec,
@@ -308,6 +313,30 @@ def build_interrupt_pod(
             "resources": {"limits": dict(amount), "requests": dict(amount)},
         }
     ]
+    return pod
+
+
+def build_check_pod(
+    settings: PlannerSettings, scr: SkyhookView, node: str, check: CheckPod
+) -> dict[str, Any]:
+    """A health gate's check pod (rules/health.py): its one container runs the check on the
+    node, with the host's root at /host, and its result is read as a stage's is."""
+    labels = {keys.NAME_LABEL: scr.name, keys.HEALTH_CHECK_LABEL: "True"}
+    pod = _base_pod(settings, scr, check_pod_name(scr.name, node), node, labels=labels)
+    pod["spec"]["restartPolicy"] = "Never"
+    container: dict[str, Any] = {
+        "name": "health-check",
+        "image": check.image,
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": ROOT_MOUNT, "mountPath": "/host", "mountPropagation": "HostToContainer"}
+        ],
+    }
+    if check.command:
+        container["command"] = list(check.command)
+    if check.args:
+        container["args"] = list(check.args)
+    pod["spec"]["initContainers"] = [container]
     return pod
 
 

@@ -293,7 +293,8 @@ def held_family(plan: Plan) -> Family:
     return Family(
         HELD_NODES,
         "Nodes of the Skyhook whose next step waits, by reason (MaintenanceWindowClosed, "
-        "AlertsFiring, AlertQueryFailed, AlertsNotRead)",
+        "AlertsFiring, AlertQueryFailed, AlertsNotRead, Soaking, RebootDeadlineExceeded, "
+        "HealthGateWaiting, HealthGateFailed)",
         (*SKYHOOK, "reason"),
         tuple(Sample(key, count) for key, count in sorted(held(plan).items())),
     )

@@ -83,6 +83,7 @@ def erroring_condition(scr: str) -> str:
 NAME_LABEL = f"{GROUP}/name"
 PACKAGE_LABEL = f"{GROUP}/package"
 INTERRUPT_LABEL = f"{GROUP}/interrupt"
+HEALTH_CHECK_LABEL = f"{GROUP}/health-check"  # ours: a health gate's check pod
 PACKAGE_ANNOTATION = f"{GROUP}/package"
 
 # ConfigMaps.

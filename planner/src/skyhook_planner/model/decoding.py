@@ -36,6 +36,7 @@ from skyhook_planner.model.vocabulary import (
     label_value_problem,
 )
 from skyhook_schemas.durations import parse_duration
+from skyhook_schemas.images import split_image
 
 Loc = tuple[str | int, ...]
 T = TypeVar("T")
@@ -162,6 +163,17 @@ Duration = Annotated[float, parsed(_duration)]
 
 # A string that must be given and not empty ("required" either way).
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+
+
+def _pullable(image: str) -> str:
+    """An image a pod runs as written: a full reference (`repo:tag`, `repo@digest`)."""
+    if image:
+        split_image(image)
+    return image
+
+
+# An image reference a pod of ours runs as written ("" when unset).
+PullableImage = Annotated[StrictStr, AfterValidator(_pullable)]
 
 # Our words for pydantic's structural errors; anything else keeps pydantic's message.
 _WORDS = {

@@ -47,6 +47,7 @@ from skyhook_planner.model.decoding import (
     FalsyIsUnset,
     Loc,
     NonEmpty,
+    PullableImage,
     SelectorWire,
     Text,
     Wire,
@@ -356,13 +357,6 @@ def _env_var(env: dict[str, Any]) -> dict[str, Any]:
 EnvVar = Annotated[dict[str, Any], AfterValidator(_env_var)]
 
 
-def _pullable(image: str) -> str:
-    """An image a pod runs as written: a full reference (`repo:tag`, `repo@digest`)."""
-    if image:
-        split_image(image)
-    return image
-
-
 def _config_map(data: dict[str, str]) -> dict[str, str]:
     problems: list[tuple[Loc, str]] = [
         ((key,), problem) for key in data if (problem := config_map_key_problem(key))
@@ -407,7 +401,7 @@ class _PackageWire(Wire):
     container_sha: Annotated[StrictStr, check(lambda sha: digest_problem(sha) if sha else None)] = (
         Field("", alias="containerSHA")
     )
-    agent_image_override: Annotated[StrictStr, AfterValidator(_pullable)] = ""
+    agent_image_override: PullableImage = ""
     interrupt: _InterruptWire | None = None
     config_map: Annotated[dict[StrictStr, StrictStr], FalsyIsUnset, AfterValidator(_config_map)] = (
         Field(default_factory=dict)

@@ -240,6 +240,20 @@ class SkyhookContext:
             or key in self.index.terminating
         )
 
+    def check_pod(self, node: str) -> PodView | None:
+        """This Skyhook's health check pod on `node` (rules/health.py), if it is there."""
+        return next(
+            (
+                p
+                for p in self.index.pods_on_node.get(node, ())
+                if keys.HEALTH_CHECK_LABEL in p.labels
+                and p.labels.get(keys.NAME_LABEL) == self.name
+                and self.index.is_ours(p)
+                and self.present(p)
+            ),
+            None,
+        )
+
     def ours_on(self, node: str) -> list[PodView]:
         """This Skyhook's pods on `node` that are still there."""
         return [

@@ -1,6 +1,7 @@
 """The health gate over one Skyhook's selected nodes (rules/health.py): which nodes wait at it
 and since when, which fail it, and what that says: the halt `admit` asks each candidate, the
-conditions, the Events and a timer for the next wait to run out.
+conditions, the Events, a timer for the next wait to run out, and the check pods (created for
+the nodes that wait, deleted once they are not needed).
 """
 
 from __future__ import annotations
@@ -8,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from skyhook_planner import podbuilder
 from skyhook_planner.model import status as statuses
+from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.health import HealthGate
-from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
 from skyhook_planner.rules import health
+from skyhook_schemas import keys
 
 
 @dataclass(frozen=True)
@@ -28,23 +31,53 @@ class Gate:
 def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
     gate = health.gate_of(rollout.spec, rollout.policy)
     if gate is None:
-        return Gate()
-    nodes: dict[str, tuple[NodeView, bool, bool]] = {}
+        return Gate(decided=_check_pods(ctx, None, {}))
+    nodes: dict[str, health.AtGate] = {}
     for node in rollout.matched:
         found = selection.nodes[node.name]
         waits = any(r.hold == health.WAITING for r in found.reasons)
         if waits or found.done:
-            nodes[node.name] = (node, waits, found.done)
+            nodes[node.name] = health.AtGate(node, waits, found.done, ctx.check_pod(node.name))
     recorded = ctx.scr.status.health_gate_waiting
     verdict = health.judge(gate, nodes, recorded, ctx.now)
-    decided = Decision()
+    decided = _check_pods(ctx, gate, nodes)
     _report(ctx, gate, verdict, decided)
     for name in sorted(set(recorded) - set(verdict.waiting_since)):
-        if name in nodes and nodes[name][2]:
+        if name in nodes and nodes[name].complete:
             decided.event("Node", name, health.PASSED, _passed(ctx.name, gate))
     if verdict.next_timeout is not None:
         decided.wake_in((verdict.next_timeout - ctx.now).total_seconds())
     return Gate(health.Halt(verdict.failures), verdict.waiting_since, decided)
+
+
+def _check_pods(
+    ctx: SkyhookContext, gate: HealthGate | None, nodes: Mapping[str, health.AtGate]
+) -> Decision:
+    """A check pod for each node that waits without one; a check pod on a node that no longer
+    waits is deleted (a failed one on a node that waits is kept for its logs: deleting it runs
+    the check again)."""
+    decided = Decision()
+    check = gate.check_pod if gate is not None else None
+    waiting = {name for name, at in nodes.items() if at.waits}
+    for pod in ctx.pods():
+        if (
+            keys.HEALTH_CHECK_LABEL in pod.labels
+            and ctx.present(pod)
+            and (check is None or pod.node not in waiting)
+        ):
+            decided.delete_pod(pod, "health check no longer needed")
+    if check is None:
+        return decided
+    for name in sorted(waiting):
+        at = nodes[name]
+        if at.check is not None:
+            continue
+        manifest = podbuilder.build_check_pod(ctx.settings, ctx.scr, name, check)
+        if ctx.name_taken(ctx.settings.namespace, manifest["metadata"]["name"]):
+            decided.wake_in(1.0)  # the last check pod is still going away
+            continue
+        decided.node(name).actions.append(CreatePod(manifest))
+    return decided
 
 
 def _report(

@@ -6,7 +6,8 @@ the earlier ones decided (through the `SkyhookContext`):
    the Skyhook needs to run at all; one that cannot run is `prepare.unrunnable`.
 2. learn from its pods (learn.py), keep package ConfigMaps current (configmaps.py).
 3. `select.tidy` each selected node's entries; `select.select` each node's work and blockers.
-4. `admit.compartments` (with a DeploymentPolicy), then `admit.admit` the candidates.
+4. `admit.compartments` (with a DeploymentPolicy), `health.check` the health gate, then
+   `admit.admit` the candidates.
 5. `advance` (advance.py) each admitted node that may work; `report.finish` each node's status.
 6. `report.save` node states as annotation changes; `report.status` the Skyhook's status.
 """

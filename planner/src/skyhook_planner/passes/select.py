@@ -168,10 +168,11 @@ def _select_node(
     if node_packages.unmatched:
         listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
         found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
-    if done and health.awaits(gate, node, state, work_complete=True):
+    check = ctx.check_pod(node.name)
+    if done and health.awaits(gate, node, state, work_complete=True, check=check):
         # Past its interrupt but not healthy: it keeps its cordon and its slot, not complete.
         assert gate is not None
-        held = health.waiting_reason(health.unmet(gate, node))
+        held = health.waiting_reason(health.problems(gate, node, check))
         return NodeSelection(node_work, False, (held, *found), OCCUPIED, failed=False)
     holding = node.name in index.holding  # being started or released
     if done and not holding:

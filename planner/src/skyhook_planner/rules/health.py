@@ -2,14 +2,17 @@
 cordoned, holding its budget slot and its batch, until it shows the gate's signals (node
 conditions, labels); and the rollout halts, starting no new node, while a node fails the gate.
 Pure: decided from the nodes, what this Skyhook recorded on them, the waits recorded in the
-Skyhook's status and the pass's clock.
+Skyhook's status, its check pods and the pass's clock.
 
 - A node *waits* when its packages are all complete but our cordon is still on it (it was
-  interrupted in this rollout) and it does not show every signal. It is not complete: its slot,
-  its batch and the Skyhooks after it on the node wait with it. Once it shows them it is
-  released (uncordoned) as usual.
-- A node *fails* the gate when it has waited `timeout` without showing the signals, or when the
-  Skyhook is complete on it and a signal turns bad. While any node fails, no new node starts
+  interrupted in this rollout) and it does not show every signal (with a `checkPod`: until
+  that pod, run on the node once it waits, has succeeded). It is not complete: its slot, its
+  batch and the Skyhooks after it on the node wait with it. Once it shows them it is released
+  (uncordoned) as usual.
+- A node *fails* the gate when it has waited `timeout` without showing the signals, when its
+  check pod fails, or when the Skyhook is complete on it and a condition or label turns bad.
+  (A failed check pod is kept for its logs; deleting it runs the check again.) While any node
+  fails, no new node starts
   (the nodes already running go on), and the status names each failing node and why. The
   rollout resumes by itself once they show the signals again.
 """
@@ -23,9 +26,10 @@ from datetime import datetime, timedelta
 from skyhook_planner.model.health import HealthGate
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.policy import Policy
-from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.spec import SkyhookSpec
 from skyhook_planner.model.waiting import HEALTH, Reason
+from skyhook_planner.rules import results
 from skyhook_planner.rules.soak import describe, parse_stamp, stamp
 from skyhook_schemas import keys
 
@@ -45,14 +49,45 @@ def gate_of(spec: SkyhookSpec, policy: Policy | None) -> HealthGate | None:
 
 
 def unmet(gate: HealthGate, node: NodeView) -> tuple[str, ...]:
-    """The gate's signals `node` does not show (phrases for a person); empty when healthy."""
+    """The conditions and labels `node` does not show (phrases for a person); empty when it
+    shows them all."""
     return gate.unmet(node.labels, {c.type: c.status for c in node.conditions})
 
 
-def awaits(gate: HealthGate | None, node: NodeView, state: NodeState, work_complete: bool) -> bool:
+def check_result(gate: HealthGate, check: PodView | None) -> str:
+    """The check pod's word (results.SUCCEEDED, FAILED, RUNNING or WAITING); SUCCEEDED
+    without a checkPod, WAITING for a pod not created yet."""
+    if gate.check_pod is None:
+        return results.SUCCEEDED
+    if check is None:
+        return results.WAITING
+    return results.outcome(check).result
+
+
+def problems(gate: HealthGate, node: NodeView, check: PodView | None) -> tuple[str, ...]:
+    """Everything that keeps `node` from passing the gate; empty when it passes."""
+    found = unmet(gate, node)
+    result = check_result(gate, check)
+    if result == results.SUCCEEDED:
+        return found
+    if check is None:
+        return (*found, "check pod not run yet")
+    word = "failed" if result == results.FAILED else "not finished"
+    return (*found, f"check pod {check.name} {word}")
+
+
+def awaits(
+    gate: HealthGate | None,
+    node: NodeView,
+    state: NodeState,
+    work_complete: bool,
+    check: PodView | None,
+) -> bool:
     """Is the node past its interrupt (its work complete, our cordon still on it) without
-    showing the gate's signals?"""
-    return gate is not None and work_complete and state.cordoned and bool(unmet(gate, node))
+    passing the gate?"""
+    return (
+        gate is not None and work_complete and state.cordoned and bool(problems(gate, node, check))
+    )
 
 
 def waiting_reason(problems: tuple[str, ...]) -> Reason:
@@ -78,35 +113,45 @@ class Verdict:
     next_timeout: datetime | None
 
 
+@dataclass(frozen=True)
+class AtGate:
+    """One selected node as the gate sees it: whether it waits at the gate (`awaits`), whether
+    the Skyhook is complete on it, and its check pod."""
+
+    node: NodeView
+    waits: bool
+    complete: bool
+    check: PodView | None = None
+
+
 def judge(
-    gate: HealthGate,
-    nodes: Mapping[str, tuple[NodeView, bool, bool]],
-    recorded: Mapping[str, str],
-    now: datetime,
+    gate: HealthGate, nodes: Mapping[str, AtGate], recorded: Mapping[str, str], now: datetime
 ) -> Verdict:
-    """`nodes`: each selected node with whether it waits at the gate (`awaits`) and whether the
-    Skyhook is complete on it; `recorded`: the waits the last pass recorded."""
+    """`recorded`: the waits the last pass recorded."""
     timeout = timedelta(seconds=gate.timeout_s)
     since: dict[str, str] = {}
     failures: list[Failure] = []
     next_timeout: datetime | None = None
-    for name, (node, waits, complete) in sorted(nodes.items()):
-        if waits:
+    for name, at in sorted(nodes.items()):
+        node = at.node
+        if at.waits:
             started = parse_stamp(recorded.get(name)) or now
             since[name] = stamp(started)
-            problems = "; ".join(unmet(gate, node))
-            if now - started >= timeout:
+            listed = "; ".join(problems(gate, node, at.check))
+            if check_result(gate, at.check) == results.FAILED:
+                failures.append(Failure(name, f"failed its health check: {listed}"))
+            elif now - started >= timeout:
                 failures.append(
                     Failure(
                         name,
                         f"not healthy within timeout {describe(gate.timeout_s)} after its "
-                        f"interrupt (since {stamp(started)}): {problems}",
+                        f"interrupt (since {stamp(started)}): {listed}",
                     )
                 )
             elif next_timeout is None or started + timeout < next_timeout:
                 next_timeout = started + timeout
-        elif complete and (problems_found := unmet(gate, node)):
-            failures.append(Failure(name, f"turned unhealthy: {'; '.join(problems_found)}"))
+        elif at.complete and (turned := unmet(gate, node)):
+            failures.append(Failure(name, f"turned unhealthy: {'; '.join(turned)}"))
     return Verdict(since, tuple(failures), next_timeout)
 
 

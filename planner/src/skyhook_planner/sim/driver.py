@@ -137,7 +137,11 @@ class Driver:
         return str(status) if status is not None else None
 
     def stages_run(self, node: str | None = None) -> list[tuple[str, str, str]]:
-        runs = [pod_stage(p) for p in self.sim.created_pods]
+        runs = [
+            pod_stage(p)
+            for p in self.sim.created_pods
+            if keys.HEALTH_CHECK_LABEL not in p["metadata"]["labels"]
+        ]
         return [r for r in runs if node is None or r[0] == node]
 
     def status(self, scr: str) -> dict[str, Any]:
