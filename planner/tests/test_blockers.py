@@ -52,7 +52,7 @@ def test_a_node_that_starts_does_not_wait_and_a_finished_rollout_leaves_no_one_w
 
 def test_a_paused_skyhook_holds_every_node_it_would_start() -> None:
     d = Driver(2, LABELS)
-    d.sim.add_skyhook("scr", {**SEL, "pause": True, "packages": PLAIN})
+    d.sim.add_skyhook("scr", {**SEL, "packages": PLAIN}, {keys.PAUSE_ANNOTATION: "true"})
     found = reasons(d.step())
     assert {n: [r.message for r in rs] for n, rs in found.items()} == {
         "node-0000": ["skyhook paused"],

@@ -151,8 +151,10 @@ def budget(count: int) -> dict[str, Any]:
         pytest.param(
             1,
             PLAIN,
-            {"pause": True},
-            lambda sim: None,
+            {},
+            lambda sim: sim.skyhooks["fleet"]["metadata"]["annotations"].update(
+                {keys.PAUSE_ANNOTATION: "true"}
+            ),
             [],
             {"node-0": "skyhook paused"},
             0.0,

@@ -253,12 +253,7 @@ def test_parse_quantity(text: str, value: str | None) -> None:
 
 def test_defaults() -> None:
     spec = decode_spec({})
-    assert (spec.priority, spec.serial, spec.runtime_required, spec.pause) == (
-        200,
-        False,
-        False,
-        False,
-    )
+    assert (spec.priority, spec.serial, spec.runtime_required) == (200, False, False)
     assert spec.budget.percent is None and spec.budget.count is None
     assert spec.node_selector.empty and spec.node_selector.matches({"any": "thing"})
 

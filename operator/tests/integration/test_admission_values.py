@@ -50,7 +50,6 @@ EVERY_FIELD: dict[str, Any] = {
         "autoTaintNewNodes": True,
         "priority": 150,
         "serial": True,
-        "pause": True,  # nothing runs: no node matches, and it stays paused
         "packages": {
             "foo": {
                 "version": "1.2.3",

@@ -187,7 +187,6 @@ class SkyhookSpec:
     # there) or "all" (everywhere until it is complete on every node it selects).
     sequencing: str = "node"
     serial: bool = False
-    pause: bool = False
     # Spellings upstream's operator runs but that are not what we would write (a shorthand
     # version, a tag on the image): `path: note` lines for an admission warning and an Event.
     warnings: tuple[str, ...] = ()
@@ -508,7 +507,6 @@ class _SpecWire(Wire):
     priority: Annotated[StrictInt, in_range(1)] = DEFAULT_PRIORITY
     sequencing: Literal["node", "all", ""] = "node"
     serial: StrictBool = False
-    pause: StrictBool = False
     maintenance_window: WindowWire | None = None
     alert_gate: GateWire | None = None
     soak_time: Duration | None = None
@@ -545,7 +543,6 @@ class _SpecWire(Wire):
             priority=self.priority,
             sequencing=self.sequencing or "node",
             serial=self.serial,
-            pause=self.pause,
             warnings=tuple(self._warnings(names)),
             maintenance_window=self.maintenance_window.decoded()
             if self.maintenance_window

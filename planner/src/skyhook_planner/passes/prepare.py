@@ -110,7 +110,7 @@ def prepare(index: PassIndex, scr: SkyhookView) -> Rollout | Unrunnable:
         spec=spec,
         policy=policy,
         holds=found_holds,
-        paused=scr.annotations.get(keys.PAUSE_ANNOTATION) == "true" or spec.pause,
+        paused=scr.annotations.get(keys.PAUSE_ANNOTATION) == "true",
         disabled=scr.annotations.get(keys.DISABLE_ANNOTATION) == "true",
         matched=matched,
         decided=decided,
