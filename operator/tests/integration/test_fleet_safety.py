@@ -1,16 +1,18 @@
 """Fleet safety on the sandbox (docs/fleet-safety.md), each read back from a watch that records
 every version of the nodes and pods: the soak time is honoured between batch starts; an
 admin-cordoned node ends cordoned, every other uncordoned; a node that never comes back from a
-reboot is marked erroring within the deadline and its batch handled as the policy says."""
+reboot is marked erroring within the deadline and its batch handled as the policy says; a health
+condition that turns bad halts the rollout until it clears."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import MERGE_PATCH
 from skyhook_planner.passes import report
-from skyhook_planner.rules import deadlines, soak
+from skyhook_planner.rules import deadlines, health, soak
 from skyhook_schemas import keys
 
 from .helpers import SHELLSCRIPT, Cluster, Recording, agentless
@@ -179,3 +181,57 @@ def test_a_node_that_never_comes_back_from_a_reboot_is_marked_erroring_within_th
     started = {pod["spec"].get("nodeName") for _, _, pod in recording.of("pod")}
     assert started <= set(nodes[:2]), started
     cluster.sandbox.hang_reboots(dead, hang=False)
+
+
+def test_a_health_condition_that_turns_bad_halts_the_rollout_until_it_clears(
+    cluster: Cluster,
+) -> None:
+    """One node at a time through a reboot, gated on the node condition GPUHealthy. The first
+    node's condition turns False once it is complete: no further node starts (the one already
+    running finishes), the status names the node; when it clears, the rollout completes."""
+    nodes = ordered(cluster, cluster.add_nodes(4))
+    for node in nodes:
+        cluster.sandbox.set_node_condition(node, "GPUHealthy", "True")
+    name = cluster.label
+    recording = cluster.record(name)
+    gate = {"nodeConditions": [{"type": "GPUHealthy"}], "timeout": "10m"}
+    cluster.skyhook(
+        name, {"kernel": reboot_package()}, interruptionBudget={"count": 1}, healthGate=gate
+    )
+    status_key = keys.node_status_key(name)
+    wait_until(
+        lambda: cluster.node(nodes[0])["metadata"]["labels"].get(status_key) == "complete",
+        120,
+        "the first node to complete",
+    )
+    cluster.sandbox.set_node_condition(nodes[0], "GPUHealthy", "False")
+    wait_until(
+        lambda: condition(cluster, name, health.CONDITION_FAILED).get("status") == "True",
+        60,
+        "the rollout to halt on the health gate",
+    )
+    halted = condition(cluster, name, health.CONDITION_FAILED)
+    assert (
+        f"node [{nodes[0]}] turned unhealthy: condition GPUHealthy is False" in (halted["message"])
+    )
+    # The node already running when it turned bad may finish; nothing after it starts.
+    running = {pod["spec"].get("nodeName") for _, _, pod in recording.of("pod")} - {nodes[0]}
+    assert len(running) <= 1, running
+    wait_until(
+        lambda: all(
+            cluster.node(n)["metadata"]["labels"].get(status_key) == "complete" for n in running
+        ),
+        120,
+        "the node already running to finish",
+    )
+    time.sleep(10)  # halted: ten seconds in which no other node may start
+    started = {pod["spec"].get("nodeName") for _, _, pod in recording.of("pod")}
+    assert started == {nodes[0], *running}, f"{started - {nodes[0], *running}} started while halted"
+
+    cleared_at = time.monotonic()
+    cluster.sandbox.set_node_condition(nodes[0], "GPUHealthy", "True")
+    cluster.wait_complete(name, timeout=240)
+    first = first_pod_times(recording)
+    assert all(first[n] >= cleared_at for n in set(nodes) - {nodes[0], *running})
+    assert condition(cluster, name, health.CONDITION_FAILED) == {}
+    assert not any(cluster.node(n)["spec"].get("unschedulable") for n in nodes)
