@@ -238,6 +238,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_IMAGE_ARTIFACT_REFRESH": "30",
         "SKYHOOK_INSECURE_REGISTRIES": "",
         "SKYHOOK_WEBHOOK_CHECK_INTERVAL": "60",
+        "SKYHOOK_SHUTDOWN_TIMEOUT": "20",
         **WEBHOOK_ENV,
     }
     # Every name must be one the operator's settings read (a typo would be ignored), and every
@@ -746,6 +747,11 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
         (
             {"operator": {"replicas": 2, "leaderElection": False}},
             "operator.replicas: 2 replicas need operator.leaderElection: true",
+        ),
+        (
+            {"operator": {"tuning": {"shutdownTimeout": 30}}},
+            "operator.tuning.shutdownTimeout: 30 must be below "
+            "operator.terminationGracePeriodSeconds (30)",
         ),
     ],
 )
