@@ -225,6 +225,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_LEASE_RENEW_DEADLINE": "10",
         "SKYHOOK_LEASE_RETRY_PERIOD": "2",
         "METRICS_PORT": ":8080",
+        "SKYHOOK_METRICS_SECURE": "false",
         "PROBE_PORT": ":8081",
         "SKYHOOK_PASS_DEBOUNCE": "0.05",
         "SKYHOOK_RETRY_INTERVAL": "2",
@@ -262,8 +263,10 @@ WEBHOOK_ENV = {
 }
 # Fixed for compatibility with upstream (kopf prefix, Lease name), derived in the pod (operator
 # version from the image, leader identity from the pod name), or never for a cluster (the
-# out-of-cluster webhook URL, the tests' clock hook).
+# out-of-cluster webhook URL, the tests' clock hook), or unused by a chart serving plain HTTP
+# metrics (their certificate).
 LEFT_TO_THE_OPERATOR = {
+    "metrics_cert_dir",
     "kopf_prefix",
     "lease_name",
     "operator_version",

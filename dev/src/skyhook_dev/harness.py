@@ -165,6 +165,7 @@ class OperatorProcess:
     # The admission webhooks on a free loopback port, registered by the operator itself as a
     # URL the apiserver calls; replicas given the same address share the port (SO_REUSEPORT).
     webhook_address: str = ""
+    metrics_secure: bool = False
 
     def start(self) -> OperatorProcess:
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
@@ -172,6 +173,9 @@ class OperatorProcess:
         self.metrics_address = environment.setdefault(
             "SKYHOOK_METRICS_PORT", self.metrics_address or f"127.0.0.1:{free_port()}"
         )
+        # Plain HTTP unless a test asks for the secure endpoint (test_metrics_auth.py): the
+        # other tests and the benchmarks read metrics without a token.
+        self.metrics_secure = environment.setdefault("SKYHOOK_METRICS_SECURE", "false") == "true"
         self.probe_address = environment.setdefault(
             "SKYHOOK_PROBE_PORT", self.probe_address or f"127.0.0.1:{free_port()}"
         )
@@ -218,7 +222,8 @@ class OperatorProcess:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.metrics_address}/metrics"
+        scheme = "https" if self.metrics_secure else "http"
+        return f"{scheme}://{self.metrics_address}/metrics"
 
     def probe_url(self, path: str) -> str:
         return f"http://{self.probe_address}{path}"

@@ -31,9 +31,10 @@ from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
 from skyhook_operator.kube.client import Kube, connect
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
+from skyhook_operator.kube.reviews import AccessReviewer
 from skyhook_operator.kube.watch import WatchedIndex
 from skyhook_operator.kube.writer import Writer
-from skyhook_operator.observability import Telemetry, serve
+from skyhook_operator.observability import Secure, ServingTls, Telemetry, serve, summed
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.store import ClusterStore, Versioned, versioned
@@ -62,7 +63,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     leader = _elect(memo, ours, kube)
     evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
     writer = Writer(kube, store, evictor, ours.write_concurrency, ours.event_interval)
-    telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
+    secure = _secure_metrics(memo, ours)
+    clients = (kube, secure.access.kube) if secure else (kube,)
+    telemetry = Telemetry(lambda: summed(clients), lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
         kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
     )
@@ -87,6 +90,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             ours.metrics_port,
             ours.probe_port,
             not_ready=(lambda: certificates.problem) if certificates else lambda: None,
+            secure=secure,
         )
     except OSError as error:  # a port in use: say which, and do not start half-way
         raise kopf.PermanentError(
@@ -209,6 +213,21 @@ async def _webhooks(
     settings.admission.server = admission.server(ours)
     settings.admission.managed = None  # the chart (or, out of the cluster, Certificates) does
     return certificates
+
+
+def _secure_metrics(memo: kopf.Memo, ours: Settings) -> Secure[AccessReviewer] | None:
+    """With `metrics_secure` (the default) and the endpoint on: reviews on a connection of
+    their own (leader election fences the main one off POSTs, and every replica answers
+    scrapes), and a serving certificate."""
+    if not ours.metrics_secure or ours.metrics_port.bind is None:
+        return None
+    try:
+        tls = ServingTls(ours.metrics_cert_dir)
+    except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+        raise kopf.PermanentError(
+            f"metrics: no usable tls.crt and tls.key in {ours.metrics_cert_dir!r}: {error}"
+        ) from error
+    return Secure(AccessReviewer(connect(memo.get("kubeconfig"), pool_size=2)), tls)
 
 
 def _watches(kube: Kube, ours: Settings, memo: kopf.Memo) -> dict[str, WatchedIndex[Any]]:

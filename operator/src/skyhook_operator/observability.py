@@ -13,17 +13,25 @@ prints `1`, and scripts written against upstream compare the printed text. `expo
 walks the same registry and writes the same text format with Go's number formatting.
 
 Both endpoints are aiohttp servers on kopf's event loop: a loop that stops answering fails
-the liveness probe by itself.
+the liveness probe by itself. `/metrics` is secure unless told otherwise (`Secure`): served over
+HTTPS, to callers the apiserver says may `get /metrics` (kube/reviews.py), as upstream's
+kube-rbac-proxy and controller-runtime's secure metrics serve it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
+import socket
+import ssl
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -31,6 +39,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from skyhook_operator.kube import webhooks
+from skyhook_operator.kube.reviews import ReviewFailed, Verdict
 from skyhook_operator.settings import BindAddress
 from skyhook_planner.model.actions import Plan
 from skyhook_planner.model.snapshot import ClusterSnapshot
@@ -48,6 +58,21 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 RequestTotals = tuple[Mapping[tuple[str, str], int], Mapping[tuple[str, str, str], int]]
+
+
+class Counted(Protocol):
+    def request_totals(self) -> RequestTotals: ...
+
+
+def summed(clients: Iterable[Counted]) -> RequestTotals:
+    """The request counts of several API connections, added up."""
+    requests: collections.Counter[tuple[str, str]] = collections.Counter()
+    errors: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for client in clients:
+        made, failed = client.request_totals()
+        requests.update(made)
+        errors.update(failed)
+    return requests, errors
 
 
 # --- the text format --------------------------------------------------------------------------
@@ -202,6 +227,85 @@ class Telemetry:
         return exposition(self.registry)
 
 
+# --- TLS and access for /metrics ------------------------------------------------------------
+
+
+class ServingTls:
+    """The certificate `/metrics` is served with: `tls.crt` and `tls.key` in `directory` (a
+    mounted Secret), or, with no directory, a self-signed certificate this process makes, as
+    controller-runtime does when given none (`kube/webhooks.py` makes both kinds). `refresh()`
+    loads the files again when they changed, and renews our own before it expires; new
+    connections get the new certificate."""
+
+    def __init__(self, directory: str, names: Iterable[str] = ()) -> None:
+        self.own = not directory
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="skyhook-metrics-tls-"))
+        self.names = list(dict.fromkeys([*names, socket.gethostname(), "localhost", "127.0.0.1"]))
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._loaded: tuple[float, float] | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Raises OSError or ssl.SSLError when the files are missing or unusable."""
+        if self.own:
+            files = webhooks.read_files(self.directory)
+            now = datetime.now(UTC)
+            if files is None or webhooks.ServingCertificate(b"", *files).due(self.names, now):
+                webhooks.write_files(self.directory, webhooks.generate(self.names, now))
+                log.info("metrics: self-signed serving certificate made for %s", self.names)
+        cert, key = self.directory / "tls.crt", self.directory / "tls.key"
+        stamp = (cert.stat().st_mtime, key.stat().st_mtime)
+        if stamp != self._loaded:
+            self.context.load_cert_chain(cert, key)
+            self._loaded = stamp
+            log.info("metrics: serving certificate loaded from %s", self.directory)
+
+
+class Access(Protocol):
+    """Who may make a request (kube/reviews.py's AccessReviewer)."""
+
+    def review(self, token: str, verb: str, path: str) -> Verdict:
+        """Raises ReviewFailed when the apiserver could not be asked."""
+
+
+A = TypeVar("A", bound=Access)
+
+
+@dataclass
+class Secure(Generic[A]):
+    """What makes `/metrics` secure: who may read it, and the TLS it is served over."""
+
+    access: A
+    tls: ServingTls
+    refresh_interval: float = 60.0
+
+
+def bearer_token(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def refusal(access: Access, request: web.Request) -> web.Response | None:
+    """None when the caller may make `request`, else the answer refusing it."""
+    try:
+        verdict = await asyncio.to_thread(
+            access.review, bearer_token(request), request.method.lower(), request.path
+        )
+    except ReviewFailed as error:
+        log.warning("metrics: %s; answering 500", error)
+        return web.Response(status=500, text=str(error).partition(":")[0])
+    if verdict.allowed:
+        return None
+    log.debug(
+        "metrics: %s %s refused: %d %s",
+        request.method,
+        request.path,
+        *(verdict.status, verdict.message),
+    )
+    return web.Response(status=verdict.status, text=verdict.message)
+
+
 # --- the HTTP endpoints ----------------------------------------------------------------------
 
 
@@ -220,13 +324,18 @@ class Endpoints:
     """The running servers; `stop()` closes them."""
 
     runners: list[web.AppRunner]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
         for runner in self.runners:
             await runner.cleanup()
 
 
-async def _start(app: web.Application, address: str, what: str) -> web.AppRunner | None:
+async def _start(
+    app: web.Application, address: str, what: str, tls: ssl.SSLContext | None = None
+) -> web.AppRunner | None:
     bind = BindAddress(address).bind  # the settings' BindAddress passes as it is
     if bind is None:
         log.info("%s endpoint off", what)
@@ -235,12 +344,21 @@ async def _start(app: web.Application, address: str, what: str) -> web.AppRunner
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host or None, port).start()
+        await web.TCPSite(runner, host or None, port, ssl_context=tls).start()
     except OSError:
         await runner.cleanup()
         raise
-    log.info("%s endpoint on %s:%d", what, host or "*", port)
+    log.info("%s endpoint on %s://%s:%d", what, "https" if tls else "http", host or "*", port)
     return runner
+
+
+async def _refresh_forever(tls: ServingTls, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(tls.refresh)
+        except (OSError, ssl.SSLError, ValueError) as error:
+            log.warning("metrics: serving certificate not reloaded (%s); keeping the last", error)
 
 
 async def serve(
@@ -249,11 +367,16 @@ async def serve(
     metrics_address: str,
     probe_address: str,
     not_ready: Callable[[], str | None] = lambda: None,
+    *,
+    secure: Secure[Any] | None = None,
 ) -> Endpoints:
-    """Start `/metrics` on `metrics_address` and the probes on `probe_address`; readiness
-    also waits for `not_ready()` (why else this replica cannot serve yet) to be None."""
+    """Start `/metrics` on `metrics_address` (with `secure`: over HTTPS, for callers its
+    `access` lets through) and the probes on `probe_address`; readiness also waits for
+    `not_ready()` (why else this replica cannot serve yet) to be None."""
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.Response:
+        if secure is not None and (refused := await refusal(secure.access, request)) is not None:
+            return refused
         started = time.monotonic()
         body = telemetry.text()
         log.debug("metrics scraped in %.3f s", time.monotonic() - started)
@@ -277,15 +400,18 @@ async def serve(
     probes_app.router.add_get("/healthz", healthz)
     probes_app.router.add_get("/readyz", readyz)
     endpoints = Endpoints([])
-    for app, address, what in (
-        (metrics_app, metrics_address, "metrics"),
-        (probes_app, probe_address, "probe"),
+    for app, address, what, tls in (
+        (metrics_app, metrics_address, "metrics", secure.tls.context if secure else None),
+        (probes_app, probe_address, "probe", None),
     ):
         try:
-            runner = await _start(app, address, what)
+            runner = await _start(app, address, what, tls)
         except OSError:
             await endpoints.stop()
             raise
         if runner is not None:
             endpoints.runners.append(runner)
+    if secure is not None and BindAddress(metrics_address).bind is not None:
+        refresher = _refresh_forever(secure.tls, secure.refresh_interval)
+        endpoints.tasks.append(asyncio.create_task(refresher, name="skyhook-metrics-tls"))
     return endpoints

@@ -363,7 +363,26 @@ class Settings(BaseSettings):
             "`[host]:port` serving Prometheus metrics at `/metrics` (an empty host: every "
             "interface); `0` turns the endpoint off.",
         ),
-        default=":8080",
+        default=":8443",
+    )
+    metrics_secure: Switch = field(
+        "SKYHOOK_METRICS_SECURE",
+        _meta(
+            None,
+            "Serve `/metrics` over HTTPS, only to callers whose bearer token the apiserver "
+            "accepts (TokenReview) and who may `get` the non-resource URL `/metrics` "
+            "(SubjectAccessReview); false: plain HTTP to anyone (local development).",
+        ),
+        default=True,
+    )
+    metrics_cert_dir: str = field(
+        "SKYHOOK_METRICS_CERT_DIR",
+        _meta(
+            None,
+            "Directory holding `tls.crt` and `tls.key` for the secure `/metrics` (reloaded "
+            "within a minute of a change); empty: a self-signed certificate made at startup.",
+        ),
+        default="",
     )
     probe_port: Address = field(
         "SKYHOOK_PROBE_PORT",

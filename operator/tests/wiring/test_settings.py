@@ -160,20 +160,34 @@ def test_a_taint_removal_is_not_a_taint() -> None:
 @pytest.mark.parametrize(
     ("env", "metrics", "probes"),
     [
-        pytest.param({}, ":8080", ":8081", id="upstream-defaults"),
+        # Upstream's ports: its kube-rbac-proxy serves metrics on 8443, ours does the same.
+        pytest.param({}, ":8443", ":8081", id="upstream-defaults"),
         pytest.param(
             {"METRICS_PORT": ":9090", "SKYHOOK_METRICS_PORT": "127.0.0.1:9191"},
             "127.0.0.1:9191",
             ":8081",
             id="ours-wins",
         ),
-        pytest.param({"PROBE_PORT": "[::1]:8181"}, ":8080", "[::1]:8181", id="ipv6-host"),
+        pytest.param({"PROBE_PORT": "[::1]:8181"}, ":8443", "[::1]:8181", id="ipv6-host"),
         pytest.param({"METRICS_PORT": "0", "PROBE_PORT": "0"}, "0", "0", id="off"),
     ],
 )
 def test_metrics_and_probe_addresses(env: dict[str, str], metrics: str, probes: str) -> None:
     settings = load_settings(env)
     assert (settings.metrics_port, settings.probe_port) == (metrics, probes)
+
+
+@pytest.mark.parametrize(
+    ("env", "secure", "cert_dir"),
+    [
+        pytest.param({}, True, "", id="secure-self-signed-by-default"),
+        pytest.param({"SKYHOOK_METRICS_SECURE": "false"}, False, "", id="plain-http"),
+        pytest.param({"SKYHOOK_METRICS_CERT_DIR": "/certs"}, True, "/certs", id="mounted"),
+    ],
+)
+def test_metrics_are_secure_unless_told(env: dict[str, str], secure: bool, cert_dir: str) -> None:
+    settings = load_settings(env)
+    assert (settings.metrics_secure, settings.metrics_cert_dir) == (secure, cert_dir)
 
 
 @pytest.mark.parametrize(
