@@ -57,3 +57,10 @@ clientConfig:
     path: {{ .path }}
     port: 443
 {{- end -}}
+
+{{/*
+The scheme /metrics is served with, also the name of its port: https (secure, the default) or http.
+*/}}
+{{- define "skyhook.metricsScheme" -}}
+{{- if .Values.metrics.secure }}https{{ else }}http{{ end }}
+{{- end }}

@@ -16,7 +16,7 @@ controllerManager.nodeAffinity: "operator.nodeAffinity (a whole nodeAffinity: ma
 controllerManager.podDisruptionBudget: operator.podDisruptionBudget
 controllerManager.podDisruptionBudget.minAvailable: "operator.podDisruptionBudget.maxUnavailable (at most this many operator pods down)"
 controllerManager.serviceAccount: serviceAccount
-controllerManager.kubeRbacProxy: "none: /metrics is served on metrics.port without kube-rbac-proxy"
+controllerManager.kubeRbacProxy: "none: the operator serves /metrics over HTTPS itself, with the same token checks (metrics.secure)"
 controllerManager.manager: "operator.* (chart/README.md lists them)"
 controllerManager.manager.containerSecurityContext: operator.securityContext
 controllerManager.manager.resources: operator.resources
@@ -47,9 +47,6 @@ rbac.createSkyhookEditorRole: rbac.createEditorRole
 webhook.removalImage: "cleanup.image (one image reference)"
 webhook.removalTag: "cleanup.image (one image reference)"
 webhook.removalDigest: "cleanup.image (one image reference)"
-metrics.addServiceAccountBinding: "none: /metrics needs no token here"
-metrics.serviceAccountName: "none: /metrics needs no token here"
-metrics.serviceAccountNamespace: "none: /metrics needs no token here"
 {{- end -}}
 
 {{- /* Dotted paths of the leaves under (dict "path" P "value" V); an empty map is a leaf. */ -}}

@@ -160,6 +160,7 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
             ("MutatingWebhookConfiguration", MUTATING),
             ("ClusterRole", f"{FULLNAME}-viewer"),
             ("ClusterRole", f"{FULLNAME}-editor"),
+            ("ClusterRole", f"{FULLNAME}-metrics-reader"),
             *((kind, CLEANUP) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
             *((kind, CLEANUP) for kind in ("Role", "RoleBinding", "Job")),
             ("PodDisruptionBudget", FULLNAME),
@@ -192,7 +193,7 @@ def test_deployment_runs_two_elected_operator_replicas_rolled_out_new_first(
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert "affinity" not in pod["spec"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        "metrics": 8080,
+        "https": 8443,
         "probes": 8081,
         "webhook": 9443,
     }
@@ -224,8 +225,8 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_LEASE_DURATION": "15",
         "SKYHOOK_LEASE_RENEW_DEADLINE": "10",
         "SKYHOOK_LEASE_RETRY_PERIOD": "2",
-        "METRICS_PORT": ":8080",
-        "SKYHOOK_METRICS_SECURE": "false",
+        "METRICS_PORT": ":8443",
+        "SKYHOOK_METRICS_SECURE": "true",
         "PROBE_PORT": ":8081",
         "SKYHOOK_PASS_DEBOUNCE": "0.05",
         "SKYHOOK_RETRY_INTERVAL": "2",
@@ -263,8 +264,8 @@ WEBHOOK_ENV = {
 }
 # Fixed for compatibility with upstream (kopf prefix, Lease name), derived in the pod (operator
 # version from the image, leader identity from the pod name), or never for a cluster (the
-# out-of-cluster webhook URL, the tests' clock hook), or unused by a chart serving plain HTTP
-# metrics (their certificate).
+# out-of-cluster webhook URL, the tests' clock hook), or the operator's own by default (the
+# metrics certificate: self-signed; mount one and set it through operator.extraEnv).
 LEFT_TO_THE_OPERATOR = {
     "metrics_cert_dir",
     "kopf_prefix",
@@ -461,7 +462,11 @@ NON_DEFAULT: Obj = {
         "tuning": {"drainTimeout": 900, "writeConcurrency": 32},
         "securityContext": {"readOnlyRootFilesystem": False},
     },
-    "metrics": {"port": 9090, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "metrics": {
+        "port": 9090,
+        "secure": False,
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+    },
     "webhook": {"serviceName": "sky-webhook", "port": 10443},
     "limitRange": None,
     "networkPolicy": {"enabled": True, "metricsFrom": [{"podSelector": {}}]},
@@ -493,7 +498,12 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
     assert (
         monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
     )
-    assert metrics["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics"}]
+    assert metrics["spec"]["ports"] == [{"name": "http", "port": 9090, "targetPort": "http"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "scheme": "http", "path": "/metrics", "interval": "30s"}
+    ]
+    assert env["SKYHOOK_METRICS_SECURE"] == "false"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["http"] == 9090
     for hook in webhooks_by_name(objects).values():
         assert hook["clientConfig"]["service"]["name"] == "sky-webhook"
     policy = only(objects, "NetworkPolicy")
@@ -508,6 +518,42 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
     assert health["resource.customizations.health.skyhook.nvidia.com_Skyhook"].strip() == (
         (CHART / "docs/skyhook-health.lua").read_text().strip()
     )
+
+
+def test_metrics_are_https_for_readers_as_upstreams_kube_rbac_proxy_serves_them(
+    render: Callable[..., list[Obj]],
+) -> None:
+    objects = render({"metrics": {"serviceMonitor": {"enabled": True}}})
+    service = named(objects, "Service", f"{FULLNAME}-metrics")
+    assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https"}]
+    assert only(objects, "ServiceMonitor")["spec"]["endpoints"] == [
+        {
+            "port": "https",
+            "scheme": "https",
+            "path": "/metrics",
+            "interval": "30s",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
+        }
+    ]
+    # The rules test_metrics_auth.py binds on the sandbox, where the operator checks them.
+    reader = named(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding" and "metrics" in str(o)]
+    # Upstream's keys bind it to Prometheus' account.
+    bound = render(
+        {
+            "metrics": {
+                "addServiceAccountBinding": True,
+                "serviceAccountName": "prometheus-k8s",
+            }
+        }
+    )
+    binding = named(bound, "ClusterRoleBinding", f"{FULLNAME}-metrics-reader")
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-metrics-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    ]
 
 
 def test_limit_range_gives_stage_containers_upstreams_defaults(
@@ -624,8 +670,15 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
             "validatingwebhookconfigurations mutatingwebhookconfigurations",
             "get list watch patch create",
         )
+        | expand("authentication.k8s.io", "tokenreviews", "create")
+        | expand("authorization.k8s.io", "subjectaccessreviews", "create")
     )
     assert grants(named(objects, "ClusterRole", FULLNAME)["rules"]) == expected
+    # The reviews are for the secure /metrics only.
+    plain = named(render({"metrics": {"secure": False}}), "ClusterRole", FULLNAME)
+    assert grants(plain["rules"]) == expected - expand(
+        "authentication.k8s.io", "tokenreviews", "create"
+    ) - expand("authorization.k8s.io", "subjectaccessreviews", "create")
     # ConfigMaps, stage pods and the webhook Secret only in the release namespace.
     role = named(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -847,7 +900,7 @@ UPSTREAM_NEW_NAMES = {
     "estimatedNodeCount": "operator.resources",
     "webhook.removalImage": "cleanup.image",
 }
-UPSTREAM_UNUSED = {"kubernetesClusterDomain", "useHostNetwork", "metrics.addServiceAccountBinding"}
+UPSTREAM_UNUSED = {"kubernetesClusterDomain", "useHostNetwork"}
 
 
 def test_upstream_values_are_refused_naming_each_key_and_its_new_name(
@@ -867,7 +920,7 @@ def test_upstream_values_are_refused_naming_each_key_and_its_new_name(
 def test_the_keys_both_layouts_share_install_with_the_same_meaning(
     render: Callable[..., list[Obj]],
 ) -> None:
-    shared = {key: UPSTREAM_VALUES[key] for key in ("cleanup", "limitRange")}
+    shared = {key: UPSTREAM_VALUES[key] for key in ("cleanup", "limitRange", "metrics")}
     shared["webhook"] = {"secretName": "sky-cert", "enable": False}
     objects = render(shared)
     assert named(objects, "Job", CLEANUP)["spec"]["activeDeadlineSeconds"] == 120
