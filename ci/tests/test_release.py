@@ -108,6 +108,7 @@ def template_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(source, target, symlinks=False)
         else:
             shutil.copy2(source, target)
+    _declare_first_versions(repo)
     (repo / ".gitignore").write_text("dist/\n")
     git(repo, "init", "--quiet", "--initial-branch=main")
     git(repo, "add", "--all")
@@ -115,6 +116,43 @@ def template_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for tag in FIRST_TAGS:
         git(repo, "tag", "--annotate", tag, "--message", tag)
     return repo
+
+
+def _declare_first_versions(repo: Path) -> None:
+    """The copied files declare the versions FIRST_TAGS name, whatever this checkout has
+    released since: the tests are about the release tool, not about this repository's
+    versions."""
+    first = dict(tag.split("/") for tag in FIRST_TAGS)
+    first = {name: version.removeprefix("v") for name, version in first.items()}
+    for name in ("operator", "agent", "chart", "shellscript"):
+        now = declared(repo, name)
+        if name == "operator":
+            _replace(
+                repo / "operator/pyproject.toml", f'version = "{now}"', f'version = "{first[name]}"'
+            )
+            _replace(
+                repo / "chart/Chart.yaml", f'appVersion: "{now}"', f'appVersion: "{first[name]}"'
+            )
+        elif name == "agent":
+            _replace(repo / "agent/src/skyhook_agent/__init__.py", f'"{now}"', f'"{first[name]}"')
+            _replace(
+                repo / "agent/pyproject.toml",
+                f'version = "{now}"',
+                f'version = "{first[name]}"',
+                must=False,
+            )
+            _replace(repo / "chart/values.yaml", f"tag: v{now}", f"tag: v{first[name]}")
+        elif name == "chart":
+            _replace(repo / "chart/Chart.yaml", f"version: {now}\n", f"version: {first[name]}\n")
+        else:
+            _replace(repo / "packages/shellscript/config.json", f'"{now}"', f'"{first[name]}"')
+        assert declared(repo, name) == first[name], name
+
+
+def _replace(path: Path, old: str, new: str, must: bool = True) -> None:
+    text = path.read_text()
+    assert old in text or not must, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
 
 
 @pytest.fixture
