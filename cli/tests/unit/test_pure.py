@@ -300,7 +300,8 @@ def test_bad_duration_says_what_is_accepted() -> None:
         pytest.param("v0.5.0", True, id="first-upstream-writing-the-annotation"),
         pytest.param("v0.8.0", False, id="upstream-with-annotations"),
         pytest.param("v0.13.0", False, id="upstream-current"),
-        pytest.param("v0.1.0", False, id="ours"),
+        pytest.param("v1.0.0", False, id="ours"),
+        pytest.param("v0.1.0", False, id="ours-before-its-first-release"),
     ],
 )
 def test_only_upstream_operators_before_v0_8_are_refused(version: str, refused: bool) -> None:
