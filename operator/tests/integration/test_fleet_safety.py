@@ -15,6 +15,7 @@ from skyhook_planner.passes import report
 from skyhook_planner.rules import deadlines, health, soak
 from skyhook_schemas import keys
 
+from .conftest import NAMESPACE
 from .helpers import SHELLSCRIPT, Cluster, Recording, agentless
 from .test_policy import create_policy, ordered, policies  # noqa: F401 (a fixture)
 
@@ -235,3 +236,48 @@ def test_a_health_condition_that_turns_bad_halts_the_rollout_until_it_clears(
     assert all(first[n] >= cleared_at for n in set(nodes) - {nodes[0], *running})
     assert condition(cluster, name, health.CONDITION_FAILED) == {}
     assert not any(cluster.node(n)["spec"].get("unschedulable") for n in nodes)
+
+
+def test_a_check_pod_gates_each_node_and_a_failed_one_is_run_again_once_deleted(
+    cluster: Cluster,
+) -> None:
+    """The health gate's check pod runs on each node after its reboot, looking at the node's
+    own root: the node with the file passes and is released; on the other the check fails,
+    the rollout is halted naming it and it stays cordoned, its failed pod kept. Once the file
+    is there and the pod deleted, the check runs again and the rollout completes."""
+    nodes = ordered(cluster, cluster.add_nodes(2))
+    healthy, broken = nodes
+    (cluster.sandbox.host_root(healthy) / "etc" / "gpu-ok").write_text("ok\n")
+    name = cluster.label
+    check = {
+        "image": "docker.io/library/busybox:1.36",
+        "command": ["sh", "-c", "test -e /host/etc/gpu-ok"],
+    }
+    cluster.skyhook(
+        name,
+        {"kernel": reboot_package()},
+        interruptionBudget={"count": 1},
+        healthGate={"checkPod": check, "timeout": "10m"},
+    )
+    wait_until(
+        lambda: condition(cluster, name, health.CONDITION_FAILED).get("status") == "True",
+        180,
+        "the second node's check to fail",
+    )
+    status_key = keys.node_status_key(name)
+    assert cluster.node(healthy)["metadata"]["labels"][status_key] == "complete"
+    assert not cluster.node(healthy)["spec"].get("unschedulable")
+    assert cluster.node(broken)["spec"]["unschedulable"] is True
+    message = condition(cluster, name, health.CONDITION_FAILED)["message"]
+    assert f"node [{broken}] failed its health check: check pod " in message
+    pods = [p for p in cluster.pods(name) if keys.HEALTH_CHECK_LABEL in p["metadata"]["labels"]]
+    assert [p["spec"]["nodeName"] for p in pods] == [broken], "the passed check was deleted"
+    (failed,) = pods
+
+    (cluster.sandbox.host_root(broken) / "etc" / "gpu-ok").write_text("ok\n")
+    cluster.kube.request(
+        "DELETE", cluster.kube.namespaced_path("pods", NAMESPACE, failed["metadata"]["name"])
+    )
+    cluster.wait_complete(name, timeout=120)
+    assert not cluster.node(broken)["spec"].get("unschedulable")
+    assert condition(cluster, name, health.CONDITION_FAILED) == {}
