@@ -6,7 +6,7 @@ plan's waiting reasons and the held-nodes count."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from skyhook_planner import admission, telemetry
 from skyhook_planner.model import waiting
 from skyhook_planner.model.actions import EmitEvent, Plan
+from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.rules import health
+from skyhook_planner.sim.cluster import SimCluster, make_node
 from skyhook_planner.sim.driver import Driver, package
+from skyhook_planner.sim.forecast import Timing, forecast
 from skyhook_schemas import keys
 
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
@@ -335,3 +338,28 @@ def test_a_failing_gate_starts_no_new_node_and_never_releases_an_unhealthy_one(
             assert not plan.starting, f"{plan.starting} started while the gate halts"
         for n in cordoned & unhealthy:
             assert _cordoned(d, n), f"{n} uncordoned while unhealthy"
+
+
+def test_the_forecast_names_the_health_gate_as_what_holds_a_node() -> None:
+    """`kubectl skyhook plan`: a node that does not show the gate's signal now is forecast to
+    stay held after its interrupt, with the health blocker and the unmet signal."""
+    sim = SimCluster()
+    for i in range(3):
+        node = make_node(f"node-{i}", {"role": "gpu"})
+        if i != 2:
+            node["status"]["conditions"].append({"type": "GPUHealthy", "status": "True"})
+        sim.add_node(node)
+    sim.add_skyhook("fleet", _spec(interruptionBudget={"count": 1}, healthGate=GATE))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    result = forecast(
+        sim,
+        "fleet",
+        settings=PlannerSettings(),
+        timing=Timing(stage_s=10, reboot_s=60),
+        start=start,
+    )
+    assert [sorted(w.nodes) for w in result.waves] == [["node-0"], ["node-1"]]
+    (held,) = result.blocked
+    assert held.node == "node-2"
+    assert held.reasons[0].blocker == waiting.HEALTH
+    assert "condition GPUHealthy is missing (wants True)" in held.reason
