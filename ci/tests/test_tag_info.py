@@ -107,7 +107,11 @@ def test_publish_chart_packages_then_pushes_the_tagged_version() -> None:
     ("args", "code", "message"),
     [
         (["chart/v9.0.0", "--registry", "oci://ghcr.io/x"], 1, "chart declares version"),
-        (["operator/v0.1.0", "--registry", "oci://ghcr.io/x"], 1, "publishes image, not chart"),
+        (
+            [f"operator/v{project_version('operator')}", "--registry", "oci://ghcr.io/x"],
+            1,
+            "publishes image, not chart",
+        ),
         ([f"chart/v{CHART_VERSION}", "--registry", "ghcr.io/x"], 2, "is not oci://host"),
         ([f"chart/v{CHART_VERSION}", "--registry", "oci://ghcr.io/Owner"], 2, "lowercase"),
     ],
