@@ -196,6 +196,7 @@ def test_legacy_rollout_reads_the_default_compartment() -> None:
                 "skyhook_status",
                 "skyhook_node_status_count",
                 "skyhook_node_target_count",
+                "skyhook_admin_cordoned_nodes",
                 "skyhook_package_state_count",
                 "skyhook_package_stage_count",
                 "skyhook_package_restarts_count",
