@@ -29,6 +29,8 @@ class Gate:
 
 
 def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
+    """The gate over `selection` (select.py marks the nodes that wait at it); without a gate,
+    only the removal of check pods left from an earlier one."""
     gate = health.gate_of(rollout.spec, rollout.policy)
     if gate is None:
         return Gate(decided=_check_pods(ctx, None, {}))
@@ -40,8 +42,7 @@ def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
             nodes[node.name] = health.AtGate(node, waits, found.done, ctx.check_pod(node.name))
     recorded = ctx.scr.status.health_gate_waiting
     verdict = health.judge(gate, nodes, recorded, ctx.now)
-    decided = _check_pods(ctx, gate, nodes)
-    _report(ctx, gate, verdict, decided)
+    decided = _check_pods(ctx, gate, nodes).merge(_report(ctx, verdict))
     for name in sorted(set(recorded) - set(verdict.waiting_since)):
         if name in nodes and nodes[name].complete:
             decided.event("Node", name, health.PASSED, _passed(ctx.name, gate))
@@ -80,11 +81,10 @@ def _check_pods(
     return decided
 
 
-def _report(
-    ctx: SkyhookContext, gate: HealthGate, verdict: health.Verdict, decided: Decision
-) -> None:
+def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Decision:
     """The conditions while nodes wait or fail, and a Warning Event on the node and the
     Skyhook for each node that newly fails."""
+    decided = Decision()
     generation = ctx.scr.generation
     waiting = sorted(verdict.waiting_since)
     if waiting:
@@ -103,7 +103,7 @@ def _report(
             )
         )
     if not verdict.failures:
-        return
+        return decided
     message = f"No new node starts: {health.named(verdict.failures)}"
     decided.work.conditions.append(
         statuses.condition(
@@ -129,9 +129,12 @@ def _report(
             f"rollout halted: node [{failure.node}] {failure.why}",
             type="Warning",
         )
+    return decided
 
 
 def _passed(scr: str, gate: HealthGate) -> str:
     signals = [f"{c.type}={c.status}" for c in gate.conditions]
     signals += [f"label {k}={v}" for k, v in gate.labels]
+    if gate.check_pod is not None:
+        signals.append("check pod succeeded")
     return f"healthy ({', '.join(signals)}): released by [skyhook:{scr}]"
