@@ -90,9 +90,10 @@ def awaits(
     )
 
 
-def waiting_reason(problems: tuple[str, ...]) -> Reason:
+def waiting_reason(found: tuple[str, ...]) -> Reason:
+    """Why a node that waits at the gate stays held: what `problems` found."""
     return Reason(
-        HEALTH, f"health gate: held cordoned until healthy: {'; '.join(problems)}", hold=WAITING
+        HEALTH, f"health gate: held cordoned until healthy: {'; '.join(found)}", hold=WAITING
     )
 
 
@@ -105,7 +106,7 @@ class Failure:
 @dataclass(frozen=True)
 class Verdict:
     """The gate over one Skyhook's nodes this pass: when each waiting node started waiting
-    (status.healthGate.waiting after the pass), the nodes that fail it, and the next time a
+    (status.healthGateWaiting after the pass), the nodes that fail it, and the next time a
     wait runs out."""
 
     waiting_since: Mapping[str, str]
