@@ -43,14 +43,24 @@ def git(clone: Path, *args: str) -> str:
 
 
 def tag_a_release(tmp_path: Path, marker: str) -> tuple[Path, str]:
-    """A clone of HEAD with one more commit (the marker file), tagged; returns (clone, tag)."""
+    """A clone of HEAD with one more commit (the marker file, and the next patch version, as
+    the released one is tagged already), tagged; returns (clone, tag)."""
     clone = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--shared", str(REPO), str(clone)], check=True)
     package = clone / "packages" / "shellscript"
     (package / "skyhook_dir" / "chain-marker").write_text(marker + "\n")
-    git(clone, "add", "packages/shellscript/skyhook_dir/chain-marker")
+    config_path = package / "config.json"
+    config = json.loads(config_path.read_text())
+    major, minor, patch = config["package_version"].split(".")
+    version = f"{major}.{minor}.{int(patch) + 1}"
+    config_path.write_text(
+        config_path.read_text().replace(
+            f'"package_version": "{config["package_version"]}"', f'"package_version": "{version}"'
+        )
+    )
+    assert json.loads(config_path.read_text())["package_version"] == version
+    git(clone, "add", "packages/shellscript")
     git(clone, "commit", "-q", "-m", "feat(shellscript): a marker file for the release chain test")
-    version = json.loads((package / "config.json").read_text())["package_version"]
     tag = f"shellscript/{version}"
     git(clone, "tag", "-a", tag, "-m", tag)
     return clone, tag
