@@ -176,8 +176,10 @@ class _NodeRun:
             # Not an administrator's cordon: ours to take (shared with the Skyhooks whose
             # markers are there) and to lift once the last of them is done.
             self.state = replace(self.state, cordoned=True)
-        if self.state.cordoned:
-            out.unschedulable = True  # again, should someone have uncordoned it meanwhile
+        if self.state.cordoned and not cordoned:
+            # Ours to put on, or on again should someone have uncordoned the node meanwhile;
+            # a node already cordoned gets no write (and stays quiet for the next pass).
+            out.unschedulable = True
         if drained.to_evict:
             self.decision.event(
                 "Node",
