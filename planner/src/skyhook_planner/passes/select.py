@@ -169,7 +169,7 @@ def _select_node(
         listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
         found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
     check = ctx.check_pod(node.name)
-    if done and health.awaits(gate, node, state, work_complete=True, check=check):
+    if done and health.awaits(gate, node, state, check):
         # Past its interrupt but not healthy: it keeps its cordon and its slot, not complete.
         assert gate is not None
         held = health.waiting_reason(health.problems(gate, node, check))

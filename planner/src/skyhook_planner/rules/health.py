@@ -77,17 +77,11 @@ def problems(gate: HealthGate, node: NodeView, check: PodView | None) -> tuple[s
 
 
 def awaits(
-    gate: HealthGate | None,
-    node: NodeView,
-    state: NodeState,
-    work_complete: bool,
-    check: PodView | None,
+    gate: HealthGate | None, node: NodeView, state: NodeState, check: PodView | None
 ) -> bool:
-    """Is the node past its interrupt (its work complete, our cordon still on it) without
+    """Is a node whose work is complete still past its interrupt (our cordon on it) without
     passing the gate?"""
-    return (
-        gate is not None and work_complete and state.cordoned and bool(problems(gate, node, check))
-    )
+    return gate is not None and state.cordoned and bool(problems(gate, node, check))
 
 
 def waiting_reason(found: tuple[str, ...]) -> Reason:
