@@ -258,7 +258,7 @@ class OperatorProcess:
         """Delete the webhook configurations that call this process. The operator leaves them
         (they fail closed while it is away); a harness whose operator is gone for good must
         not leave the sandbox refusing every Skyhook write."""
-        kube = connect(str(self.kubeconfig), pool_size=1)
+        kube = connect(str(self.kubeconfig))
         ours = f"https://{self.webhook_address}/"
         for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
             try:

@@ -16,12 +16,11 @@ from typing import Any
 
 import jsonpatch
 import kopf
-import urllib3
 from aiohttp import web
 
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import pod_image_patch
-from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube, Kube
 from skyhook_operator.settings import Settings
 from skyhook_planner import admission
 from skyhook_planner.model.spec import normalising_patch
@@ -80,7 +79,7 @@ async def validate_skyhook(
         isinstance(named, str)
         and named
         and named not in policies
-        and await asyncio.to_thread(_policy_exists, memo.kube, named)
+        and await _policy_exists(memo.aio, named)
     ):
         policies.add(named)
     _deny(admission.review_skyhook(operation, _dict(new), _dict(old), policies), warnings)
@@ -101,17 +100,17 @@ async def validate_policy(
     if operation == "DELETE":
         # Listed, not read from the index: a Skyhook created a moment ago must count.
         try:
-            referenced_by = await asyncio.to_thread(_skyhooks_naming, memo.kube, name)
-        except (ApiError, urllib3.exceptions.HTTPError) as error:
+            referenced_by = await _skyhooks_naming(memo.aio, name)
+        except (ApiError, OSError) as error:
             raise kopf.AdmissionError(
                 f"cannot check which Skyhooks use DeploymentPolicy {name!r}: {error}", code=503
             ) from error
     _deny(admission.review_policy(operation, _dict(new), _dict(old), referenced_by), warnings)
 
 
-def _policy_exists(kube: Kube, name: str) -> bool:
+async def _policy_exists(kube: AsyncKube, name: str) -> bool:
     try:
-        kube.request("GET", kube.policy_path(name))
+        await kube.request("GET", kube.policy_path(name))
     except ApiError as error:
         if error.status == 404:
             return False
@@ -119,9 +118,9 @@ def _policy_exists(kube: Kube, name: str) -> bool:
     return True
 
 
-def _skyhooks_naming(kube: Kube, policy: str) -> list[str]:
+async def _skyhooks_naming(kube: AsyncKube, policy: str) -> list[str]:
     """Names of the Skyhooks whose spec names `policy`."""
-    items = kube.request("GET", kube.skyhook_path())["items"]
+    items = (await kube.request("GET", kube.skyhook_path()))["items"]
     return sorted(
         item["metadata"]["name"]
         for item in items

@@ -25,16 +25,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client import Configuration
 
 from skyhook_operator import admission
 from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
-from skyhook_operator.kube.client import Kube, connect
+from skyhook_operator.kube.client import AsyncKube, Kube, configuration_from, connect_async
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
 from skyhook_operator.kube.watch import WatchedIndex
 from skyhook_operator.kube.writer import Writer
-from skyhook_operator.observability import Secure, ServingTls, Telemetry, serve, summed
+from skyhook_operator.observability import Secure, ServingTls, Telemetry, serve
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_operator.store import ClusterStore, Versioned, versioned
@@ -56,16 +57,27 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     store = ClusterStore()
     for name in KOPF_INDEXES:
         store.attach(name, kwargs[name])
-    kube = connect(memo.get("kubeconfig"))
-    watches = _watches(kube, ours, memo)
+    # One client on kopf's loop for the whole process; `kube` is its face for the writer's
+    # threads.
+    aio = connect_async(memo.get("kubeconfig"))
+    loop = asyncio.get_running_loop()
+    kube = Kube(aio, loop)
+    memo.aio = aio
+    watches = _watches(aio, ours, memo)
     for name, watched in watches.items():
         store.attach(name, watched.index)
-    leader = _elect(memo, ours, kube)
-    evictor = Evictor(kube, ours.drain_timeout, on_change=lambda: _poke(memo))
-    writer = Writer(kube, store, evictor, ours.write_concurrency, ours.event_interval)
-    secure = _secure_metrics(memo, ours)
-    clients = (kube, secure.access.kube) if secure else (kube,)
-    telemetry = Telemetry(lambda: summed(clients), lambda: writer.queue_depth)
+    leader = _elect(memo, ours, aio)
+    evictor = Evictor(aio, watches["pod_index"], ours.drain_timeout, on_change=lambda: _poke(memo))
+    memo.evictor = evictor
+    writer = Writer(
+        kube,
+        store,
+        lambda namespace, name: loop.call_soon_threadsafe(evictor.ensure, namespace, name),
+        ours.write_concurrency,
+        ours.event_interval,
+    )
+    secure = _secure_metrics(ours, Kube(aio.unfenced(), loop))
+    telemetry = Telemetry(aio.request_totals, lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
         kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
     )
@@ -78,9 +90,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         leader=leader,
         artifacts=ArtifactResolver(fetcher),
     )
-    memo.reconciler, memo.writer, memo.kube = reconciler, writer, kube
+    memo.reconciler, memo.writer = reconciler, writer
     memo.artifact_fetcher = fetcher  # the pod image webhook fetches through the same cache
-    certificates = await _webhooks(settings, memo, ours) if ours.enable_webhooks else None
+    certificates = (
+        await _webhooks(settings, memo, ours, Kube(aio.unfenced(), loop))
+        if ours.enable_webhooks
+        else None
+    )
     # The probes answer from here on: not ready until every index is full (and, with
     # webhooks, until the apiserver can call them).
     try:
@@ -136,22 +152,26 @@ async def _stop(memo: kopf.Memo, deadline: Deadline) -> None:
             log.warning("metrics and probe endpoints not closed in time")
     for watched in (memo.get("watches") or {}).values():
         watched.stop()
+    evictor = memo.get("evictor")
+    if evictor is not None:
+        evictor.cancel()
     writer = memo.get("writer")
     written = True
     if writer is not None:
         written = await asyncio.to_thread(writer.close, deadline.left(RELEASE_RESERVE))
     if leader is not None:  # after the last write: the successor starts at once
         if written:
-            await asyncio.to_thread(leader.release, deadline.left(EXIT_GRACE))
+            await leader.release(deadline.left(EXIT_GRACE))
         else:
             # A write may still reach the apiserver: a successor must not plan meanwhile.
             log.warning(
                 "writes still waiting on the apiserver: Lease not released, another "
                 "replica takes over once it expires"
             )
-    kube = memo.get("kube")
-    if kube is not None:
-        log.info("operator stopped; API requests made: %s", kube.request_counts())
+    aio = memo.get("aio")
+    if aio is not None:
+        log.info("operator stopped; API requests made: %s", aio.request_counts())
+        await aio.close()
 
 
 # Of the shutdown timeout, what the Lease release (and the exit after it) is left at least,
@@ -200,12 +220,12 @@ class Deadline:
 
 
 async def _webhooks(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, ours: Settings
+    settings: kopf.OperatorSettings, memo: kopf.Memo, ours: Settings, kube: Kube
 ) -> admission.Certificates:
     """A current serving certificate on disk before kopf starts the webhook server (it starts
     after the startup handlers), then kept current. Every replica serves the webhooks, so the
-    certificate work has a connection of its own that leader election does not fence."""
-    certificates = admission.Certificates(connect(memo.get("kubeconfig"), pool_size=2), ours)
+    certificate work goes through a view of the client that leader election does not fence."""
+    certificates = admission.Certificates(kube, ours)
     await certificates.start()
     memo.certificates_task = asyncio.create_task(
         certificates.run_forever(), name="skyhook-webhook-certificates"
@@ -215,10 +235,10 @@ async def _webhooks(
     return certificates
 
 
-def _secure_metrics(memo: kopf.Memo, ours: Settings) -> Secure[AccessReviewer] | None:
-    """With `metrics_secure` (the default) and the endpoint on: reviews on a connection of
-    their own (leader election fences the main one off POSTs, and every replica answers
-    scrapes), and a serving certificate."""
+def _secure_metrics(ours: Settings, kube: Kube) -> Secure[AccessReviewer] | None:
+    """With `metrics_secure` (the default) and the endpoint on: reviews through an unfenced
+    view of the client (leader election fences the main one off POSTs, and every replica
+    answers scrapes), and a serving certificate."""
     if not ours.metrics_secure or ours.metrics_port.bind is None:
         return None
     try:
@@ -227,10 +247,10 @@ def _secure_metrics(memo: kopf.Memo, ours: Settings) -> Secure[AccessReviewer] |
         raise kopf.PermanentError(
             f"metrics: no usable tls.crt and tls.key in {ours.metrics_cert_dir!r}: {error}"
         ) from error
-    return Secure(AccessReviewer(connect(memo.get("kubeconfig"), pool_size=2)), tls)
+    return Secure(AccessReviewer(kube), tls)
 
 
-def _watches(kube: Kube, ours: Settings, memo: kopf.Memo) -> dict[str, WatchedIndex[Any]]:
+def _watches(kube: AsyncKube, ours: Settings, memo: kopf.Memo) -> dict[str, WatchedIndex[Any]]:
     """The list+watch indexes, by the name the snapshot reads them under. Their changes wake
     the loop only once kopf's first poke said its own indexes are full."""
     return {
@@ -254,13 +274,13 @@ def _watches(kube: Kube, ours: Settings, memo: kopf.Memo) -> dict[str, WatchedIn
     }
 
 
-def _elect(memo: kopf.Memo, ours: Settings, kube: Kube) -> LeaderElector | None:
+def _elect(memo: kopf.Memo, ours: Settings, kube: AsyncKube) -> LeaderElector | None:
     """With leader election on: fence `kube` off until this replica holds the Lease, and
-    start trying to (on a connection of its own, so renewals never queue behind writes)."""
+    start trying to (through an unfenced view of the same client)."""
     if not ours.leader_election:
         return None
     leader = LeaderElector(
-        connect(memo.get("kubeconfig"), pool_size=2),
+        kube.unfenced(),
         ours.namespace,
         ours.lease_name,
         ours.leader_identity,
@@ -279,11 +299,10 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     """kopf's default login reads the kubeconfig location the `kubernetes` package fixed at
     import time; ours comes from the same place as our own client (`run --kubeconfig`,
     $KUBECONFIG, the in-cluster account, ~/.kube/config)."""
-    return connection_info(connect(memo.get("kubeconfig")))
+    return connection_info(configuration_from(memo.get("kubeconfig")))
 
 
-def connection_info(kube: Kube) -> kopf.ConnectionInfo:
-    configuration = kube.configuration
+def connection_info(configuration: Configuration) -> kopf.ConnectionInfo:
     header = configuration.get_api_key_with_prefix(
         "BearerToken"
     ) or configuration.get_api_key_with_prefix("authorization")

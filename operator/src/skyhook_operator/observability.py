@@ -21,7 +21,6 @@ kube-rbac-proxy and controller-runtime's secure metrics serve it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import socket
 import ssl
@@ -58,21 +57,6 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 RequestTotals = tuple[Mapping[tuple[str, str], int], Mapping[tuple[str, str, str], int]]
-
-
-class Counted(Protocol):
-    def request_totals(self) -> RequestTotals: ...
-
-
-def summed(clients: Iterable[Counted]) -> RequestTotals:
-    """The request counts of several API connections, added up."""
-    requests: collections.Counter[tuple[str, str]] = collections.Counter()
-    errors: collections.Counter[tuple[str, str, str]] = collections.Counter()
-    for client in clients:
-        made, failed = client.request_totals()
-        requests.update(made)
-        errors.update(failed)
-    return requests, errors
 
 
 # --- the text format --------------------------------------------------------------------------

@@ -163,6 +163,7 @@ class Reconciler:
                     delay = self._settings.retry_interval
         finally:
             self._stopped = True
+            await self._alerts.close()
 
     async def run_pass(self) -> float:
         """One pass; returns the seconds until the next one unless something pokes first."""

@@ -56,6 +56,7 @@ class Versioned(Generic[View]):
     resource_version: int
     view: View | None  # None: we deleted it
     created: bool = False  # by our own create: show it even before the watch has it
+    uid: str = ""  # tells the object apart from a later one of the same name
 
 
 def versioned(
@@ -67,6 +68,7 @@ def versioned(
         resource_version=resource_version(body),
         view=decode(body),
         created=created,
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -81,7 +81,7 @@ def test_an_unverified_apiserver_is_warned_about_once(
         warnings.resetwarnings()
         warnings.simplefilter("default")  # Python's own: once per call site
         for _ in range(3):  # the operator's client, the elector's, the certificates'
-            kube = connect(str(kubeconfig), pool_size=1)
+            kube = connect(str(kubeconfig))
             for _ in range(4):
                 assert kube.request("GET", "/version")["major"] == "1"
                 # What libraries do between two requests: any filter change resets the

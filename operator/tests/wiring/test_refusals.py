@@ -8,7 +8,6 @@ from typing import Any, cast
 
 from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import ApiError, Kube
-from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, EmitEvent, PatchNode, Plan
@@ -57,7 +56,7 @@ def test_a_refused_write_is_reported_once_and_held_until_the_spec_changes() -> N
     client = RefusingClient()
     kube = cast(Kube, client)
     store = ClusterStore()
-    writer = Writer(kube, store, Evictor(kube, 60.0, on_change=lambda: None))
+    writer = Writer(kube, store, lambda namespace, name: None)
     events: list[EmitEvent] = []
     writer.emit_event = events.append  # type: ignore[method-assign]
 

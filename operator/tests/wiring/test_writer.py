@@ -10,7 +10,6 @@ import pytest
 
 from skyhook_dev.harness import WaitTimeout, wait_until
 from skyhook_operator.kube.client import Kube
-from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
@@ -72,7 +71,7 @@ def client() -> HeldClient:
 
 def _writer(client: HeldClient, concurrency: int = 4) -> Writer:
     kube = cast(Kube, client)
-    return Writer(kube, ClusterStore(), Evictor(kube, 60.0, on_change=lambda: None), concurrency)
+    return Writer(kube, ClusterStore(), lambda namespace, name: None, concurrency)
 
 
 def test_submit_returns_at_once_and_a_node_is_busy_until_its_writes_are_done(

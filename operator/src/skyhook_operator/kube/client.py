@@ -1,24 +1,33 @@
-"""One Kubernetes API connection per process, built at startup and shared through kopf's memo.
+"""The operator's one Kubernetes API client: JSON over one aiohttp session, on one event loop.
 
-Configuration (kubeconfig, in-cluster service account, TLS, tokens) comes from the official
-`kubernetes` client; requests go through its urllib3 pool as plain JSON, so patches say
-exactly which patch type they are and responses stay the dicts the planner's views decode.
-Called from worker threads (`asyncio.to_thread`): a slow write never stalls kopf's watches.
+Credentials (kubeconfig, exec plugins, the in-cluster service account and its rotating token,
+client certificates, TLS) come from the official `kubernetes` package's config loaders, as
+kopf's own login does; requests go through aiohttp, the HTTP stack kopf itself runs on, on the
+loop the client was first used from (kopf's, in the operator). Patches say exactly which patch
+type they are and answers stay the dicts the planner's views decode.
+
+`AsyncKube` is the client. Several views of one session differ only in their write fence
+(leader election fences the main view; the Lease, access reviews and webhook certificates use
+unfenced ones) and share its connections and request counts. `Kube` is the same client for
+code that still runs in a worker thread (the writer): each call runs on the client's loop and
+the thread waits for the answer. `connect()` gives a `Kube` with a loop of its own, for tools
+and tests that have none.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import ssl
 import threading
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-import urllib3
+import aiohttp
 from kubernetes import client, config
 
 from skyhook_schemas import keys
@@ -29,9 +38,17 @@ JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "skyhook-operator"
 
+# Connections the session may hold at once: the watches' three long-lived ones, the writer's
+# lanes, evictions, Events, the Lease, reviews. A request beyond it waits for a free one.
+CONNECTIONS = 64
+# A connection refused before anything was sent is tried this often (with a short pause)
+# before the caller sees it, as urllib3 did for us before.
+CONNECT_RETRIES = 3
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -58,143 +75,13 @@ class NotLeading(ApiError):
         super().__init__(0, "not the leader: writes are fenced off", method, path)
 
 
-class Kube:
-    """JSON requests against one apiserver, with helpers for the paths we use."""
+class Unreachable(ConnectionError):
+    """No answer: the connection failed, dropped, or the timeout ran out (an OSError, so
+    callers that handle network errors catch it)."""
 
-    def __init__(self, configuration: client.Configuration) -> None:
-        self.configuration = configuration
-        self.api_client = client.ApiClient(configuration)
-        self._pool = self.api_client.rest_client.pool_manager
-        self._counted = threading.Lock()
-        self._requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
-        self._errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
-        self._may_write: Callable[[], bool] = lambda: True
 
-    def fence(self, may_write: Callable[[], bool]) -> None:
-        """Refuse every request but a GET (raising NotLeading) while `may_write()` is false."""
-        self._may_write = may_write
-
-    def request_counts(self) -> str:
-        """What this client asked so far, busiest first (the shutdown log line)."""
-        with self._counted:
-            counts = self._requests.most_common()
-        return ", ".join(f"{verb} {what} {n}" for (verb, what), n in counts) or "none"
-
-    def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
-        """Requests by (verb, resource) and failed ones by (verb, resource, HTTP status code,
-        or `network` when no answer came), counted since the client was built."""
-        with self._counted:
-            return dict(self._requests), dict(self._errors)
-
-    def _count(self, verb: str, path: str) -> tuple[str, str]:
-        what = (verb, resource_of(path))
-        with self._counted:
-            self._requests[what] += 1
-        return what
-
-    def _count_error(self, what: tuple[str, str], code: str) -> None:
-        with self._counted:
-            self._errors[(*what, code)] += 1
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: object | None = None,
-        content_type: str = "application/json",
-        *,
-        query: Mapping[str, str] | None = None,
-        timeout: float = 30.0,
-        retries: int | None = None,
-    ) -> Json:
-        """One request; `retries` (default: urllib3's three) bounds how often a failed
-        connection or read is tried again, so `retries=0` bounds the whole call by `timeout`
-        (once to connect, once to read)."""
-        if method != "GET" and not self._may_write():
-            raise NotLeading(method, path)
-        url = self.configuration.host.rstrip("/") + path
-        if query:
-            url += "?" + urlencode(query)
-        what = self._count(method, path)
-        headers = self._headers(content_type)
-        payload = None if body is None else json.dumps(body).encode()
-        try:
-            response = self._pool.request(
-                method,
-                url,
-                body=payload,
-                headers=headers,
-                timeout=timeout,
-                **({} if retries is None else {"retries": urllib3.Retry(retries)}),
-            )
-        except urllib3.exceptions.HTTPError:
-            self._count_error(what, "network")
-            raise
-        data = response.data.decode() if response.data else ""
-        if response.status >= 300:
-            self._count_error(what, str(response.status))
-            try:
-                answer = json.loads(data)
-                reason = answer.get("message", data)
-                causes = (answer.get("details") or {}).get("causes") or ()
-                fields = tuple(str(c["field"]) for c in causes if c.get("field"))
-            except (ValueError, AttributeError, TypeError):
-                reason, fields = data or str(response.reason), ()
-            raise ApiError(response.status, reason, method, path, fields)
-        return json.loads(data) if data else {}
-
-    def get_text(self, path: str) -> str:
-        """A GET of a non-JSON endpoint (the apiserver's /metrics), as text."""
-        url = self.configuration.host.rstrip("/") + path
-        response = self._pool.request("GET", url, headers=self._headers(), timeout=30.0)
-        if response.status >= 300:
-            raise ApiError(response.status, response.data.decode(errors="replace"), "GET", path)
-        return str(response.data.decode())
-
-    def stream(
-        self, path: str, query: Mapping[str, str], read_timeout: float = 330.0
-    ) -> Iterator[tuple[str, Json]]:
-        """(type, object) pairs of a watch request, as the apiserver sends them."""
-        url = self.configuration.host.rstrip("/") + path + "?" + urlencode(query)
-        what = self._count("WATCH", path)
-        try:
-            response = self._pool.request(
-                "GET",
-                url,
-                headers=self._headers(),
-                preload_content=False,
-                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-            )
-        except urllib3.exceptions.HTTPError:
-            self._count_error(what, "network")
-            raise
-        try:
-            if response.status >= 300:
-                self._count_error(what, str(response.status))
-                raise ApiError(
-                    response.status, response.data.decode(errors="replace"), "WATCH", path
-                )
-            buffer = b""
-            for chunk in _chunks(response):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        event = json.loads(line)
-                        yield event["type"], event["object"]
-        finally:
-            response.release_conn()
-
-    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        token = self.configuration.get_api_key_with_prefix(
-            "BearerToken"
-        ) or self.configuration.get_api_key_with_prefix("authorization")
-        if token:
-            headers["Authorization"] = token
-        return headers
-
-    # --- paths --------------------------------------------------------------------------------
+class Paths:
+    """The API paths we use."""
 
     @staticmethod
     def node_path(name: str, subresource: str = "") -> str:
@@ -229,8 +116,284 @@ def resource_of(path: str) -> str:
     return "/".join(parts[:1] + parts[2:3]) or path
 
 
-def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:
-    """A client from `kubeconfig`, `$KUBECONFIG`, the in-cluster service account, or ~/.kube."""
+class _Session:
+    """One aiohttp session and the request counts of every view of it. The session is opened
+    on the loop of the first request and lives on that loop."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        self.configuration = configuration
+        self.host = configuration.host.rstrip("/")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._tls = _tls_context(configuration)
+        self._counted = threading.Lock()  # the counts are read from threads (telemetry)
+        self.requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
+        self.errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
+
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self.loop = asyncio.get_running_loop()
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._tls, limit=CONNECTIONS),
+                json_serialize=json.dumps,
+                auto_decompress=True,
+            )
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def count(self, verb: str, path: str) -> tuple[str, str]:
+        what = (verb, resource_of(path))
+        with self._counted:
+            self.requests[what] += 1
+        return what
+
+    def count_error(self, what: tuple[str, str], code: str) -> None:
+        with self._counted:
+            self.errors[(*what, code)] += 1
+
+    def totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
+        with self._counted:
+            return dict(self.requests), dict(self.errors)
+
+    def headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        # Asked per request: an exec plugin's or a rotated service-account token is refreshed
+        # by the loader's hook behind this call.
+        token = self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        ) or self.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+
+class AsyncKube(Paths):
+    """JSON requests against one apiserver, on the event loop."""
+
+    def __init__(self, session: _Session) -> None:
+        self._session = session
+        self._may_write: Callable[[], bool] = lambda: True
+
+    @property
+    def configuration(self) -> client.Configuration:
+        return self._session.configuration
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the session runs on, once it has made a request."""
+        return self._session.loop
+
+    def unfenced(self) -> AsyncKube:
+        """Another view of the same session, without this view's write fence."""
+        return AsyncKube(self._session)
+
+    def fence(self, may_write: Callable[[], bool]) -> None:
+        """Refuse every request but a GET (raising NotLeading) while `may_write()` is false."""
+        self._may_write = may_write
+
+    def request_counts(self) -> str:
+        """What this session asked so far, busiest first (the shutdown log line)."""
+        made, _ = self._session.totals()
+        ordered = sorted(made.items(), key=lambda item: -item[1])
+        return ", ".join(f"{verb} {what} {n}" for (verb, what), n in ordered) or "none"
+
+    def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
+        """Requests by (verb, resource) and failed ones by (verb, resource, HTTP status code,
+        or `network` when no answer came), counted since the session was opened."""
+        return self._session.totals()
+
+    async def close(self) -> None:
+        """Close the session's connections (every view's)."""
+        await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: object | None = None,
+        content_type: str = "application/json",
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        retries: int = CONNECT_RETRIES,
+    ) -> Json:
+        """One request, its answer decoded. The whole call takes at most `timeout` per
+        attempt; a connection refused before anything was sent is tried `retries` more
+        times."""
+        text = await self._call(
+            method, path, body, content_type, query=query, timeout=timeout, retries=retries
+        )
+        return json.loads(text) if text else {}
+
+    async def get_text(self, path: str, timeout: float = 30.0) -> str:
+        """A GET of a non-JSON endpoint (the apiserver's /metrics, a pod's log), as text."""
+        return await self._call(
+            "GET", path, None, "application/json", query=None, timeout=timeout, retries=0
+        )
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: object | None,
+        content_type: str,
+        *,
+        query: Mapping[str, str] | None,
+        timeout: float,
+        retries: int,
+    ) -> str:
+        if method != "GET" and not self._may_write():
+            raise NotLeading(method, path)
+        session = self._session
+        url = session.host + path + ("?" + urlencode(query) if query else "")
+        what = session.count(method, path)
+        payload = None if body is None else json.dumps(body).encode()
+        for attempt in range(retries + 1):
+            try:
+                async with session.http().request(
+                    method,
+                    url,
+                    data=payload,
+                    headers=session.headers(content_type),
+                    timeout=aiohttp.ClientTimeout(total=timeout),
+                ) as response:
+                    text = await response.text()
+                    break
+            except aiohttp.ClientConnectorError as error:
+                if attempt < retries:
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                session.count_error(what, "network")
+                raise Unreachable(f"{method} {path}: {error}") from error
+            except (aiohttp.ClientError, TimeoutError) as error:
+                session.count_error(what, "network")
+                raise Unreachable(f"{method} {path}: {error or type(error).__name__}") from error
+        if response.status >= 300:
+            session.count_error(what, str(response.status))
+            raise _api_error(response.status, response.reason or "", text, method, path)
+        return text
+
+    async def stream(
+        self, path: str, query: Mapping[str, str], read_timeout: float = 330.0
+    ) -> AsyncGenerator[tuple[str, Json]]:
+        """(type, object) pairs of a watch request, as the apiserver sends them; a connection
+        the apiserver drops just ends it (callers watch again)."""
+        session = self._session
+        url = session.host + path + "?" + urlencode(query)
+        what = session.count("WATCH", path)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
+        try:
+            async with session.http().get(
+                url, headers=session.headers(), timeout=timeout
+            ) as response:
+                if response.status >= 300:
+                    session.count_error(what, str(response.status))
+                    text = await response.text()
+                    raise _api_error(response.status, response.reason or "", text, "WATCH", path)
+                buffer = b""
+                # Chunks, not lines: aiohttp refuses a line over 64 KiB, and a node's object
+                # can be longer than that.
+                async for chunk in response.content.iter_chunked(65536):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            event = json.loads(line)
+                            yield event["type"], event["object"]
+        except aiohttp.ClientPayloadError:
+            return
+        except (aiohttp.ClientError, TimeoutError) as error:
+            session.count_error(what, "network")
+            raise Unreachable(f"WATCH {path}: {error or type(error).__name__}") from error
+
+
+def _api_error(status: int, http_reason: str, text: str, method: str, path: str) -> ApiError:
+    try:
+        answer = json.loads(text)
+        reason = answer.get("message", text)
+        causes = (answer.get("details") or {}).get("causes") or ()
+        fields = tuple(str(c["field"]) for c in causes if c.get("field"))
+    except (ValueError, AttributeError, TypeError):
+        reason, fields = text or http_reason, ()
+    return ApiError(status, reason, method, path, fields)
+
+
+class Kube(Paths):
+    """The client for code running in a worker thread: each call runs on the client's loop
+    and this thread waits for its answer. Never call it on that loop (it would wait for
+    itself): there, use the `AsyncKube` in `.aio`."""
+
+    def __init__(self, aio: AsyncKube, loop: asyncio.AbstractEventLoop) -> None:
+        self.aio = aio
+        self._loop = loop
+
+    @property
+    def configuration(self) -> client.Configuration:
+        return self.aio.configuration
+
+    def fence(self, may_write: Callable[[], bool]) -> None:
+        self.aio.fence(may_write)
+
+    def request_counts(self) -> str:
+        return self.aio.request_counts()
+
+    def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
+        return self.aio.request_totals()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object | None = None,
+        content_type: str = "application/json",
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        retries: int = CONNECT_RETRIES,
+    ) -> Json:
+        return self._wait(
+            self.aio.request(
+                method, path, body, content_type, query=query, timeout=timeout, retries=retries
+            )
+        )
+
+    def get_text(self, path: str, timeout: float = 30.0) -> str:
+        return self._wait(self.aio.get_text(path, timeout))
+
+    def stream(
+        self, path: str, query: Mapping[str, str], read_timeout: float = 330.0
+    ) -> Iterator[tuple[str, Json]]:
+        events = self.aio.stream(path, query, read_timeout)
+        try:
+            while True:
+                try:
+                    yield self._wait(anext(events))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._wait(events.aclose())
+
+    def _wait(self, call: Awaitable[T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("a blocking Kube call on its own event loop would wait forever")
+        return asyncio.run_coroutine_threadsafe(_awaited(call), self._loop).result()
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call
+
+
+def configuration_from(kubeconfig: str | None = None) -> client.Configuration:
+    """Credentials from `kubeconfig`, `$KUBECONFIG`, the in-cluster service account, or
+    ~/.kube/config, in that order."""
     configuration = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
@@ -239,10 +402,34 @@ def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Kube:
         config.load_incluster_config(client_configuration=configuration)
     else:
         config.load_kube_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
     if not configuration.verify_ssl:
         _unverified(configuration.host)
-    return Kube(configuration)
+    return configuration
+
+
+def connect_async(kubeconfig: str | None = None) -> AsyncKube:
+    """The client of this process, opened on the loop that first uses it."""
+    return AsyncKube(_Session(configuration_from(kubeconfig)))
+
+
+def connect(kubeconfig: str | None = None) -> Kube:
+    """A blocking client with an event loop of its own (in a daemon thread), for tools and
+    tests that have no loop."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="kube-client", daemon=True).start()
+    return Kube(connect_async(kubeconfig), loop)
+
+
+def _tls_context(configuration: client.Configuration) -> ssl.SSLContext:
+    if configuration.verify_ssl:
+        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    else:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    return context
 
 
 _warned_hosts: set[str] = set()
@@ -250,11 +437,7 @@ _warned = threading.Lock()
 
 
 def _unverified(host: str) -> None:
-    """Say once per process and apiserver that its certificate is not checked, instead of
-    urllib3's InsecureRequestWarning on every request: Python shows a warning once per call
-    site only until any code changes the warning filters, which libraries do all the time,
-    so one 1,000-node run printed it 10,984 times."""
-    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    """Say once per process and apiserver that its certificate is not checked."""
     with _warned:
         if host in _warned_hosts:
             return
@@ -264,11 +447,3 @@ def _unverified(host: str) -> None:
         "certificate is not checked",
         host,
     )
-
-
-def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    """The body of a watch; a connection the apiserver drops just ends it (callers re-watch)."""
-    try:
-        yield from response.stream(65536)
-    except urllib3.exceptions.ProtocolError:
-        return

@@ -11,7 +11,7 @@ replicas racing for the Lease one wins and the other gets a 409.
 Fencing: the leader counts itself leading only until `renew_deadline` after the start of its
 last successful renewal, a deadline shorter than the lease duration, so it stops writing
 before anyone else may take over even if its renewals hang. `Kube.fence` makes every write
-of the operator's client check that (the elector has a client of its own).
+of the operator's client check that (the elector's own view of the session is unfenced).
 
 `decide` is the pure part: what one attempt does, given what was last seen of the Lease.
 """
@@ -27,9 +27,7 @@ import secrets
 import time
 from dataclasses import dataclass, replace
 
-import urllib3
-
-from skyhook_operator.kube.client import ApiError, Json, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube, Json
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +116,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         namespace: str,
         name: str,
         identity: str,
@@ -153,7 +151,7 @@ class LeaderElector:
         """Try to take or renew the Lease every retry period, until cancelled."""
         was_leading = False
         while not self._stopped:
-            await asyncio.to_thread(self.attempt)
+            await self.attempt()
             if self.leading != was_leading:
                 was_leading = self.leading
                 log.info(
@@ -166,23 +164,23 @@ class LeaderElector:
                 self._changed.set()
             await asyncio.sleep(self._retry_period)
 
-    def attempt(self) -> None:
+    async def attempt(self) -> None:
         """One read and, if `decide` says so, one write of the Lease."""
         started = time.monotonic()
         try:
-            self._attempt(started)
-        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+            await self._attempt(started)
+        except (ApiError, OSError) as error:
             log.warning("Lease %s/%s: %s", self._namespace, self._name, error)
 
-    def _request(self, method: str, path: str, body: Json | None, timeout: float) -> Json:
-        """One request, never retried by urllib3: an attempt takes at most its timeout (twice:
-        connect, then read), and the next attempt is the retry."""
-        return self._kube.request(method, path, body, timeout=timeout, retries=0)
+    async def _request(self, method: str, path: str, body: Json | None, timeout: float) -> Json:
+        """One request, never retried: an attempt takes at most its timeout, and the next
+        attempt is the retry."""
+        return await self._kube.request(method, path, body, timeout=timeout, retries=0)
 
-    def _attempt(self, started: float) -> None:
+    async def _attempt(self, started: float) -> None:
         timeout = self._renew_deadline / 2
         try:
-            lease = self._request("GET", self._path, None, timeout)
+            lease = await self._request("GET", self._path, None, timeout)
         except ApiError as error:
             if error.status != 404:
                 raise
@@ -208,11 +206,11 @@ class LeaderElector:
         try:
             if step is Step.CREATE:
                 collection = self._path.rsplit("/", 1)[0]
-                answer = self._request("POST", collection, body, timeout)
+                answer = await self._request("POST", collection, body, timeout)
             else:
                 assert self._seen is not None
                 body["metadata"]["resourceVersion"] = self._seen.resource_version
-                answer = self._request("PUT", self._path, body, timeout)
+                answer = await self._request("PUT", self._path, body, timeout)
         except ApiError as error:
             if error.status != 409:
                 raise
@@ -235,7 +233,7 @@ class LeaderElector:
         self._stopped = True
         self._valid_until = 0.0
 
-    def release(self, timeout: float | None = None) -> bool:
+    async def release(self, timeout: float | None = None) -> bool:
         """Hand the Lease over at once, if this replica holds it (on shutdown, after
         `step_down` and the last write); True if it is not ours any more. Takes at most
         `timeout` seconds (default: half the renew deadline) whatever the apiserver does:
@@ -257,16 +255,15 @@ class LeaderElector:
                 "spec": released(self._seen.record, _stamp()).to_api(),
             }
             try:
-                # Connect and read each get half of what is left, so the call ends in time.
-                left = max(0.1, (stop - time.monotonic()) / 2)
-                self._request("PUT", self._path, body, left)
+                left = max(0.1, stop - time.monotonic())
+                await self._request("PUT", self._path, body, left)
                 log.info("released Lease %s/%s", self._namespace, self._name)
                 return True
             except ApiError as error:
                 if error.status != 409 or time.monotonic() >= stop:
                     log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
                     return False
-            except (OSError, urllib3.exceptions.HTTPError) as error:
+            except OSError as error:
                 log.warning(
                     "Lease %s/%s not released (the apiserver did not answer): %s; "
                     "another replica takes over once it expires",
@@ -276,9 +273,9 @@ class LeaderElector:
                 )
                 return False
             try:
-                left = max(0.1, (stop - time.monotonic()) / 2)
-                self._observe(self._request("GET", self._path, None, left), time.monotonic())
-            except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+                left = max(0.1, stop - time.monotonic())
+                self._observe(await self._request("GET", self._path, None, left), time.monotonic())
+            except (ApiError, OSError) as error:
                 log.warning("Lease %s/%s not released: %s", self._namespace, self._name, error)
                 return False
         return False

@@ -1,7 +1,9 @@
 """Reads the alerts of the Prometheus URLs that alertGates name (`GET <url>/api/v1/alerts`).
 
 The reconciler asks before each pass; a URL read less than half a poll interval ago is not
-read again, so a burst of passes costs one request. A read that fails (no answer, a timeout,
+read again, so a burst of passes costs one request. One aiohttp session, opened at the first
+read, serves every read (Prometheus is not the apiserver: its TLS and credentials are not the
+API client's). A read that fails (no answer, a timeout,
 an HTTP error, a body that is not Prometheus's answer) becomes an `AlertReading` with `error`
 set: the planner holds interrupts on it (core/holds.py), it never raises here.
 """
@@ -45,6 +47,7 @@ class AlertPoller:
         self._poll_interval = poll_interval
         self._timeout = timeout
         self._last: dict[str, tuple[float, AlertReading]] = {}
+        self._session: aiohttp.ClientSession | None = None
 
     async def readings(self, urls: Iterable[str]) -> tuple[AlertReading, ...]:
         """The latest reading of each URL, reading again those that are due."""
@@ -56,16 +59,22 @@ class AlertPoller:
             if u not in self._last or now - self._last[u][0] >= self._poll_interval / 2
         ]
         if due:
-            async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._timeout)
-            ) as session:
-                fresh = await asyncio.gather(*(self._read(session, u) for u in due))
+            if self._session is None:
+                self._session = aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=self._timeout)
+                )
+            fresh = await asyncio.gather(*(self._read(self._session, u) for u in due))
             for url, reading in zip(due, fresh, strict=True):
                 if reading.error and not (url in self._last and self._last[url][1].error):
                     log.warning("alert gate: %s", reading.error)
                 self._last[url] = (now, reading)
         self._last = {u: self._last[u] for u in wanted}  # forget URLs no gate names any more
         return tuple(self._last[u][1] for u in wanted)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _read(self, session: aiohttp.ClientSession, url: str) -> AlertReading:
         read_at = datetime.now(UTC)

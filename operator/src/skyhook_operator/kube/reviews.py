@@ -19,8 +19,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import urllib3
-
 from skyhook_operator.kube.client import ApiError, Kube
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -168,6 +166,6 @@ class AccessReviewer:
     def _post(self, path: str, body: dict[str, Any], failure: str) -> dict[str, Any]:
         try:
             answer = self.kube.request("POST", path, body, timeout=REVIEW_TIMEOUT, retries=0)
-        except (ApiError, urllib3.exceptions.HTTPError) as error:
+        except (ApiError, OSError) as error:
             raise ReviewFailed(f"{failure}: {error}") from error
         return dict(answer.get("status") or {})

@@ -9,22 +9,22 @@ decoded into the planner's view (`NodeView.from_api` etc.) and tagged with its r
 ConfigMaps get one in the operator's namespace only, so a namespaced Role is enough for them.
 
 The index maps (namespace, name) to a one-item list of `Versioned` views, the shape
-`snapshot.index_values` reads from kopf's indexes. It is only changed on the event loop (the
-blocking watch runs in a thread and hands each event over), so a snapshot taken on the loop
-never sees it half-updated. A watch that ends is resumed from the last resourceVersion; one
-that expired (410 Gone) or failed lists again.
+`snapshot.index_values` reads from kopf's indexes. The watch is a task on the event loop, so a
+snapshot taken on the loop never sees the index half-updated. A watch that ends is resumed
+from the last resourceVersion; one that expired (410 Gone) or failed lists again.
+
+`until_gone` lets a caller wait for an object to leave the index (a drain waiting for an
+evicted pod) without asking the apiserver.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Generic
 
-from skyhook_operator.kube.client import ApiError, Json, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube, Json
 from skyhook_operator.store import Key, Versioned, View, versioned
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class WatchedIndex(Generic[View]):
 
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         path: str,
         *,
         decode: Callable[[Mapping[str, Any]], View],
@@ -54,31 +54,48 @@ class WatchedIndex(Generic[View]):
         self._decode = decode
         self._keep = keep
         self._on_change = on_change
-        self._stopped = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
         self._version = ""
+        self._gone_waiters: dict[Key, list[tuple[str, asyncio.Future[None]]]] = {}
         self.index: dict[Key, list[Versioned[View]]] = {}
 
     async def start(self) -> None:
-        """List once (the index is complete when this returns), then watch in a thread."""
-        self._loop = asyncio.get_running_loop()
-        listing = await asyncio.to_thread(self._list)
-        self._replace(listing)
-        threading.Thread(
-            target=self._watch_forever, name=f"watch {self._path}", daemon=True
-        ).start()
+        """List once (the index is complete when this returns), then watch in a task."""
+        self._replace(await self._list())
+        self._task = asyncio.create_task(self._watch_forever(), name=f"watch {self._path}")
 
     def stop(self) -> None:
-        """The thread ends at its next event or watch timeout; nothing waits for it."""
-        self._stopped.set()
+        if self._task is not None:
+            self._task.cancel()
 
-    # --- on the event loop ----------------------------------------------------------------------
+    async def until_gone(self, key: Key, uid: str, timeout: float) -> None:
+        """Return once the object `key` with `uid` is not in the index (deleted, or replaced
+        by another of the same name); TimeoutError after `timeout` seconds."""
+        if self.uid(key) != uid:
+            return
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._gone_waiters.setdefault(key, [])
+        waiters.append((uid, gone))
+        try:
+            await asyncio.wait_for(gone, timeout)
+        finally:
+            if (uid, gone) in waiters:
+                waiters.remove((uid, gone))
+            if not waiters:
+                self._gone_waiters.pop(key, None)
+
+    def uid(self, key: Key) -> str | None:
+        """The uid of the object `key` as the index holds it; None if it holds none."""
+        entry = self.index.get(key)
+        return entry[0].uid if entry else None
 
     def _replace(self, listing: Json) -> None:
         self.index.clear()
         for item in listing.get("items") or []:
             self._apply("ADDED", item)
         self._version = str(listing["metadata"]["resourceVersion"])
+        for key in list(self._gone_waiters):
+            self._wake_gone(key)
 
     def _apply(self, kind: str, obj: Json) -> None:
         entry = versioned(obj, self._decode)
@@ -87,51 +104,50 @@ class WatchedIndex(Generic[View]):
                 return
         else:
             self.index[entry.key] = [entry]
+        if entry.key in self._gone_waiters:
+            self._wake_gone(entry.key)
         self._on_change()
 
-    def _relisted(self, listing: Json) -> None:
-        self._replace(listing)
-        self._on_change()
+    def _wake_gone(self, key: Key) -> None:
+        current = self.uid(key)
+        for uid, gone in self._gone_waiters.get(key, []):
+            if uid != current and not gone.done():
+                gone.set_result(None)
 
-    # --- in the watch thread --------------------------------------------------------------------
-
-    def _list(self) -> Json:
+    async def _list(self) -> Json:
         """Every matching object, page by page; the pages of one listing are one consistent
         snapshot, at the resourceVersion each page carries."""
         items: list[Json] = []
         query: dict[str, str] = {**self._selector, "limit": str(_PAGE)}
         while True:
-            page = self._kube.request("GET", self._path, query=query)
+            page = await self._kube.request("GET", self._path, query=query)
             items += page.get("items") or []
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 return {"items": items, "metadata": {"resourceVersion": meta["resourceVersion"]}}
             query = {**query, "continue": meta["continue"]}
 
-    def _hand_over(self, callback: Callable[..., None], *args: Any) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(callback, *args)
-
-    def _watch_forever(self) -> None:
+    async def _watch_forever(self) -> None:
         version = self._version
-        while not self._stopped.is_set():
+        while True:
             try:
                 if not version:
-                    listing = self._list()
-                    version = str(listing["metadata"]["resourceVersion"])
-                    self._hand_over(self._relisted, listing)
-                version = self._watch_once(version)
+                    listing = await self._list()
+                    self._replace(listing)
+                    self._on_change()
+                    version = self._version
+                version = await self._watch_once(version)
             except ApiError as error:
                 version = ""
                 if error.status != 410:  # 410: the watch expired, list again at once
                     log.warning("watch of %s failed, listing again: %s", self._path, error)
-                    time.sleep(_RETRY_SECONDS)
-            except Exception as error:  # a dropped connection or a restarting apiserver
+                    await asyncio.sleep(_RETRY_SECONDS)
+            except (OSError, ValueError, KeyError) as error:  # a dropped connection, a restart
                 log.warning("watch of %s failed, listing again: %s", self._path, error)
                 version = ""
-                time.sleep(_RETRY_SECONDS)
+                await asyncio.sleep(_RETRY_SECONDS)
 
-    def _watch_once(self, version: str) -> str:
+    async def _watch_once(self, version: str) -> str:
         """Follow one watch request; returns the resourceVersion to resume from."""
         query = {
             **self._selector,
@@ -140,12 +156,11 @@ class WatchedIndex(Generic[View]):
             "timeoutSeconds": str(_WATCH_SECONDS),
             "allowWatchBookmarks": "true",
         }
-        for kind, obj in self._kube.stream(self._path, query, read_timeout=_WATCH_SECONDS + 30):
+        events = self._kube.stream(self._path, query, read_timeout=_WATCH_SECONDS + 30)
+        async for kind, obj in events:
             if kind == "ERROR":
                 raise ApiError(int(obj.get("code", 500)), str(obj.get("message")), "WATCH")
             version = str(obj.get("metadata", {}).get("resourceVersion") or version)
             if kind != "BOOKMARK":
-                self._hand_over(self._apply, kind, obj)
-            if self._stopped.is_set():
-                break
+                self._apply(kind, obj)
         return version

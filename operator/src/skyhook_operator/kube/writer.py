@@ -36,8 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import urllib3
-
 from skyhook_operator.kube import events
 from skyhook_operator.kube.client import (
     APPLY_PATCH,
@@ -49,7 +47,6 @@ from skyhook_operator.kube.client import (
     Json,
     Kube,
 )
-from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.store import ClusterStore, ObjectKey
 from skyhook_planner.model.actions import (
     Action,
@@ -189,13 +186,13 @@ class Writer:
         self,
         kube: Kube,
         store: ClusterStore,
-        evictor: Evictor,
+        evict: Callable[[str, str], object],
         concurrency: int = 16,
         event_interval: float = 30.0,
     ) -> None:
         self._kube = kube
         self._store = store
-        self._evictor = evictor
+        self._evict = evict  # starts a pod's eviction unless it is under way
         self._workers = _Workers(concurrency)
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
@@ -519,7 +516,7 @@ class Writer:
             return  # an earlier action for this node failed: the next pass re-plans it
         try:
             self._dispatch(action)
-        except (ApiError, OSError, urllib3.exceptions.HTTPError) as error:
+        except (ApiError, OSError) as error:
             if isinstance(error, ApiError) and error.status == 422:
                 self._refused(action, error)
             log.warning("%s failed, the next pass re-plans: %s", type(action).__name__, error)
@@ -636,7 +633,7 @@ class Writer:
             self._store.pods.deleted(action.namespace, action.name, _GONE)
 
     def evict_pod(self, action: EvictPod) -> None:
-        self._evictor.ensure(action.namespace, action.name)
+        self._evict(action.namespace, action.name)
 
     # --- configmaps -------------------------------------------------------------------------
 
