@@ -2,15 +2,20 @@
 
 A map is YAML: `images:` is a list of rules, first match wins. Each rule has
   image:  a repository without tag or digest; `*` matches one path segment, captured as {name}
-  run:    agent | files | pull | agentless | pause | host
+  run:    agent | files | pull | image | agentless | pause | host
   source: (files) directory whose content the image holds; {packages} and {name} expand
   path:   (files) where that content appears in the container; (pull) the directory of the
           pulled image that is mounted there, e.g. /skyhook-package
-  insecure: (pull) the registry speaks plain HTTP (a local one)
+  insecure: (pull, image) the registry speaks plain HTTP (a local one)
   entrypoint / args: optional overrides of the image's ENTRYPOINT / CMD
 `pull` fetches the image itself from its registry (pull.py: skopeo and umoci) for the node's
 architecture, once per image digest, instead of mapping it to a local folder: e.g.
   - {image: "127.0.0.1:5000/skyhook-packages/*", run: pull, path: /skyhook-package, insecure: true}
+`image` pulls it the same way and runs it as a container runtime would: the whole image is the
+container's root filesystem (copy-on-write), the pod's volumes are mounted inside it, and the
+command is the image's ENTRYPOINT and CMD (the pod's command and args replace them as in
+Kubernetes), run with the image's Env, WorkingDir and User, chrooted (imageroot.py): e.g.
+  - {image: "127.0.0.1:5000/skyhook/agent", run: image, insecure: true}
 Rules from a user map (`--image-map` / SKYHOOK_SANDBOX_IMAGE_MAP) are checked before the
 defaults. A reference no rule matches gives the pod an ErrImagePull waiting state.
 """
@@ -29,7 +34,7 @@ import yaml
 from skyhook_sandbox import agentpython
 from skyhook_sandbox.pull import ImagePuller, PullError
 
-RUN_KINDS = ("agent", "files", "pull", "agentless", "pause", "host")
+RUN_KINDS = ("agent", "files", "pull", "image", "agentless", "pause", "host")
 
 DEFAULT_RULES: list[dict[str, Any]] = [
     {"image": "ghcr.io/nvidia/skyhook/agent", "run": "agent"},
@@ -67,11 +72,15 @@ class ImageNotFound(LookupError):
 
 @dataclass(frozen=True)
 class PullRule:
-    """What a `run: pull` rule asks of the registry: the image, and the directory to mount."""
+    """What a `run: pull` rule asks of the registry: the image, and the directory to mount;
+    or a `run: image` rule: the image as the root, and the rule's ENTRYPOINT / CMD overrides."""
 
     reference: str
     path: str
     insecure: bool = False
+    as_root: bool = False
+    entrypoint: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,12 @@ class ResolvedImage:
     # The image's own entrypoint reads and writes no file (pause, agentless): run unchanged,
     # it behaves the same without the mount namespace, so it may start as a plain process.
     touches_no_files: bool = False
-    # Set until the image is pulled (ImageMap.pulled): then `content` holds the pulled directory.
+    # Set until the image is pulled (ImageMap.pulled): then `content` holds the pulled directory,
+    # or for `run: image` the fields below come from the image.
     pull: PullRule | None = None
+    root: str = ""  # the unpacked image the container runs chrooted in
+    working_dir: str = ""
+    user: str = ""
 
 
 def repository(reference: str) -> str:
@@ -132,11 +145,17 @@ def validate_rules(rules: object, origin: str) -> list[dict[str, Any]]:
             for key in ("source", "path"):
                 if not isinstance(rule.get(key), str):
                     raise ImageMapError(f"{where}.{key}: required for run: files")
-        if rule["run"] == "pull":
-            if not isinstance(rule.get("path"), str) or not rule["path"].startswith("/"):
-                raise ImageMapError(f"{where}.path: required for run: pull, an absolute path")
-            if not isinstance(rule.get("insecure", False), bool):
-                raise ImageMapError(f"{where}.insecure: expected true or false")
+        if rule["run"] == "pull" and not (
+            isinstance(rule.get("path"), str) and rule["path"].startswith("/")
+        ):
+            raise ImageMapError(f"{where}.path: required for run: pull, an absolute path")
+        if rule["run"] == "image" and "path" in rule:
+            raise ImageMapError(
+                f"{where}.path: not used by run: image, whose whole image is the container's "
+                f"root (run: pull mounts one directory of an image)"
+            )
+        if rule["run"] in ("pull", "image") and not isinstance(rule.get("insecure", False), bool):
+            raise ImageMapError(f"{where}.insecure: expected true or false")
         for key in ("entrypoint", "args"):
             if key in rule and not (
                 isinstance(rule[key], list) and all(isinstance(x, str) for x in rule[key])
@@ -184,10 +203,23 @@ class ImageMap:
             return image
         rule = image.pull
         try:
-            rootfs = await self.puller.pull(rule.reference, arch, rule.insecure)
+            pulled = await self.puller.pull(rule.reference, arch, rule.insecure)
         except PullError as error:
             raise ImageNotFound(f'pulling image "{rule.reference}": {error}') from error
-        source = rootfs / rule.path.lstrip("/")
+        if rule.as_root:
+            config = pulled.config
+            entrypoint = config.entrypoint if rule.entrypoint is None else list(rule.entrypoint)
+            return dataclasses.replace(
+                image,
+                entrypoint=entrypoint,
+                args=config.cmd if rule.args is None else list(rule.args),
+                env=config.env,
+                root=str(pulled.rootfs),
+                working_dir=config.working_dir,
+                user=config.user,
+                pull=None,
+            )
+        source = pulled.rootfs / rule.path.lstrip("/")
         if not source.is_dir():
             raise ImageNotFound(f'image "{rule.reference}" has no directory {rule.path}')
         return dataclasses.replace(image, content=[(str(source), rule.path)], pull=None)
@@ -213,6 +245,15 @@ class ImageMap:
         pull = None
         if kind == "pull":
             pull = PullRule(reference, rule["path"], bool(rule.get("insecure", False)))
+        elif kind == "image":
+            pull = PullRule(
+                reference,
+                "/",
+                bool(rule.get("insecure", False)),
+                as_root=True,
+                entrypoint=tuple(rule["entrypoint"]) if "entrypoint" in rule else None,
+                args=tuple(rule["args"]) if "args" in rule else None,
+            )
         if kind == "agent":
             entrypoint = [agentpython.container_python(), "-m", "skyhook_agent.controller"]
             env = agentpython.agent_image_env()

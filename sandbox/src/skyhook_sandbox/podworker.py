@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from skyhook_sandbox import container, podenv, volumes
+from skyhook_sandbox import container, imageroot, podenv, volumes
 from skyhook_sandbox.hostroot import NodeRoot
 from skyhook_sandbox.images import ImageMap, ImageNotFound, ResolvedImage
 from skyhook_sandbox.kubeclient import ApiError, KubeClient
@@ -331,32 +331,17 @@ class PodWorker:
             await self._write_status()
             await self.node.event(self.pod, "Failed", f"Error: {message}", "Warning")
             await self._sleep(self.node.backoff.delay(attempt))
+        run_dir = self.pod_dir / "containers" / record.name / str(record.restart_count)
         try:
             argv = podenv.command_line(spec, image.entrypoint, image.args, env)
             mounts = volumes.mounts_for(spec, self.prepared)
+            container_spec = self._container_spec(
+                image, spec, argv=argv, env=env, mounts=mounts, run_dir=run_dir
+            )
         except (podenv.ContainerConfigError, volumes.VolumeError) as error:
             record.finish(container.SETUP_FAILED, "StartError", str(error))
             await self._write_status()
             return container.SETUP_FAILED
-        run_dir = self.pod_dir / "containers" / record.name / str(record.restart_count)
-        layers = []
-        for index, (source, target) in enumerate(image.content):
-            upper, work = run_dir / f"layer{index}" / "upper", run_dir / f"layer{index}" / "work"
-            upper.mkdir(parents=True, exist_ok=True)
-            work.mkdir(parents=True, exist_ok=True)
-            layers.append(container.ImageLayer(source, target, str(upper), str(work)))
-        container_spec = container.ContainerSpec(
-            argv=argv,
-            env={**image.env, **env},
-            working_dir=spec.get("workingDir", ""),
-            layers=layers,
-            mounts=mounts,
-            shims=self.node.machine_shims,
-            # Only while the image's own entrypoint runs: a pod's `command` may do anything.
-            isolated=not (
-                image.touches_no_files and not spec.get("command") and not spec.get("workingDir")
-            ),
-        )
         log_path = self.log_path(record.name, record.restart_count)
         process = await container.start(container_spec, log_path, self.node.name)
         self.processes[record.name] = process
@@ -373,6 +358,46 @@ class PodWorker:
         else:
             await self._write_status()
         return code
+
+    def _container_spec(
+        self,
+        image: ResolvedImage,
+        spec: JsonDict,
+        *,
+        argv: list[str],
+        env: dict[str, str],
+        mounts: list[container.Mount],
+        run_dir: Path,
+    ) -> container.ContainerSpec:
+        if image.root:
+            return imageroot.container_spec(
+                Path(image.root),
+                run_dir,
+                argv=argv,
+                env={**image.env, **env},
+                working_dir=spec.get("workingDir") or image.working_dir,
+                user=image.user,
+                mounts=mounts,
+                node_root=self.node.root.merged,
+            )
+        layers = []
+        for index, (source, target) in enumerate(image.content):
+            upper, work = run_dir / f"layer{index}" / "upper", run_dir / f"layer{index}" / "work"
+            upper.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+            layers.append(container.ImageLayer(source, target, str(upper), str(work)))
+        return container.ContainerSpec(
+            argv=argv,
+            env={**image.env, **env},
+            working_dir=spec.get("workingDir", ""),
+            layers=layers,
+            mounts=mounts,
+            shims=self.node.machine_shims,
+            # Only while the image's own entrypoint runs: a pod's `command` may do anything.
+            isolated=not (
+                image.touches_no_files and not spec.get("command") and not spec.get("workingDir")
+            ),
+        )
 
     def log_path(self, container_name: str, run: int) -> Path:
         return self.pod_dir / "logs" / container_name / f"{run}.log"

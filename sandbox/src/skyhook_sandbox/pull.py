@@ -7,6 +7,10 @@ raw unpack` applies its layers in order into a directory, whiteouts and opaque d
 honoured. Both are Debian packages (`apt-get install skopeo umoci`); no layer is read by our
 own code.
 
+The image's config (Entrypoint, Cmd, Env, WorkingDir, User), which `run: image` needs to run
+the image as a container runtime would, is skopeo's answer too: `skopeo inspect --config` on the
+local copy, kept as <state>/images/config/<key>.json.
+
 Each image is pulled once per sandbox: the unpacked tree lives under
 <state>/images/rootfs/<index digest>-<arch> and is keyed by the digest of what the reference
 names at pull time, so pushing a new image under the same tag pulls again, and nodes that start
@@ -18,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import platform
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TOOLS = ("skopeo", "umoci")
 # The architecture a node reports (kubernetes.io/arch) and pulls images for: this machine's.
@@ -44,13 +50,45 @@ def split_reference(reference: str) -> tuple[str, str]:
     return name, ":latest"
 
 
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image asks of the runtime that starts it (the OCI image config's `config`)."""
+
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    working_dir: str = ""
+    user: str = ""
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> ImageConfig:
+        config = document.get("config") or {}
+        env = {}
+        for item in config.get("Env") or []:
+            name, _, value = item.partition("=")
+            env[name] = value
+        return cls(
+            entrypoint=list(config.get("Entrypoint") or []),
+            cmd=list(config.get("Cmd") or []),
+            env=env,
+            working_dir=config.get("WorkingDir") or "",
+            user=config.get("User") or "",
+        )
+
+
+@dataclass(frozen=True)
+class PulledImage:
+    rootfs: Path  # the layers applied, shared read-only by every container of the image
+    config: ImageConfig
+
+
 @dataclass
 class ImagePuller:
     cache_dir: Path
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
-    async def pull(self, reference: str, arch: str, insecure: bool = False) -> Path:
-        """The unpacked root filesystem of `reference` for linux/`arch`."""
+    async def pull(self, reference: str, arch: str, insecure: bool = False) -> PulledImage:
+        """The unpacked root filesystem of `reference` for linux/`arch`, and its config."""
         missing = [tool for tool in TOOLS if shutil.which(tool) is None]
         if missing:
             raise PullError(
@@ -63,23 +101,29 @@ class ImagePuller:
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         key = f"{digest.removeprefix('sha256:')[:32]}-{arch}"
         rootfs = self.cache_dir / "rootfs" / key
+        config = self.cache_dir / "config" / f"{key}.json"
         async with self._locks.setdefault(key, asyncio.Lock()):
-            if rootfs.is_dir():
-                return rootfs
             layout = self.cache_dir / "layout"
-            layout.parent.mkdir(parents=True, exist_ok=True)
-            repository, _ = split_reference(reference)
-            await _run(
-                "skopeo", "copy", "--quiet", f"--src-tls-verify={tls}",
-                "--override-os", "linux", "--override-arch", arch,
-                f"docker://{repository}@{digest}", f"oci:{layout}:{key}",
-            )  # fmt: skip
-            partial = rootfs.with_name(f"{key}.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            await _run("umoci", "raw", "unpack", "--image", f"{layout}:{key}", str(partial))
-            partial.rename(rootfs)  # whole or absent: a crash mid-unpack pulls again
-        return rootfs
+            if not rootfs.is_dir():
+                layout.parent.mkdir(parents=True, exist_ok=True)
+                repository, _ = split_reference(reference)
+                await _run(
+                    "skopeo", "copy", "--quiet", f"--src-tls-verify={tls}",
+                    "--override-os", "linux", "--override-arch", arch,
+                    f"docker://{repository}@{digest}", f"oci:{layout}:{key}",
+                )  # fmt: skip
+                partial = rootfs.with_name(f"{key}.partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                await _run("umoci", "raw", "unpack", "--image", f"{layout}:{key}", str(partial))
+                partial.rename(rootfs)  # whole or absent: a crash mid-unpack pulls again
+            if not config.is_file():
+                answer = await _run("skopeo", "inspect", "--config", f"oci:{layout}:{key}")
+                partial_config = config.with_suffix(".partial")
+                partial_config.parent.mkdir(parents=True, exist_ok=True)
+                partial_config.write_bytes(answer)
+                partial_config.rename(config)
+        return PulledImage(rootfs, ImageConfig.from_json(json.loads(config.read_bytes())))
 
 
 async def _run(*argv: str) -> bytes:

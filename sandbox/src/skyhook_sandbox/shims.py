@@ -422,6 +422,25 @@ def write_shims(layer: Path, base: Path) -> None:
     _divert_from_dpkg(layer, base)
 
 
+def shadow_image_commands(layer: Path, image: Path, script: str) -> None:
+    """Replace the image's own shimmed commands with `script`, in a writable layer above it.
+
+    Only the commands the image has (a file or a symlink, e.g. to busybox) and only in its real
+    bin dirs, so the image keeps its layout and gains no command it did not ship.
+    """
+    for directory in ("bin", "sbin", "usr/bin", "usr/sbin"):
+        image_dir = image / directory
+        if image_dir.is_symlink() or not image_dir.is_dir():
+            continue
+        for command in SHIMMED_COMMANDS:
+            if not (image_dir / command).is_symlink() and not (image_dir / command).exists():
+                continue
+            shim = layer / directory / command
+            shim.parent.mkdir(parents=True, exist_ok=True)
+            shim.write_text(script)
+            shim.chmod(0o755)
+
+
 def _divert_from_dpkg(layer: Path, base: Path) -> None:
     """On a dpkg base, local diversions keep the shims in place when a package step installs
     systemd, procps or grub with apt (dpkg then writes the real binary as `<path>.distrib`)."""
