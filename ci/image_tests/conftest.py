@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ sys.path.insert(0, str(CI_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _localbuild import LocalBuild  # noqa: E402
+from _project import project_version  # noqa: E402
 from bases import push_busybox_base, push_python_base  # noqa: E402
 from registry import Registry  # noqa: E402
 
@@ -59,3 +61,30 @@ def python_base(local_build: LocalBuild, tmp_path_factory: pytest.TempPathFactor
     image = f"{local_build.registry}/base/python:3.11"
     push_python_base(local_build, tmp_path_factory.mktemp("python-base"), image)
     return image
+
+
+@pytest.fixture(scope="session")
+def component_image(local_build: LocalBuild, python_base: str) -> Callable[[str], str]:
+    """`component_image("agent")`: ci/build-image `<component>/v<its version>` run once per
+    session (linux/amd64 and linux/arm64, pushed to our registry); returns the reference."""
+    built: dict[str, str] = {}
+
+    def build(component: str) -> str:
+        if component not in built:
+            tag = f"v{project_version(component)}"
+            result = subprocess.run(
+                [
+                    sys.executable, str(CI_DIR / "build-image"), f"{component}/{tag}",
+                    "--registry", f"{local_build.registry}/skyhook",
+                    "--build-arg", f"PYTHON_IMAGE={python_base}",
+                ],
+                env={**os.environ, **local_build.env()},
+                cwd=CI_DIR.parent,
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+            built[component] = f"{local_build.registry}/skyhook/{component}:{tag}"
+        return built[component]
+
+    return build
