@@ -85,6 +85,8 @@ class Figures:
     handoffs: int = 0
     operator_peak_rss_mib: float = 0.0
     operator_cpu_seconds: float = 0.0
+    operator_threads_idle: int = 0  # once ready, before the SCR is applied
+    operator_threads_end: int = 0  # as the rollout completes
     operator_requests_per_node_stage: float = 0.0
     operator_requests: dict[str, float] = field(default_factory=dict)
     apiserver_requests_per_node_stage: float = 0.0
@@ -150,9 +152,15 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
     fake = args.fake is not None
     stage_seconds = args.fake if fake else AGENT_CONTAINERS_PER_STAGE * args.sleep
     figures = Figures(
-        nodes, packages, budget, per_wave, stage_seconds, fake, lease_renewals=not args.no_leases
+        nodes,
+        packages,
+        budget,
+        per_wave,
+        stage_seconds,
+        fake,
+        lease_renewals=not args.no_leases,
+        lower_bound=math.ceil(nodes / per_wave) * packages * len(STAGES) * stage_seconds,
     )
-    figures.lower_bound = math.ceil(nodes / per_wave) * packages * len(STAGES) * stage_seconds
     print(f"\n--- {nodes} nodes, {packages} package(s), budget {budget} ---", flush=True)
     with tempfile.TemporaryDirectory(prefix="skyhook-bench-", dir="/var/tmp") as workdir:
         sandbox = Sandbox(
@@ -177,6 +185,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
             ).start()
             operator.wait_ready()
             try:
+                figures.operator_threads_idle = _threads(operator)
                 pids = _pids(sandbox, operator)
                 cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)
                 pods = _PodRecorder(kube, args.timeout)
@@ -189,7 +198,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 )
                 figures.cpu_seconds = dict(_cpu(pids) - cpu_before)
                 requests = _apiserver_requests(kube) - requests_before
-                cpu, rss = _usage(operator)
+                cpu, rss, figures.operator_threads_end = _usage(operator)
             finally:
                 operator.stop(grace=120)  # it logs its request counters as it exits
             figures.events = _events(kube)  # after the stop: what it had pending is posted
@@ -226,7 +235,8 @@ def _print(f: Figures) -> None:
     print(f"hand-off delay     median {f.handoff_median_ms:.0f} ms, p99 {f.handoff_p99_ms:.0f} ms "
           f"over {f.handoffs} (target p99 < 500 ms)")  # fmt: skip
     print(f"operator           {f.operator_cpu_seconds:.1f} CPU-s, "
-          f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB)")  # fmt: skip
+          f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB), "
+          f"threads {f.operator_threads_idle} idle, {f.operator_threads_end} at the end")  # fmt: skip
     print(f.passes)
     print(
         "CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in f.cpu_seconds.items())
@@ -466,8 +476,14 @@ def _cpu(pids: dict[str, int]) -> _CpuTimes:
     return times
 
 
-def _usage(operator: OperatorProcess) -> tuple[float, int]:
-    """CPU seconds used so far and peak RSS (VmHWM) of the operator process."""
+def _threads(operator: OperatorProcess) -> int:
+    """The operator process's threads, the main one included."""
+    assert operator.process is not None
+    return len(os.listdir(f"/proc/{operator.process.pid}/task"))
+
+
+def _usage(operator: OperatorProcess) -> tuple[float, int, int]:
+    """CPU seconds used so far, peak RSS (VmHWM) and threads of the operator process."""
     assert operator.process is not None
     pid = operator.process.pid
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -476,7 +492,7 @@ def _usage(operator: OperatorProcess) -> tuple[float, int]:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1]) * 1024
-    return ticks / os.sysconf("SC_CLK_TCK"), hwm
+    return ticks / os.sysconf("SC_CLK_TCK"), hwm, _threads(operator)
 
 
 if __name__ == "__main__":

@@ -57,11 +57,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     store = ClusterStore()
     for name in KOPF_INDEXES:
         store.attach(name, kwargs[name])
-    # One client on kopf's loop for the whole process; `kube` is its face for the writer's
-    # threads.
+    # One client on kopf's loop for the whole process.
     aio = connect_async(memo.get("kubeconfig"))
     loop = asyncio.get_running_loop()
-    kube = Kube(aio, loop)
     memo.aio = aio
     watches = _watches(aio, ours, memo)
     for name, watched in watches.items():
@@ -69,17 +67,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     leader = _elect(memo, ours, aio)
     evictor = Evictor(aio, watches["pod_index"], ours.drain_timeout, on_change=lambda: _poke(memo))
     memo.evictor = evictor
-    writer = Writer(
-        kube,
-        store,
-        lambda namespace, name: loop.call_soon_threadsafe(evictor.ensure, namespace, name),
-        ours.write_concurrency,
-        ours.event_interval,
-    )
+    writer = Writer(aio, store, evictor.ensure, ours.write_concurrency, ours.event_interval)
     secure = _secure_metrics(ours, Kube(aio.unfenced(), loop))
     telemetry = Telemetry(aio.request_totals, lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
-        kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
+        Kube(aio, loop),
+        ours.namespace,
+        ours.image_artifact_refresh,
+        ours.insecure_registries.split(","),
     )
     reconciler = Reconciler(
         store,
@@ -158,7 +153,7 @@ async def _stop(memo: kopf.Memo, deadline: Deadline) -> None:
     writer = memo.get("writer")
     written = True
     if writer is not None:
-        written = await asyncio.to_thread(writer.close, deadline.left(RELEASE_RESERVE))
+        written = await writer.close(deadline.left(RELEASE_RESERVE))
     if leader is not None:  # after the last write: the successor starts at once
         if written:
             await leader.release(deadline.left(EXIT_GRACE))

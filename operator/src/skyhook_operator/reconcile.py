@@ -128,13 +128,12 @@ class Reconciler:
         return None
 
     def _written(self, failed: bool) -> None:
-        """A queued write finished (in a writer thread): plan again, after `retry_interval`
-        when it failed, so a cluster refusing writes is not asked again at once."""
-        loop = self._loop
+        """A queued write finished (on the loop): plan again, after `retry_interval` when it
+        failed, so a cluster refusing writes is not asked again at once."""
         if not failed:
             self.poke()
-        elif loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(loop.call_later, self._settings.retry_interval, self.poke)
+        elif self._loop is not None:
+            self._loop.call_later(self._settings.retry_interval, self.poke)
 
     def bind(self) -> None:
         """Remember the running loop so other threads can poke; call from that loop."""
@@ -195,12 +194,12 @@ class Reconciler:
             planned = time.monotonic()
             if plan.needs_quiet and (snapshot.busy_nodes or pending):
                 # Planned around writes in flight: wait for them and plan again at once.
-                await asyncio.to_thread(self._writer.drain)
+                await self._writer.drain()
                 return 0.0
             if plan.needs_quiet:
-                result = await asyncio.to_thread(self._writer.apply, plan)
+                result = await self._writer.apply(plan)
             else:
-                result = await asyncio.to_thread(self._writer.submit, plan)
+                result = self._writer.submit(plan)
         finally:
             self._pass_started = None
         self.passes += 1

@@ -4,15 +4,15 @@ merged."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import time
 from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_dev.harness import wait_until
-from skyhook_operator.kube.client import Kube
+from skyhook_operator.kube.client import AsyncKube
 from skyhook_operator.kube.events import (
     COMBINED_PREFIX,
     Correlator,
@@ -235,35 +235,42 @@ def test_memory_is_bounded_and_a_pending_event_pushed_out_is_sent_at_once() -> N
 class Requests:
     """The requests a Recorder sends, in place of the apiserver."""
 
-    namespaced_path = staticmethod(Kube.namespaced_path)
+    namespaced_path = staticmethod(AsyncKube.namespaced_path)
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
-        self._lock = threading.Lock()
 
-    def request(self, method: str, path: str, body: dict[str, Any], *_: Any) -> dict[str, Any]:
-        with self._lock:
-            self.sent.append((method, body))
+    async def request(
+        self, method: str, path: str, body: dict[str, Any], *_: Any
+    ) -> dict[str, Any]:
+        self.sent.append((method, body))
         return body
 
 
 def test_the_recorder_timer_sends_a_merged_patch_and_close_sends_the_rest() -> None:
+    asyncio.run(_recorder_timer())
+
+
+async def _recorder_timer() -> None:
     requests = Requests()
     recorder = Recorder(
-        cast(Kube, requests), Correlator(first_delay=0.0, min_interval=2.0, gather=0.05)
+        cast(AsyncKube, requests), Correlator(first_delay=0.0, min_interval=2.0, gather=0.05)
     )
     recorder.record(Event(NODE, "Apply", "start"))
+    await asyncio.sleep(0.01)  # the recorder sends in the background
     recorder.record(Event(NODE, "Apply", "done"))
     recorder.record(Event(NODE, "State", "complete"))
+    await asyncio.sleep(0.01)
     assert [(m, b["reason"]) for m, b in requests.sent] == [("POST", "Apply"), ("POST", "State")]
-    patched = wait_until(
-        lambda: [b for m, b in requests.sent if m == "PATCH"], 10, "the timer's PATCH", 0.05
-    )
+    stop = time.monotonic() + 10
+    while not (patched := [b for m, b in requests.sent if m == "PATCH"]):
+        assert time.monotonic() < stop, "the timer's PATCH"
+        await asyncio.sleep(0.05)
     assert patched == [
         {"count": 2, "lastTimestamp": patched[0]["lastTimestamp"], "message": "done"}
     ]
     recorder.record(Event(NODE, "State", "complete"))  # within the interval: waits
-    recorder.close()
+    await recorder.close()
     assert [b["count"] for _, b in requests.sent] == [1, 1, 2, 2]
 
 

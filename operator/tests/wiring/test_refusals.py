@@ -4,10 +4,10 @@ same, tried again once it changes, and forgotten once a write of the object goes
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
-from skyhook_dev.harness import wait_until
-from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, EmitEvent, PatchNode, Plan
@@ -17,15 +17,15 @@ from skyhook_planner.model.snapshot import WriteRefusal
 class RefusingClient:
     """Refuses pod creations with a 422 while `refusing`; answers everything else."""
 
-    node_path = staticmethod(Kube.node_path)
-    namespaced_path = staticmethod(Kube.namespaced_path)
-    skyhook_path = staticmethod(Kube.skyhook_path)
+    node_path = staticmethod(AsyncKube.node_path)
+    namespaced_path = staticmethod(AsyncKube.namespaced_path)
+    skyhook_path = staticmethod(AsyncKube.skyhook_path)
 
     def __init__(self) -> None:
         self.refusing = True
         self.sent: list[tuple[str, str]] = []
 
-    def request(self, method: str, path: str, body: Any = None, *_: Any, **__: Any) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, *_: Any, **__: Any) -> Any:
         self.sent.append((method, path))
         if self.refusing and path.endswith("/pods") and method == "POST":
             raise ApiError(
@@ -53,16 +53,19 @@ PLAN = Plan((POD, AFTER))
 
 
 def test_a_refused_write_is_reported_once_and_held_until_the_spec_changes() -> None:
+    asyncio.run(_refused_write())
+
+
+async def _refused_write() -> None:
     client = RefusingClient()
-    kube = cast(Kube, client)
+    kube = cast(AsyncKube, client)
     store = ClusterStore()
     writer = Writer(kube, store, lambda namespace, name: None)
     events: list[EmitEvent] = []
     writer.emit_event = events.append  # type: ignore[method-assign]
 
-    writer.apply(writer.without_held(PLAN, {"s": 3}))
-    wait_until(lambda: store.refusals.current(["s"]), 10, "the refusal recorded")
-    writer.drain()
+    await writer.apply(writer.without_held(PLAN, {"s": 3}))
+    await writer.drain()
     assert store.refusals.current(["s"]) == (
         WriteRefusal(
             "s",
@@ -87,9 +90,9 @@ def test_a_refused_write_is_reported_once_and_held_until_the_spec_changes() -> N
     # A new spec: tried again; once it goes through, the refusal is forgotten.
     client.refusing = False
     sent = len(client.sent)
-    writer.apply(writer.without_held(PLAN, {"s": 4}))
-    writer.drain()
+    await writer.apply(writer.without_held(PLAN, {"s": 4}))
+    await writer.drain()
     assert ("POST", "/api/v1/namespaces/skyhook/pods") in client.sent[sent:]
     assert store.refusals.current(["s"]) == ()
     assert len(events) == 1
-    writer.close()
+    assert await writer.close(5.0)

@@ -37,17 +37,17 @@ failed POST is posted again with the full count by the next occurrence.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import heapq
 import logging
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, AsyncKube, Json
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
@@ -282,52 +282,69 @@ def count_patch(write: Write) -> Json:
 
 
 class Recorder:
-    """Sends what the Correlator says is due; thread-safe. A timer sends what had to wait."""
+    """Sends what the Correlator says is due, on the event loop: one send at a time (a PATCH
+    never overtakes its POST), and a timer for what had to wait."""
 
-    def __init__(self, kube: Kube, correlator: Correlator | None = None) -> None:
+    def __init__(self, kube: AsyncKube, correlator: Correlator | None = None) -> None:
         self._kube = kube
         self._correlator = correlator if correlator is not None else Correlator()
-        self._lock = threading.Lock()  # the correlator and the timer
-        self._sending = threading.Lock()  # one flush at a time: a PATCH never overtakes its POST
-        self._timer: threading.Timer | None = None
+        self._sending = asyncio.Lock()
+        self._flush_waiting = False  # a flush is queued behind the one sending
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
 
     def record(self, event: Event) -> None:
-        with self._lock:
-            self._correlator.add(event, time.time())
-        self.flush()
+        """Count the occurrence and send what is due, in the background."""
+        self._correlator.add(event, time.time())
+        self._flush_soon()
 
-    def flush(self, *, force: bool = False) -> None:
-        with self._sending:
-            with self._lock:
-                now = time.time()
-                writes, wait = self._correlator.take(now, force=force)
-                if wait is not None and not self._closed:
-                    self._wake_at(now + wait)
-            self._send(writes)
+    def _flush_soon(self) -> None:
+        if self._flush_waiting or self._closed:
+            return
+        self._flush_waiting = True
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
 
-    def close(self, deadline: float = 10.0) -> None:
+    async def flush(self) -> None:
+        async with self._sending:
+            self._flush_waiting = False
+            now = time.time()
+            writes, wait = self._correlator.take(now)
+            if wait is not None and not self._closed:
+                self._wake_at(now + wait)
+            await self._send(writes)
+
+    async def close(self, deadline: float = 10.0) -> None:
         """Send what waits (counts included) for at most `deadline` seconds, and stop the
         timer. A fleet-wide rollout can leave thousands of Events waiting; a stopping
         operator must not outlive its pod's grace period sending them, so what is left after
         the deadline is logged, not sent."""
-        with self._lock:
-            self._closed = True
-            if self._timer is not None:
-                self._timer.cancel()
-        with self._sending, self._lock:
-            writes, _ = self._correlator.take(time.time(), force=True)
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
         stop = time.monotonic() + deadline
-        for index, write in enumerate(writes):
-            if time.monotonic() > stop:
-                log.warning(
-                    "stopping: %d Event updates not written (%d s deadline)",
-                    len(writes) - index,
-                    deadline,
-                )
-                return
-            self._send([write])
+        try:
+            async with asyncio.timeout(deadline):
+                await self._sending.acquire()
+        except TimeoutError:
+            log.warning("stopping: Event updates not written (%.0f s deadline)", deadline)
+            return
+        try:
+            writes, _ = self._correlator.take(time.time(), force=True)
+            for index, write in enumerate(writes):
+                if time.monotonic() > stop:
+                    log.warning(
+                        "stopping: %d Event updates not written (%.0f s deadline)",
+                        len(writes) - index,
+                        deadline,
+                    )
+                    return
+                await self._send([write])
+        finally:
+            self._sending.release()
 
     def _wake_at(self, at: float) -> None:
         """Run the timer at `at`, or sooner if it already runs sooner."""
@@ -335,24 +352,22 @@ class Recorder:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(max(0.0, at - time.time()), self._on_timer)
-        self._timer.daemon = True
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, at - time.time()), self._on_timer
+        )
         self._timer_at = at
-        self._timer.start()
 
     def _on_timer(self) -> None:
-        with self._lock:
-            if threading.current_thread() is self._timer:  # not one replaced while it fired
-                self._timer = None
-        self.flush()
+        self._timer = None
+        self._flush_soon()
 
-    def _send(self, writes: Iterable[Write]) -> None:
+    async def _send(self, writes: Iterable[Write]) -> None:
         path = self._kube.namespaced_path("events", EVENT_NAMESPACE)
         for write in writes:
             try:
                 if not write.create:
                     try:
-                        self._kube.request(
+                        await self._kube.request(
                             "PATCH", f"{path}/{write.name}", count_patch(write), MERGE_PATCH
                         )
                         continue
@@ -360,8 +375,8 @@ class Recorder:
                         if error.status != 404:
                             raise
                         # Expired (the apiserver keeps Events for an hour): post it again.
-                self._kube.request("POST", path, body(write))
-            except ApiError as error:
+                await self._kube.request("POST", path, body(write))
+            except (ApiError, OSError) as error:
                 event = write.event
                 log.debug(
                     "event %s on %s %s not posted: %s",
@@ -371,5 +386,4 @@ class Recorder:
                     error,
                 )
                 if write.create:
-                    with self._lock:
-                        self._correlator.failed(write)
+                    self._correlator.failed(write)

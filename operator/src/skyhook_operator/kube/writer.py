@@ -10,8 +10,9 @@ Annotation and label writes are per-key merge patches and need no precondition: 
 owns those keys.
 
 Order and speed: the plan's order is kept where it matters. Actions about one node (its
-patch, metadata ConfigMap, pods, events) form that node's lane (`core.actions.lane_of`) and
-run in order; lanes of different nodes run concurrently, except that lanes of nodes the plan
+patch, metadata ConfigMap, pods, events) form that node's lane (`model.actions.lane_of`) and
+run in order; lanes of different nodes run concurrently (`concurrency` worker tasks on the
+event loop, the most urgent lane first), except that lanes of nodes the plan
 moves into progress wait for the plan's other lanes (releases before admissions, so the
 budget a watcher counts always holds). A plan of node lanes is only queued (`submit`): the
 next pass plans while it is written, deciding nothing for the nodes still being written
@@ -25,14 +26,12 @@ Every object the API returns is handed to the snapshot overlays (read-your-write
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import itertools
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,8 +43,8 @@ from skyhook_operator.kube.client import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     ApiError,
+    AsyncKube,
     Json,
-    Kube,
 )
 from skyhook_operator.store import ClusterStore, ObjectKey
 from skyhook_planner.model.actions import (
@@ -93,12 +92,11 @@ class ApplyResult:
 
 @dataclass
 class _Run:
-    """One plan's progress, shared by the threads applying it."""
+    """One plan's progress, shared by the lanes applying it."""
 
     result: ApplyResult = field(default_factory=ApplyResult)
     failed_lanes: set[str] = field(default_factory=set)
     attempted: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class _Countdown:
@@ -107,13 +105,10 @@ class _Countdown:
     def __init__(self, count: int, then: Callable[[], None]) -> None:
         self._left = count
         self._then = then
-        self._lock = threading.Lock()
 
     def tick(self) -> None:
-        with self._lock:
-            self._left -= 1
-            due = self._left == 0
-        if due:
+        self._left -= 1
+        if self._left == 0:
             self._then()
 
     def open_if_empty(self) -> None:
@@ -130,38 +125,39 @@ STATUS_INTERVAL = 1.0
 _URGENT, _STARTING, _LATER = 0, 1, 2
 
 
+Job = Callable[[], Awaitable[None]]
+
+
 class _Workers:
-    """Writer threads that take the most urgent queued lane first (then the oldest)."""
+    """Worker tasks that take the most urgent queued lane first (then the oldest); started on
+    the event loop of the first lane."""
 
     def __init__(self, count: int) -> None:
-        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None] | None]] = (
-            queue.PriorityQueue()
-        )
+        self._count = count
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Job | None]] = asyncio.PriorityQueue()
         self._order = itertools.count()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"writer-{i}", daemon=True)
-            for i in range(count)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._tasks: list[asyncio.Task[None]] = []
 
-    def submit(self, priority: int, job: Callable[[], None]) -> None:
-        self._queue.put((priority, next(self._order), job))
+    def submit(self, priority: int, job: Job) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._work(), name=f"writer-{i}") for i in range(self._count)
+            ]
+        self._queue.put_nowait((priority, next(self._order), job))
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Let running lanes finish; queued ones are dropped (the next leader re-plans)."""
-        for _ in self._threads:
-            self._queue.put((-1, next(self._order), None))
-        for thread in self._threads:
-            thread.join()
+        for _ in self._tasks:
+            self._queue.put_nowait((-1, next(self._order), None))
+        await asyncio.gather(*self._tasks)
 
-    def _work(self) -> None:
+    async def _work(self) -> None:
         while True:
-            _, _, job = self._queue.get()
+            _, _, job = await self._queue.get()
             if job is None:
                 return
             try:
-                job()
+                await job()
             except Exception:  # a lane reports its own failures; this is a bug, keep working
                 log.exception("writer lane crashed")
 
@@ -171,7 +167,7 @@ def _now() -> str:
 
 
 class Writer:
-    """Applies plans; one instance per process, shared by every pass.
+    """Applies plans; one instance per process, shared by every pass, on the event loop.
 
     Two ways in. `submit` (a plan with only node lanes, statuses and events) queues the lanes
     and returns at once: each node's lane goes out as soon as a worker is free, and the node
@@ -184,7 +180,7 @@ class Writer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         store: ClusterStore,
         evict: Callable[[str, str], object],
         concurrency: int = 16,
@@ -195,22 +191,24 @@ class Writer:
         self._evict = evict  # starts a pod's eviction unless it is under way
         self._workers = _Workers(concurrency)
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
-        self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._queued = 0  # actions handed to the writer that have not been attempted yet
-        self._lock = threading.Lock()  # _queued, _busy, _passed_over, _holding, _unsent
         self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
         self._passed_over: set[str] = set()  # busy nodes a pass left alone
         # Busy nodes whose lane starts or releases them: they hold a budget slot until written.
         self._holding: set[str] = set()
-        self._idle = threading.Condition(self._lock)
+        self._idle = asyncio.Event()
+        self._idle.set()
         # Submitted status patches, oldest first, each with its plan's "lanes done" event.
-        self._unsent: list[tuple[PatchSkyhookStatus, threading.Event]] = []
+        self._unsent: list[tuple[PatchSkyhookStatus, asyncio.Event]] = []
         self._status_written = 0.0  # time.monotonic() of the last status write
-        self._status_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
-        self._closing = False
+        self._statuses: asyncio.Queue[tuple[PatchSkyhookStatus, asyncio.Event] | None] = (
+            asyncio.Queue()
+        )
+        self._status_task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         self._generations: Mapping[str, int] = {}  # each Skyhook's, as the last plan saw it
-        # Called from a writer thread when a lane failed, or when a pass left its node alone
-        # while it was busy, with whether it failed.
+        # Called when a lane failed, or when a pass left its node alone while it was busy,
+        # with whether it failed.
         self.on_written: Callable[[bool], None] = lambda failed: None
 
     @property
@@ -224,43 +222,44 @@ class Writer:
         node's writes are in the snapshot's overlay by the time it stops being busy. The pass
         asking leaves these nodes alone, so each of them reports its lane done (`on_written`)
         to have them planned again."""
-        with self._lock:
-            self._passed_over |= self._busy.keys()
-            return frozenset(self._busy), frozenset(self._holding)
+        self._passed_over |= self._busy.keys()
+        return frozenset(self._busy), frozenset(self._holding)
 
-    def drain(self) -> None:
+    async def drain(self) -> None:
         """Wait until no node's writes or status patches are queued or going out."""
-        with self._idle:
-            self._idle.wait_for(lambda: not self._busy and not self._unsent)
+        await self._idle.wait()
 
-    def close(self, timeout: float | None = None) -> bool:
+    def _update_idle(self) -> None:
+        if self._busy or self._unsent:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    async def close(self, timeout: float | None = None) -> bool:
         """Stop: lanes going out finish, queued ones are dropped (the next leader re-plans),
         statuses still waiting for their lanes are not written, Events still waiting are
         sent. True once that is done; with a `timeout`, False if it is not done by then,
-        what is left going on in daemon threads: a stopping operator must exit within its
-        pod's grace period whatever the apiserver does. Events never hold the answer back
-        (they are best-effort): they get what is left of `timeout` once the writes are done.
+        what is left going on as tasks: a stopping operator must exit within its pod's grace
+        period whatever the apiserver does. Events never hold the answer back (they are
+        best-effort): they get what is left of `timeout` once the writes are done.
         """
-        self._closing = True
-        written = threading.Event()
+        self._closing.set()
         stop = None if timeout is None else time.monotonic() + timeout
 
-        def close_all() -> None:
-            self._workers.close()
-            self._status_thread.shutdown(wait=True)
-            written.set()
-            self._events.shutdown(wait=True)
-            left = 10.0 if stop is None else max(0.0, stop - time.monotonic())
-            self._recorder.close(deadline=min(10.0, left))
+        async def writes() -> None:
+            await self._workers.close()
+            self._statuses.put_nowait(None)
+            if self._status_task is not None:
+                await self._status_task
 
-        if stop is None:
-            close_all()
-            return True
-        closing = threading.Thread(target=close_all, name="writer-close", daemon=True)
-        closing.start()
-        finished = written.wait(timeout)
-        closing.join(max(0.0, stop - time.monotonic()))  # the Events, within what is left
-        return finished
+        try:
+            await asyncio.wait_for(asyncio.shield(writes()), timeout)
+            written = True
+        except TimeoutError:
+            written = False
+        left = 10.0 if stop is None else max(0.0, stop - time.monotonic())
+        await self._recorder.close(deadline=min(10.0, left))
+        return written
 
     def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
@@ -279,58 +278,59 @@ class Writer:
                 self.emit_event(action)
             else:
                 lanes.setdefault(lane_of(action) or "", []).append(action)
-        written = threading.Event()
+        written = asyncio.Event()
         if statuses:
-            with self._lock:
-                self._queued += len(statuses)
-                self._unsent += [(status, written) for status in statuses]
-            self._status_thread.submit(self._write_statuses, statuses[0], written)
+            self._queued += len(statuses)
+            self._unsent += [(status, written) for status in statuses]
+            self._update_idle()
+            if self._status_task is None:
+                self._status_task = asyncio.create_task(self._write_statuses(), name="statuses")
+            self._statuses.put_nowait((statuses[0], written))
         self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
         return ApplyResult(queued=len(statuses) + sum(len(a) for a in lanes.values()))
 
     def pending_statuses(self) -> dict[str, list[Mapping[str, Any]]]:
         """Status patches decided but not written yet, per Skyhook, oldest first."""
         pending: dict[str, list[Mapping[str, Any]]] = {}
-        with self._lock:
-            for action, _ in self._unsent:
-                pending.setdefault(action.name, []).append(action.patch)
+        for action, _ in self._unsent:
+            pending.setdefault(action.name, []).append(action.patch)
         return pending
 
-    def _write_statuses(self, first: PatchSkyhookStatus, lanes_done: threading.Event) -> None:
-        """In the status thread, one plan after another: once the plan's lanes are done and
-        `STATUS_INTERVAL` has passed since the last status write (at once if the Skyhook's
-        phase changes), write its statuses together with those of later plans whose lanes are
-        done too, one merged patch per Skyhook (a pass every few hundred milliseconds need not
-        mean a status write each)."""
-        while not lanes_done.wait(0.5):
-            if self._closing:
+    async def _write_statuses(self) -> None:
+        """One plan after another: once the plan's lanes are done and `STATUS_INTERVAL` has
+        passed since the last status write (at once if the Skyhook's phase changes), write its
+        statuses together with those of later plans whose lanes are done too, one merged patch
+        per Skyhook (a pass every few hundred milliseconds need not mean a status write
+        each)."""
+        while (item := await self._statuses.get()) is not None:
+            first, lanes_done = item
+            if not await _first_set(lanes_done, self._closing):
                 return
-        with self._lock:
             if not self._unsent or self._unsent[0][0] is not first:
-                return  # written with an earlier plan's statuses
-        # A change of phase (complete, in_progress, ...) goes out at once: watchers act on it.
-        pause = self._status_written + STATUS_INTERVAL - time.monotonic()
-        if pause > 0 and not self._closing and "status" not in first.patch:
-            time.sleep(pause)
-        with self._lock:
+                continue  # written with an earlier plan's statuses
+            # A change of phase (complete, in_progress, ...) goes out at once: watchers act
+            # on it.
+            pause = self._status_written + STATUS_INTERVAL - time.monotonic()
+            if pause > 0 and not self._closing.is_set() and "status" not in first.patch:
+                await asyncio.sleep(pause)
             done = 0
             while done < len(self._unsent) and self._unsent[done][1].is_set():
                 done += 1
             batch = [action for action, _ in self._unsent[:done]]
-        merged: dict[str, dict[str, Any]] = {}
-        for action in batch:
-            merged[action.name] = compose_merge_patches(merged.get(action.name, {}), action.patch)
-        run = _Run()
-        for name, patch in merged.items():
-            self._run_one(PatchSkyhookStatus(name, patch), run, lane=None)
-        self._status_written = time.monotonic()
-        with self._lock:
-            del self._unsent[:done]  # only this thread removes, oldest first
+            merged: dict[str, dict[str, Any]] = {}
+            for action in batch:
+                merged[action.name] = compose_merge_patches(
+                    merged.get(action.name, {}), action.patch
+                )
+            run = _Run()
+            for name, patch in merged.items():
+                await self._run_one(PatchSkyhookStatus(name, patch), run, lane=None)
+            self._status_written = time.monotonic()
+            del self._unsent[:done]  # only this task removes, oldest first
             self._queued = max(0, self._queued - (done - len(merged)))
-            if not self._busy and not self._unsent:
-                self._idle.notify_all()
-        if not run.result.ok:  # a written status wakes the loop through the Skyhook's watch
-            self._lane_done(True)
+            self._update_idle()
+            if not run.result.ok:  # a written status wakes the loop through the Skyhook's watch
+                self._lane_done(True)
 
     def _queue_lanes(
         self, lanes: Mapping[str, list[Action]], plan: Plan, all_done: _Countdown
@@ -338,11 +338,11 @@ class Writer:
         if not lanes:
             all_done.open_if_empty()
             return
-        with self._lock:
-            self._queued += sum(len(actions) for actions in lanes.values())
-            for lane in lanes:
-                self._busy[lane] = self._busy.get(lane, 0) + 1
-            self._holding |= lanes.keys() & (plan.starting | plan.releasing)
+        self._queued += sum(len(actions) for actions in lanes.values())
+        for lane in lanes:
+            self._busy[lane] = self._busy.get(lane, 0) + 1
+        self._update_idle()
+        self._holding |= lanes.keys() & (plan.starting | plan.releasing)
         run = _Run()
         starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
         releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
@@ -379,30 +379,28 @@ class Writer:
         priority: int,
         finished: Callable[[str], None],
     ) -> None:
-        """Hand each lane to the writer threads; `finished(lane)` runs once it is written."""
+        """Hand each lane to the workers; `finished(lane)` runs once it is written."""
         for lane, actions in lanes:
 
-            def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
+            async def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
                 try:
-                    self._run_lane(lane, actions, run=run)
+                    await self._run_lane(lane, actions, run=run)
                 finally:
                     finished(lane)
 
             self._workers.submit(priority, job)
 
     def _submitted_lane_done(self, lane: str, run: _Run, then: Callable[[], None]) -> None:
-        with self._lock:
-            left = self._busy.get(lane, 0) - 1
-            if left > 0:
-                self._busy[lane] = left
-            else:
-                self._busy.pop(lane, None)
-            passed_over = left <= 0 and lane in self._passed_over
-            if left <= 0:
-                self._passed_over.discard(lane)
-                self._holding.discard(lane)
-            if not self._busy and not self._unsent:
-                self._idle.notify_all()
+        left = self._busy.get(lane, 0) - 1
+        if left > 0:
+            self._busy[lane] = left
+        else:
+            self._busy.pop(lane, None)
+        passed_over = left <= 0 and lane in self._passed_over
+        if left <= 0:
+            self._passed_over.discard(lane)
+            self._holding.discard(lane)
+        self._update_idle()
         then()
         failed = lane in run.failed_lanes
         if failed or passed_over:  # otherwise the watch events of its writes wake the loop
@@ -411,10 +409,10 @@ class Writer:
     def _lane_done(self, failed: bool) -> None:
         try:
             self.on_written(failed)
-        except Exception:  # a callback must never take a writer thread down
+        except Exception:  # a callback must never take a writer task down
             log.exception("after-write callback failed")
 
-    def apply(self, plan: Plan) -> ApplyResult:
+    async def apply(self, plan: Plan) -> ApplyResult:
         """Apply a plan that changes a Skyhook as a whole, with nothing else in flight: in
         order up to its last Skyhook-wide action (a barrier: every lane before one finishes
         first; within a stretch of lanes, the nodes the plan starts go after the others), then
@@ -422,14 +420,13 @@ class Writer:
         finalizer and package ConfigMaps, then every node's lane in the background)."""
         barriers = [i for i, a in enumerate(plan.actions) if skyhook_wide(a)]
         cut = barriers[-1] + 1 if barriers else 0
-        result = self._apply_in_order(replace(plan, actions=plan.actions[:cut]))
+        result = await self._apply_in_order(replace(plan, actions=plan.actions[:cut]))
         if result.ok and cut < len(plan.actions):
             result.queued = self.submit(replace(plan, actions=plan.actions[cut:])).queued
         return result
 
-    def _apply_in_order(self, plan: Plan) -> ApplyResult:
-        with self._lock:
-            self._queued += len(plan.actions)
+    async def _apply_in_order(self, plan: Plan) -> ApplyResult:
+        self._queued += len(plan.actions)
         run = _Run()
         lanes: dict[str, list[Action]] = {}
         for action in plan.actions:
@@ -437,36 +434,36 @@ class Writer:
             if lane is not None:
                 lanes.setdefault(lane, []).append(action)
                 continue
-            self._run_segment(lanes, plan.starting, run)
+            await self._run_segment(lanes, plan.starting, run)
             lanes = {}
             if run.result.ok:
-                self._run_one(action, run, lane=None)
+                await self._run_one(action, run, lane=None)
             if not run.result.ok:
                 break
         else:
-            self._run_segment(lanes, plan.starting, run)
-        with self._lock:  # what a failure skipped is no longer queued
-            self._queued = max(0, self._queued - (len(plan.actions) - run.attempted))
+            await self._run_segment(lanes, plan.starting, run)
+        # What a failure skipped is no longer queued.
+        self._queued = max(0, self._queued - (len(plan.actions) - run.attempted))
         return run.result
 
-    def _run_segment(
+    async def _run_segment(
         self, lanes: Mapping[str, list[Action]], starting: Collection[str], run: _Run
     ) -> None:
         releasing = [(lane, actions) for lane, actions in lanes.items() if lane not in starting]
         admitting = [(lane, actions) for lane, actions in lanes.items() if lane in starting]
         for group in (releasing, admitting):
-            self._run_and_wait(group, run)
+            await self._run_and_wait(group, run)
 
-    def _run_and_wait(self, lanes: Sequence[tuple[str, Sequence[Action]]], run: _Run) -> None:
-        finished = threading.Event()
+    async def _run_and_wait(self, lanes: Sequence[tuple[str, Sequence[Action]]], run: _Run) -> None:
+        finished = asyncio.Event()
         done = _Countdown(len(lanes), finished.set)
         self._submit_lanes(lanes, run, _URGENT, lambda _lane: done.tick())
         done.open_if_empty()
-        finished.wait()
+        await finished.wait()
 
-    def _run_lane(self, lane: str, actions: Sequence[Action], *, run: _Run) -> None:
+    async def _run_lane(self, lane: str, actions: Sequence[Action], *, run: _Run) -> None:
         for action in actions:
-            self._run_one(action, run, lane)
+            await self._run_one(action, run, lane)
 
     def without_held(self, plan: Plan, generations: Mapping[str, int]) -> Plan:
         """`plan` without the writes the apiserver refused as invalid for the current spec of
@@ -507,49 +504,49 @@ class Writer:
         log.warning("Skyhook %s: %s", skyhook, message)
         self.emit_event(EmitEvent("Skyhook", skyhook, "WriteRefused", message, "Warning"))
 
-    def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
-        with self._lock:
-            self._queued = max(0, self._queued - 1)
-        with run.lock:
-            run.attempted += 1
+    async def _run_one(self, action: Action, run: _Run, lane: str | None) -> None:
+        self._queued = max(0, self._queued - 1)
+        run.attempted += 1
         if lane is not None and lane in run.failed_lanes:
             return  # an earlier action for this node failed: the next pass re-plans it
         try:
-            self._dispatch(action)
+            await self._dispatch(action)
         except (ApiError, OSError) as error:
             if isinstance(error, ApiError) and error.status == 422:
                 self._refused(action, error)
             log.warning("%s failed, the next pass re-plans: %s", type(action).__name__, error)
-            with run.lock:
-                run.result.failures.append(f"{type(action).__name__}: {error}")
-                if lane is not None:
-                    run.failed_lanes.add(lane)
+            run.result.failures.append(f"{type(action).__name__}: {error}")
+            if lane is not None:
+                run.failed_lanes.add(lane)
             return
         key = _object_of(action)
         if key is not None:
             self._store.refusals.written(key)
-        with run.lock:
-            run.result.applied += 1
+        run.result.applied += 1
 
-    def _dispatch(self, action: Action) -> None:
-        handlers: dict[type, Callable[[Any], None]] = {
+    async def _dispatch(self, action: Action) -> None:
+        if isinstance(action, EvictPod | EmitEvent):  # handed on, nothing to wait for
+            if isinstance(action, EvictPod):
+                self.evict_pod(action)
+            else:
+                self.emit_event(action)
+            return
+        handlers: dict[type, Callable[[Any], Awaitable[None]]] = {
             PatchNode: self.patch_node,
             CreatePod: self.create_pod,
             DeletePod: self.delete_pod,
-            EvictPod: self.evict_pod,
             UpsertConfigMap: self.upsert_configmap,
             DeleteConfigMap: self.delete_configmap,
             PatchSkyhookStatus: self.patch_skyhook_status,
             AddFinalizer: self.add_finalizer,
             RemoveFinalizer: self.remove_finalizer,
             AnnotateSkyhook: self.annotate_skyhook,
-            EmitEvent: self.emit_event,
         }
-        handlers[type(action)](action)
+        await handlers[type(action)](action)
 
     # --- nodes ------------------------------------------------------------------------------
 
-    def patch_node(self, action: PatchNode) -> None:
+    async def patch_node(self, action: PatchNode) -> None:
         """One request in the common case: metadata and conditions go together through
         nodes/status (whose patches may change metadata, never spec). A spec change
         (cordon, uncordon) needs the node itself, and the conditions then follow on /status."""
@@ -564,7 +561,7 @@ class Writer:
             if metadata:
                 body["metadata"] = metadata
             path = self._kube.node_path(action.name)
-            self._store.nodes.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+            self._store.nodes.wrote(await self._kube.request("PATCH", path, body, MERGE_PATCH))
             metadata = {}
         if metadata or conditions:
             body = {"metadata": metadata} if metadata else {}
@@ -572,17 +569,18 @@ class Writer:
                 body["status"] = {"conditions": conditions}
             path = self._kube.node_path(action.name, "status")
             # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
-            answer = self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH)
+            answer = await self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH)
             self._store.nodes.wrote(answer)
         # Taints after the state: a taint removed because the node completed must never be
         # seen gone while the node still reads incomplete.
         if action.add_taints or action.remove_taints:
-            self._store.nodes.wrote(self._patch_taints(self._kube.node_path(action.name), action))
+            taints = await self._patch_taints(self._kube.node_path(action.name), action)
+            self._store.nodes.wrote(taints)
 
-    def _patch_taints(self, path: str, action: PatchNode) -> Json:
+    async def _patch_taints(self, path: str, action: PatchNode) -> Json:
         """Replace spec.taints with the wanted list, retried on a concurrent change."""
         for attempt in range(_CONFLICT_RETRIES):
-            node = self._kube.request("GET", path)
+            node = await self._kube.request("GET", path)
             current = [Taint.from_api(t) for t in node.get("spec", {}).get("taints") or ()]
             wanted = _wanted_taints(current, action.add_taints, action.remove_taints)
             if wanted == current:
@@ -596,7 +594,7 @@ class Writer:
                 {"op": "add", "path": "/spec/taints", "value": [t.to_api() for t in wanted]},
             ]
             try:
-                return self._kube.request("PATCH", path, patch, JSON_PATCH)
+                return await self._kube.request("PATCH", path, patch, JSON_PATCH)
             except ApiError as error:
                 if error.status == 422 and attempt == _CONFLICT_RETRIES - 1:
                     # The `test` of the resourceVersion kept failing: a conflict, not a
@@ -609,18 +607,20 @@ class Writer:
 
     # --- pods -------------------------------------------------------------------------------
 
-    def create_pod(self, action: CreatePod) -> None:
+    async def create_pod(self, action: CreatePod) -> None:
         path = self._kube.namespaced_path("pods", action.namespace)
         try:
-            self._store.pods.wrote(self._kube.request("POST", path, action.manifest), created=True)
+            self._store.pods.wrote(
+                await self._kube.request("POST", path, action.manifest), created=True
+            )
         except ApiError as error:
             if error.status != 409:
                 raise
 
-    def delete_pod(self, action: DeletePod) -> None:
+    async def delete_pod(self, action: DeletePod) -> None:
         path = self._kube.namespaced_path("pods", action.namespace, action.name)
         try:
-            answer = self._kube.request("DELETE", path)
+            answer = await self._kube.request("DELETE", path)
         except ApiError as error:
             if error.status != 404:
                 raise
@@ -637,18 +637,18 @@ class Writer:
 
     # --- configmaps -------------------------------------------------------------------------
 
-    def upsert_configmap(self, action: UpsertConfigMap) -> None:
+    async def upsert_configmap(self, action: UpsertConfigMap) -> None:
         manifest = {"apiVersion": "v1", "kind": "ConfigMap", **action.manifest}
         namespace = manifest["metadata"]["namespace"]
         path = self._kube.namespaced_path("configmaps", namespace, action.name)
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        answer = self._kube.request("PATCH", path, manifest, APPLY_PATCH, query=query)
+        answer = await self._kube.request("PATCH", path, manifest, APPLY_PATCH, query=query)
         self._store.configmaps.wrote(answer, created=True)
 
-    def delete_configmap(self, action: DeleteConfigMap) -> None:
+    async def delete_configmap(self, action: DeleteConfigMap) -> None:
         path = self._kube.namespaced_path("configmaps", action.namespace, action.name)
         try:
-            self._kube.request("DELETE", path)
+            await self._kube.request("DELETE", path)
         except ApiError as error:
             if error.status != 404:
                 raise
@@ -656,45 +656,47 @@ class Writer:
 
     # --- skyhooks ---------------------------------------------------------------------------
 
-    def patch_skyhook_status(self, action: PatchSkyhookStatus) -> None:
+    async def patch_skyhook_status(self, action: PatchSkyhookStatus) -> None:
         path = self._kube.skyhook_path(action.name, "status")
         try:
-            answer = self._kube.request("PATCH", path, {"status": dict(action.patch)}, MERGE_PATCH)
+            answer = await self._kube.request(
+                "PATCH", path, {"status": dict(action.patch)}, MERGE_PATCH
+            )
         except ApiError as error:
             if error.status == 404:
                 return  # deleted meanwhile: nothing left to report on
             raise
         self._store.skyhooks.wrote(answer)
 
-    def annotate_skyhook(self, action: AnnotateSkyhook) -> None:
+    async def annotate_skyhook(self, action: AnnotateSkyhook) -> None:
         path = self._kube.skyhook_path(action.name)
         body = {"metadata": {"annotations": dict(action.annotations)}}
         try:
-            self._store.skyhooks.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+            self._store.skyhooks.wrote(await self._kube.request("PATCH", path, body, MERGE_PATCH))
         except ApiError as error:
             if error.status != 404:
                 raise
 
-    def add_finalizer(self, action: AddFinalizer) -> None:
+    async def add_finalizer(self, action: AddFinalizer) -> None:
         # The first write to a new Skyhook also stores its spec in the form it is read in, as
         # upstream's operator does: created without the mutating webhook, its generation
         # becomes 2 here, which upstream's users and checks expect.
-        self._edit_finalizers(
+        await self._edit_finalizers(
             action.name,
             lambda f: f if action.finalizer in f else [*f, action.finalizer],
             normalise=True,
         )
 
-    def remove_finalizer(self, action: RemoveFinalizer) -> None:
-        self._edit_finalizers(action.name, lambda f: [x for x in f if x != action.finalizer])
+    async def remove_finalizer(self, action: RemoveFinalizer) -> None:
+        await self._edit_finalizers(action.name, lambda f: [x for x in f if x != action.finalizer])
 
-    def _edit_finalizers(
+    async def _edit_finalizers(
         self, name: str, edit: Callable[[list[str]], list[str]], *, normalise: bool = False
     ) -> None:
         path = self._kube.skyhook_path(name)
         for attempt in range(_CONFLICT_RETRIES):
             try:
-                current = self._kube.request("GET", path)
+                current = await self._kube.request("GET", path)
             except ApiError as error:
                 if error.status == 404:
                     return
@@ -713,7 +715,9 @@ class Writer:
             if spec is not None:
                 body["spec"] = spec
             try:
-                self._store.skyhooks.wrote(self._kube.request("PATCH", path, body, MERGE_PATCH))
+                self._store.skyhooks.wrote(
+                    await self._kube.request("PATCH", path, body, MERGE_PATCH)
+                )
                 return
             except ApiError as error:
                 if error.status == 404:
@@ -725,8 +729,17 @@ class Writer:
         """Events are best-effort and order-free: posted in the background, never waited for,
         so they add nothing to a pass's latency; the recorder aggregates repeats."""
         subject = events.Subject(kind=action.kind, name=action.name)
-        event = events.Event(subject, action.reason, action.message, action.type)
-        self._events.submit(self._recorder.record, event)
+        self._recorder.record(events.Event(subject, action.reason, action.message, action.type))
+
+
+async def _first_set(wanted: asyncio.Event, other: asyncio.Event) -> bool:
+    """Wait until `wanted` or `other` is set; True if `wanted` is."""
+    if not wanted.is_set() and not other.is_set():
+        waits = [asyncio.ensure_future(wanted.wait()), asyncio.ensure_future(other.wait())]
+        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in pending:
+            wait.cancel()
+    return wanted.is_set()
 
 
 def _conditions_patch(action: PatchNode) -> list[Json]:
