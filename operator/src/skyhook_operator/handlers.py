@@ -68,7 +68,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     evictor = Evictor(aio, watches["pod_index"], ours.drain_timeout, on_change=lambda: _poke(memo))
     memo.evictor = evictor
     writer = Writer(aio, store, evictor.ensure, ours.write_concurrency, ours.event_interval)
-    secure = _secure_metrics(ours, Kube(aio.unfenced(), loop))
+    secure = _secure_metrics(ours, aio.unfenced())
     telemetry = Telemetry(aio.request_totals, lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
         Kube(aio, loop),
@@ -230,7 +230,7 @@ async def _webhooks(
     return certificates
 
 
-def _secure_metrics(ours: Settings, kube: Kube) -> Secure[AccessReviewer] | None:
+def _secure_metrics(ours: Settings, kube: AsyncKube) -> Secure[AccessReviewer] | None:
     """With `metrics_secure` (the default) and the endpoint on: reviews through an unfenced
     view of the client (leader election fences the main one off POSTs, and every replica
     answers scrapes), and a serving certificate."""

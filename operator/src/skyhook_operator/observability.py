@@ -249,7 +249,7 @@ class ServingTls:
 class Access(Protocol):
     """Who may make a request (kube/reviews.py's AccessReviewer)."""
 
-    def review(self, token: str, verb: str, path: str) -> Verdict:
+    async def review(self, token: str, verb: str, path: str) -> Verdict:
         """Raises ReviewFailed when the apiserver could not be asked."""
 
 
@@ -273,9 +273,7 @@ def bearer_token(request: web.Request) -> str:
 async def refusal(access: Access, request: web.Request) -> web.Response | None:
     """None when the caller may make `request`, else the answer refusing it."""
     try:
-        verdict = await asyncio.to_thread(
-            access.review, bearer_token(request), request.method.lower(), request.path
-        )
+        verdict = await access.review(bearer_token(request), request.method.lower(), request.path)
     except ReviewFailed as error:
         log.warning("metrics: %s; answering 500", error)
         return web.Response(status=500, text=str(error).partition(":")[0])

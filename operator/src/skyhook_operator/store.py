@@ -14,7 +14,6 @@ etcd-backed apiserver; an unparsable one counts as newest so the watch copy wins
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -77,28 +76,24 @@ class Overlay(Generic[View]):
 
     def __init__(self, decode: Callable[[Mapping[str, Any]], View]) -> None:
         self._decode = decode
-        self._lock = threading.Lock()
         self._entries: dict[Key, tuple[float, Versioned[View]]] = {}
 
     def wrote(self, body: Mapping[str, Any], created: bool = False) -> None:
         """Record the object as the API returned it after our write."""
         entry = versioned(body, self._decode, created)
-        with self._lock:
-            current = self._entries.get(entry.key)
-            if created or current is None or current[1].resource_version <= entry.resource_version:
-                self._entries[entry.key] = (time.monotonic(), entry)
+        current = self._entries.get(entry.key)
+        if created or current is None or current[1].resource_version <= entry.resource_version:
+            self._entries[entry.key] = (time.monotonic(), entry)
 
     def deleted(self, namespace: str, name: str, last_version: int) -> None:
         """The object is gone (or going) as of `last_version`; hide index copies up to it."""
         key = (namespace, name)
-        with self._lock:
-            self._entries[key] = (time.monotonic(), Versioned(key, last_version, None))
+        self._entries[key] = (time.monotonic(), Versioned(key, last_version, None))
 
     def merge(self, indexed: Iterable[Versioned[View]]) -> list[View]:
         """Index copies, replaced or hidden by newer overlay entries; stale entries pruned."""
         now = time.monotonic()
-        with self._lock:
-            pending = dict(self._entries)
+        pending = dict(self._entries)
         result: list[View] = []
         for item in indexed:
             found = pending.pop(item.key, None)
@@ -120,10 +115,9 @@ class Overlay(Generic[View]):
         return result
 
     def _forget(self, key: Key, entry: Versioned[View]) -> None:
-        with self._lock:
-            current = self._entries.get(key)
-            if current is not None and current[1] is entry:
-                del self._entries[key]
+        current = self._entries.get(key)
+        if current is not None and current[1] is entry:
+            del self._entries[key]
 
 
 def _watch_caught_up(indexed: Versioned[Any], ours: Versioned[Any]) -> bool:
@@ -142,27 +136,23 @@ ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
 
 class Refusals:
     """Writes the apiserver refused as invalid (HTTP 422), by object: the writer records and
-    clears them (thread-safe), each snapshot carries them to the planner, which reports them
+    clears them, each snapshot carries them to the planner, which reports them
     in the Skyhook's status. A refused write is not sent again while its Skyhook's
     generation is the one it was refused at."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._by_object: dict[ObjectKey, WriteRefusal] = {}
 
     def refused(self, refusal: WriteRefusal) -> bool:
         """Record a refusal; True unless the same was recorded already (for the same spec)."""
         key = (refusal.kind, refusal.namespace, refusal.name)
-        with self._lock:
-            new = self._by_object.get(key) != refusal
-            self._by_object[key] = refusal
+        new = self._by_object.get(key) != refusal
+        self._by_object[key] = refusal
         return new
 
     def written(self, key: ObjectKey) -> None:
         """The object was written: whatever was refused before is past."""
-        if key in self._by_object:
-            with self._lock:
-                self._by_object.pop(key, None)
+        self._by_object.pop(key, None)
 
     def held(self, key: ObjectKey, generations: Mapping[str, int]) -> bool:
         """Whether a write of the object was refused at its Skyhook's current generation."""
@@ -172,17 +162,16 @@ class Refusals:
     def current(self, skyhooks: Iterable[str]) -> tuple[WriteRefusal, ...]:
         """The refusals of these Skyhooks (those of a deleted one are forgotten)."""
         alive = set(skyhooks)
-        with self._lock:
-            for key in [k for k, r in self._by_object.items() if r.skyhook not in alive]:
-                del self._by_object[key]
-            return tuple(self._by_object.values())
+        for key in [k for k, r in self._by_object.items() if r.skyhook not in alive]:
+            del self._by_object[key]
+        return tuple(self._by_object.values())
 
 
 class ClusterStore:
     """Holds the index objects and the overlays; builds a snapshot on demand.
 
-    The indexes are filled on the event loop; `snapshot()` must be called on that loop (it
-    only copies references), the overlays are thread-safe for the writer's threads.
+    Everything here lives on the event loop: the watches fill the indexes, the writer's tasks
+    the overlays, and `snapshot()` (which only copies references) is called there too.
     """
 
     def __init__(self) -> None:

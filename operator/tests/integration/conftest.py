@@ -23,11 +23,12 @@ pytestmark = pytest.mark.sandbox
 
 
 @pytest.fixture(scope="session")
-def kube(sandbox: Sandbox) -> Kube:
+def kube(sandbox: Sandbox) -> Iterator[Kube]:
     client = connect(str(sandbox.kubeconfig))
     install_crd(client)
     ensure_namespace(client, NAMESPACE)
-    return client
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ class TableAccess:
 
     verdicts: dict[str, Verdict | None]
 
-    def review(self, token: str, verb: str, path: str) -> Verdict:
+    async def review(self, token: str, verb: str, path: str) -> Verdict:
         assert (verb, path) == ("get", "/metrics")
         verdict = self.verdicts.get(token, UNAUTHORIZED)
         if verdict is None:

@@ -87,6 +87,7 @@ def test_an_unverified_apiserver_is_warned_about_once(
                 # What libraries do between two requests: any filter change resets the
                 # once-per-call-site memory of every module.
                 warnings.filterwarnings("ignore", message="an unrelated warning")
+            kube.close()
 
     insecure = [w for w in shown if issubclass(w.category, urllib3.exceptions.HTTPWarning)]
     said = [r.getMessage() for r in caplog.records if "TLS verification is off" in r.getMessage()]

@@ -9,9 +9,10 @@ type they are and answers stay the dicts the planner's views decode.
 `AsyncKube` is the client. Several views of one session differ only in their write fence
 (leader election fences the main view; the Lease, access reviews and webhook certificates use
 unfenced ones) and share its connections and request counts. `Kube` is the same client for
-code that still runs in a worker thread (the writer): each call runs on the client's loop and
-the thread waits for the answer. `connect()` gives a `Kube` with a loop of its own, for tools
-and tests that have none.
+blocking code in a worker thread (the webhook certificate round, whose key generation is CPU
+work, and the ORAS artifact fetches): each call runs on the client's loop and the thread waits
+for the answer. `connect()` gives a `Kube` with a loop of its own, for tools and tests that
+have none.
 """
 
 from __future__ import annotations
@@ -343,6 +344,10 @@ class Kube(Paths):
 
     def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
         return self.aio.request_totals()
+
+    def close(self) -> None:
+        """Close the session's connections."""
+        self._wait(self.aio.close())
 
     def request(
         self,

@@ -7,19 +7,18 @@ non-resource URL and verb (`get /metrics`). No token, or one the apiserver does 
 a user without the permission: 403; no answer from the apiserver: 500 (`ReviewFailed`). Answers are cached as controller-runtime caches them
 (tokens a minute, allowed five minutes, denied 30 s), so a Prometheus scraping every 30 s costs
 no API call between expiries; a failed review is never cached. Tokens are kept only as their
-SHA-256. Called from a worker thread (`asyncio.to_thread`).
+SHA-256. Runs on the event loop.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -40,28 +39,25 @@ class TtlCache(Generic[K, V]):
         self._size = size
         self._clock = clock
         self._items: dict[K, tuple[float, V]] = {}
-        self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is None:
-                return None
-            if found[0] <= self._clock():
-                del self._items[key]
-                return None
-            return found[1]
+        found = self._items.get(key)
+        if found is None:
+            return None
+        if found[0] <= self._clock():
+            del self._items[key]
+            return None
+        return found[1]
 
     def put(self, key: K, value: V, ttl: float) -> None:
-        with self._lock:
-            now = self._clock()
-            self._items.pop(key, None)
-            if len(self._items) >= self._size:
-                for stale in [k for k, (expiry, _) in self._items.items() if expiry <= now]:
-                    del self._items[stale]
-            while len(self._items) >= self._size:
-                del self._items[next(iter(self._items))]  # dicts keep insertion order
-            self._items[key] = (now + ttl, value)
+        now = self._clock()
+        self._items.pop(key, None)
+        if len(self._items) >= self._size:
+            for stale in [k for k, (expiry, _) in self._items.items() if expiry <= now]:
+                del self._items[stale]
+        while len(self._items) >= self._size:
+            del self._items[next(iter(self._items))]  # dicts keep insertion order
+        self._items[key] = (now + ttl, value)
 
 
 @dataclass(frozen=True)
@@ -105,25 +101,25 @@ UNAUTHORIZED = Verdict(401, "Unauthorized")
 
 class AccessReviewer:
     """Asks the apiserver who a token is and whether they may make a request; see the module
-    docstring. `kube` is a connection of its own: leader election fences the operator's main
-    client off writes, and every replica answers scrapes."""
+    docstring. `kube` is an unfenced view of the client: leader election fences the
+    operator's main view off writes, and every replica answers scrapes."""
 
-    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, kube: AsyncKube, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         # (user,), or (None,) for a token the apiserver did not accept.
         self._users: TtlCache[str, tuple[User | None]] = TtlCache(clock=clock)
         self._decisions: TtlCache[tuple[User, str, str], Verdict] = TtlCache(clock=clock)
 
-    def review(self, token: str, verb: str, path: str) -> Verdict:
+    async def review(self, token: str, verb: str, path: str) -> Verdict:
         """The verdict on a request for `verb` `path` with `token` (empty: no token)."""
         if not token:
             return UNAUTHORIZED
-        user = self.authenticate(token)
+        user = await self.authenticate(token)
         if user is None:
             return UNAUTHORIZED
-        return self.authorize(user, verb, path)
+        return await self.authorize(user, verb, path)
 
-    def authenticate(self, token: str) -> User | None:
+    async def authenticate(self, token: str) -> User | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
         if (cached := self._users.get(digest)) is not None:
             return cached[0]
@@ -132,12 +128,12 @@ class AccessReviewer:
             "kind": "TokenReview",
             "spec": {"token": token},
         }
-        status = self._post(TOKEN_REVIEWS, body, "Authentication failed")
+        status = await self._post(TOKEN_REVIEWS, body, "Authentication failed")
         user = User.from_review(status.get("user") or {}) if status.get("authenticated") else None
         self._users.put(digest, (user,), TOKEN_TTL)
         return user
 
-    def authorize(self, user: User, verb: str, path: str) -> Verdict:
+    async def authorize(self, user: User, verb: str, path: str) -> Verdict:
         key = (user, verb, path)
         if (cached := self._decisions.get(key)) is not None:
             return cached
@@ -155,7 +151,9 @@ class AccessReviewer:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        status = self._post(ACCESS_REVIEWS, body, f"Authorization for user {user.name} failed")
+        status = await self._post(
+            ACCESS_REVIEWS, body, f"Authorization for user {user.name} failed"
+        )
         if status.get("allowed"):
             verdict, ttl = Verdict(200), ALLOW_TTL
         else:
@@ -163,9 +161,9 @@ class AccessReviewer:
         self._decisions.put(key, verdict, ttl)
         return verdict
 
-    def _post(self, path: str, body: dict[str, Any], failure: str) -> dict[str, Any]:
+    async def _post(self, path: str, body: dict[str, Any], failure: str) -> dict[str, Any]:
         try:
-            answer = self.kube.request("POST", path, body, timeout=REVIEW_TIMEOUT, retries=0)
+            answer = await self.kube.request("POST", path, body, timeout=REVIEW_TIMEOUT, retries=0)
         except (ApiError, OSError) as error:
             raise ReviewFailed(f"{failure}: {error}") from error
         return dict(answer.get("status") or {})
