@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from skyhook_dev.harness import (
@@ -149,15 +148,14 @@ def _budget_nodes(nodes: int, budget: str) -> tuple[dict[str, int], int]:
 
 def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Figures:
     spec_budget, per_wave = _budget_nodes(nodes, budget)
-    fake = args.fake is not None
-    stage_seconds = args.fake if fake else AGENT_CONTAINERS_PER_STAGE * args.sleep
+    stage_seconds = args.fake if args.fake is not None else AGENT_CONTAINERS_PER_STAGE * args.sleep
     figures = Figures(
         nodes,
         packages,
         budget,
         per_wave,
         stage_seconds,
-        fake,
+        args.fake is not None,
         lease_renewals=not args.no_leases,
         lower_bound=math.ceil(nodes / per_wave) * packages * len(STAGES) * stage_seconds,
     )
@@ -202,6 +200,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
             finally:
                 operator.stop(grace=120)  # it logs its request counters as it exits
             figures.events = _events(kube)  # after the stop: what it had pending is posted
+            kube.close()
             log = (Path(workdir) / "operator.log").read_text(errors="replace")
         finally:
             sandbox.stop()
@@ -304,7 +303,7 @@ class _PodRecorder:
     ) -> None:
         try:
             self._record(watch(kube, "/api/v1/pods", query, timeout), synced)
-        except (ApiError, OSError, urllib3.exceptions.HTTPError):
+        except (ApiError, OSError):
             return  # the sandbox stopped under the watch: the run is over
 
     def _record(self, events: Iterator[tuple[str, Json]], synced: threading.Event) -> None:

@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import urllib3
 import yaml
 
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube, connect
@@ -259,11 +258,17 @@ class OperatorProcess:
         (they fail closed while it is away); a harness whose operator is gone for good must
         not leave the sandbox refusing every Skyhook write."""
         kube = connect(str(self.kubeconfig))
+        try:
+            self._forget_webhooks(kube)
+        finally:
+            kube.close()
+
+    def _forget_webhooks(self, kube: Kube) -> None:
         ours = f"https://{self.webhook_address}/"
         for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
             try:
                 found = kube.request("GET", f"{ADMISSION_API}/{kind}")["items"]
-            except (ApiError, urllib3.exceptions.HTTPError):  # the sandbox is gone already
+            except (ApiError, OSError):  # the sandbox is gone already
                 return
             for configuration in found:
                 urls = [
@@ -300,7 +305,7 @@ def _wait_until_webhooks_are_not_called(kube: Kube, seconds: float = 10.0) -> No
         except ApiError as error:
             if "failed calling webhook" not in error.reason or time.monotonic() > deadline:
                 return
-        except urllib3.exceptions.HTTPError:  # the sandbox is gone already
+        except OSError:  # the sandbox is gone already
             return
         time.sleep(0.1)
 

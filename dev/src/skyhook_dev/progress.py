@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import urllib3
 from rich.table import Table
 from rich.text import Text
 
@@ -159,7 +158,7 @@ class Watchers:
                 for kind, obj in watch(kube, path, query, timeout=deadline - time.monotonic()):
                     if kind != "SYNCED":
                         self.events.put((what, kind, obj))
-            except (ApiError, OSError, urllib3.exceptions.HTTPError):
+            except (ApiError, OSError):
                 time.sleep(1)  # the demo tears the cluster down at the end; just stop quietly
 
     def drain_into(self, view: RolloutView, wait: float) -> None:

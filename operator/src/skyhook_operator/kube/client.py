@@ -23,6 +23,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -45,6 +46,10 @@ CONNECTIONS = 64
 # A connection refused before anything was sent is tried this often (with a short pause)
 # before the caller sees it, as urllib3 did for us before.
 CONNECT_RETRIES = 3
+# How long a bearer token is used before the credentials are asked again. Asking costs more
+# than the request itself (the kubeconfig loader's refresh hook rebuilds its configuration),
+# and a token the apiserver refuses (401) is asked again at once anyway.
+CREDENTIALS_TTL = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +135,14 @@ class _Session:
         self._counted = threading.Lock()  # the counts are read from threads (telemetry)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
         self.errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
+        self._authorization: str | None = None
+        self._authorization_until = 0.0  # time.monotonic()
 
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
             self.loop = asyncio.get_running_loop()
             self._http = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self._tls, limit=CONNECTIONS),
-                json_serialize=json.dumps,
                 auto_decompress=True,
             )
         return self._http
@@ -162,14 +168,21 @@ class _Session:
 
     def headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        # Asked per request: an exec plugin's or a rotated service-account token is refreshed
-        # by the loader's hook behind this call.
-        token = self.configuration.get_api_key_with_prefix(
-            "BearerToken"
-        ) or self.configuration.get_api_key_with_prefix("authorization")
-        if token:
-            headers["Authorization"] = token
+        now = time.monotonic()
+        if now >= self._authorization_until:
+            # An exec plugin's or a rotated service-account token is refreshed by the
+            # loader's hook behind these calls.
+            self._authorization = self.configuration.get_api_key_with_prefix(
+                "BearerToken"
+            ) or self.configuration.get_api_key_with_prefix("authorization")
+            self._authorization_until = now + CREDENTIALS_TTL
+        if self._authorization:
+            headers["Authorization"] = self._authorization
         return headers
+
+    def forget_credentials(self) -> None:
+        """The apiserver refused the token: ask for the credentials again next time."""
+        self._authorization_until = 0.0
 
 
 class AsyncKube(Paths):
@@ -253,7 +266,9 @@ class AsyncKube(Paths):
         url = session.host + path + ("?" + urlencode(query) if query else "")
         what = session.count(method, path)
         payload = None if body is None else json.dumps(body).encode()
-        for attempt in range(retries + 1):
+        attempt = 0
+        reauthenticated = False
+        while True:
             try:
                 async with session.http().request(
                     method,
@@ -263,16 +278,21 @@ class AsyncKube(Paths):
                     timeout=aiohttp.ClientTimeout(total=timeout),
                 ) as response:
                     text = await response.text()
-                    break
             except aiohttp.ClientConnectorError as error:
                 if attempt < retries:
-                    await asyncio.sleep(0.2 * (attempt + 1))
+                    attempt += 1
+                    await asyncio.sleep(0.2 * attempt)
                     continue
                 session.count_error(what, "network")
                 raise Unreachable(f"{method} {path}: {error}") from error
             except (aiohttp.ClientError, TimeoutError) as error:
                 session.count_error(what, "network")
                 raise Unreachable(f"{method} {path}: {error or type(error).__name__}") from error
+            if response.status == 401 and not reauthenticated:  # an expired token: ask again
+                reauthenticated = True
+                session.forget_credentials()
+                continue
+            break
         if response.status >= 300:
             session.count_error(what, str(response.status))
             raise _api_error(response.status, response.reason or "", text, method, path)
@@ -293,6 +313,8 @@ class AsyncKube(Paths):
             ) as response:
                 if response.status >= 300:
                     session.count_error(what, str(response.status))
+                    if response.status == 401:
+                        session.forget_credentials()  # the watch is tried again: ask anew
                     text = await response.text()
                     raise _api_error(response.status, response.reason or "", text, "WATCH", path)
                 buffer = b""
@@ -328,9 +350,12 @@ class Kube(Paths):
     and this thread waits for its answer. Never call it on that loop (it would wait for
     itself): there, use the `AsyncKube` in `.aio`."""
 
-    def __init__(self, aio: AsyncKube, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, aio: AsyncKube, loop: asyncio.AbstractEventLoop, *, owns_loop: bool = False
+    ) -> None:
         self.aio = aio
         self._loop = loop
+        self._owns_loop = owns_loop  # `connect`'s own loop, stopped by `close`
 
     @property
     def configuration(self) -> client.Configuration:
@@ -346,8 +371,10 @@ class Kube(Paths):
         return self.aio.request_totals()
 
     def close(self) -> None:
-        """Close the session's connections."""
+        """Close the session's connections (and stop `connect`'s loop)."""
         self._wait(self.aio.close())
+        if self._owns_loop:
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
     def request(
         self,
@@ -422,7 +449,7 @@ def connect(kubeconfig: str | None = None) -> Kube:
     tests that have no loop."""
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="kube-client", daemon=True).start()
-    return Kube(connect_async(kubeconfig), loop)
+    return Kube(connect_async(kubeconfig), loop, owns_loop=True)
 
 
 def _tls_context(configuration: client.Configuration) -> ssl.SSLContext:

@@ -308,10 +308,11 @@ def merge_conditions(
 
 def merge_patched(document: Any, patch: Any) -> Any:
     """`document` with an RFC 7386 merge patch applied (dicts merge, None removes), as a new
-    object: what the patch does not touch is shared with `document`, not copied, so applying
-    a small patch to a large status costs the patch's size."""
+    object: what the patch does not touch is shared with `document`, and the lists and values
+    it sets are shared with the patch, not copied (neither is ever changed in place), so
+    applying a patch costs the patch's size, whatever the status's size."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return patch
     result = dict(document) if isinstance(document, Mapping) else {}
     for key, value in patch.items():
         if value is None:
