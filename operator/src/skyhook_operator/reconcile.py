@@ -43,7 +43,7 @@ from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
-from skyhook_operator.store import ClusterStore, with_pending_statuses
+from skyhook_operator.store import ClusterStore, StatusReplay
 from skyhook_planner.model.actions import Plan
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
@@ -84,6 +84,7 @@ class Reconciler:
         self._planner_settings = settings.for_planner()
         self._plan = planner
         self._alerts = AlertPoller(settings.alert_poll_interval, settings.alert_query_timeout)
+        self._replay = StatusReplay()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
@@ -180,7 +181,7 @@ class Reconciler:
                 busy_nodes=busy,
                 holding_nodes=holding,
             )
-            snapshot = with_pending_statuses(snapshot, pending)
+            snapshot = self._replay.apply(snapshot, pending)
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from
                 # cache, mostly) before the pure pass.

@@ -206,20 +206,43 @@ class ClusterStore:
         )
 
 
-def with_pending_statuses(
-    snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
-) -> ClusterSnapshot:
-    """The snapshot with status patches decided but not written yet applied to their Skyhooks,
-    in order: a pass must plan from the status the previous pass decided (batch progress,
-    config updates, boot ids), even while that status waits for its nodes to be written."""
-    if not pending:
-        return snapshot
+class StatusReplay:
+    """Each Skyhook's status as the patches decided but not written yet leave it, applied in
+    order to the snapshot: a pass must plan from the status the previous pass decided (batch
+    progress, config updates, boot ids), even while that status waits for its nodes to be
+    written.
 
-    def patched(scr: SkyhookView) -> SkyhookView:
-        status = scr.status.to_json()
-        for patch in pending[scr.name]:
+    Kept between passes: while a Skyhook's stored status is the same (the same view) and the
+    patches of the last pass are still the first ones waiting, only the patches decided since
+    are applied, so a pass costs the new patches, not every patch of the last second."""
+
+    def __init__(self) -> None:
+        # Skyhook name -> (its view as stored, the patches applied, the status they give).
+        self._kept: dict[str, tuple[SkyhookView, Sequence[Mapping[str, Any]], Any]] = {}
+
+    def apply(
+        self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> ClusterSnapshot:
+        self._kept = {name: kept for name, kept in self._kept.items() if name in pending}
+        if not pending:
+            return snapshot
+        skyhooks = tuple(
+            self._patched(s, pending[s.name]) if s.name in pending else s for s in snapshot.skyhooks
+        )
+        return replace(snapshot, skyhooks=skyhooks)
+
+    def _patched(self, scr: SkyhookView, patches: Sequence[Mapping[str, Any]]) -> SkyhookView:
+        kept = self._kept.get(scr.name)
+        if (
+            kept is not None
+            and kept[0] is scr
+            and len(kept[1]) <= len(patches)
+            and all(ours is theirs for ours, theirs in zip(kept[1], patches, strict=False))
+        ):
+            status, done = kept[2], len(kept[1])
+        else:
+            status, done = scr.status.to_json(), 0
+        for patch in patches[done:]:
             status = merge_patched(status, patch)
+        self._kept[scr.name] = (scr, tuple(patches), status)
         return replace(scr, status=SkyhookStatus.from_json(status))
-
-    skyhooks = tuple(patched(s) if s.name in pending else s for s in snapshot.skyhooks)
-    return replace(snapshot, skyhooks=skyhooks)

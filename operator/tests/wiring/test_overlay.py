@@ -1,7 +1,7 @@
 """Read-your-writes: the snapshot prefers our newer writes until the watch catches up."""
 
-from skyhook_operator.store import Overlay, versioned
-from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_operator.store import Overlay, StatusReplay, versioned
+from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, PodView, SkyhookView
 
 
 def node(name: str, rv: int, **annotations: str) -> dict:
@@ -51,3 +51,47 @@ def test_immediately_deleted_object_is_hidden_until_a_newer_version_shows() -> N
     assert overlay.merge([versioned(pod("p1", 20), PodView.from_api)]) == []
     overlay.wrote(pod("p1", 30), created=True)  # created again under the same name
     assert [p.name for p in overlay.merge([])] == ["p1"]
+
+
+def _skyhook(status: dict) -> SkyhookView:
+    return SkyhookView.from_api(
+        {"metadata": {"name": "s", "resourceVersion": "5"}, "spec": {}, "status": status}
+    )
+
+
+def test_pending_status_patches_apply_in_order_and_only_new_ones_are_applied_again() -> None:
+    stored = _skyhook({"status": "in_progress", "nodeStatus": {"n1": "in_progress"}})
+    snapshot = ClusterSnapshot(skyhooks=(stored,), nodes=())
+    first = {"nodeStatus": {"n1": "complete"}}
+    second = {"nodeStatus": {"n2": "in_progress"}, "nodesInProgress": 1}
+    replay = StatusReplay()
+
+    status = replay.apply(snapshot, {"s": [first]}).skyhooks[0].status
+    assert status.node_status == {"n1": "complete"}
+    status = replay.apply(snapshot, {"s": [first, second]}).skyhooks[0].status
+    assert status.node_status == {"n1": "complete", "n2": "in_progress"}
+    assert status.nodes_in_progress == 1
+
+    # The first patch written: the stored status has it, the second still waits.
+    written = _skyhook({"status": "in_progress", "nodeStatus": {"n1": "complete"}})
+    status = (
+        replay.apply(ClusterSnapshot(skyhooks=(written,), nodes=()), {"s": [second]})
+        .skyhooks[0]
+        .status
+    )
+    assert status.node_status == {"n1": "complete", "n2": "in_progress"}
+    # A patch that removes a key, then nothing pending: the stored status as it is.
+    third = {"nodeStatus": {"n2": None}}
+    status = replay.apply(ClusterSnapshot(skyhooks=(written,), nodes=()), {"s": [second, third]})
+    assert status.skyhooks[0].status.node_status == {"n1": "complete"}
+    assert replay.apply(ClusterSnapshot(skyhooks=(written,), nodes=()), {}).skyhooks == (written,)
+
+
+def test_a_patch_replaced_at_the_head_of_the_queue_is_not_mistaken_for_a_kept_one() -> None:
+    stored = _skyhook({"nodeStatus": {}})
+    snapshot = ClusterSnapshot(skyhooks=(stored,), nodes=())
+    replay = StatusReplay()
+    replay.apply(snapshot, {"s": [{"nodeStatus": {"n1": "complete"}}]})
+    other = {"nodeStatus": {"n1": "erroring"}}  # equal shape, another decision
+    status = replay.apply(snapshot, {"s": [other]}).skyhooks[0].status
+    assert status.node_status == {"n1": "erroring"}
