@@ -118,6 +118,7 @@ def _run(
         _print_results(console, kube, scr, names, cluster)
     finally:
         operator.stop()
+        kube.close()
     return 0
 
 
