@@ -5,11 +5,7 @@ not a failed write."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import ssl
-import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -17,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.client import connect
+
+from .conftest import StartHttps
 
 
 class _Apiserver(ThreadingHTTPServer):
@@ -45,19 +42,10 @@ class _Answer(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def apiserver(tmp_path: Path) -> Iterator[_Apiserver]:
-    certificate = webhooks.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
-    (tmp_path / "tls.crt").write_bytes(certificate.cert)
-    (tmp_path / "tls.key").write_bytes(certificate.key)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = _Apiserver(("127.0.0.1", 0), _Answer)
+def apiserver(start_https: StartHttps[_Apiserver]) -> _Apiserver:
+    server = start_https(_Apiserver, _Answer)
     server.seen = []
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    return server
 
 
 def test_a_refused_token_is_asked_for_again_and_the_request_goes_through(

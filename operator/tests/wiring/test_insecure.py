@@ -8,13 +8,9 @@ memory: libraries do so all the time, and one 1,000-node run printed it 10,984 t
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import ssl
-import threading
 import warnings
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,8 +18,9 @@ import pytest
 import urllib3
 import yaml
 
-from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.client import connect
+
+from .conftest import StartHttps
 
 
 class _Version(BaseHTTPRequestHandler):
@@ -40,19 +37,10 @@ class _Version(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def apiserver(tmp_path: Path) -> Iterator[str]:
+def apiserver(start_https: StartHttps[ThreadingHTTPServer]) -> str:
     """An HTTPS server with a certificate no client trusts, answering every GET."""
-    certificate = webhooks.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
-    (tmp_path / "tls.crt").write_bytes(certificate.cert)
-    (tmp_path / "tls.key").write_bytes(certificate.key)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Version)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"https://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    server = start_https(ThreadingHTTPServer, _Version)
+    return f"https://127.0.0.1:{server.server_address[1]}"
 
 
 def test_an_unverified_apiserver_is_warned_about_once(
