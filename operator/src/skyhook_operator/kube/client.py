@@ -124,12 +124,11 @@ def resource_of(path: str) -> str:
 
 class _Session:
     """One aiohttp session and the request counts of every view of it. The session is opened
-    on the loop of the first request and lives on that loop."""
+    on the loop of the first request and lives on that loop (aiohttp binds it there)."""
 
     def __init__(self, configuration: client.Configuration) -> None:
         self.configuration = configuration
         self.host = configuration.host.rstrip("/")
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._http: aiohttp.ClientSession | None = None
         self._tls = _tls_context(configuration)
         self._counted = threading.Lock()  # the counts are read from threads (telemetry)
@@ -140,10 +139,8 @@ class _Session:
 
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self.loop = asyncio.get_running_loop()
             self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._tls, limit=CONNECTIONS),
-                auto_decompress=True,
+                connector=aiohttp.TCPConnector(ssl=self._tls, limit=CONNECTIONS)
             )
         return self._http
 
@@ -195,11 +192,6 @@ class AsyncKube(Paths):
     @property
     def configuration(self) -> client.Configuration:
         return self._session.configuration
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop the session runs on, once it has made a request."""
-        return self._session.loop
 
     def unfenced(self) -> AsyncKube:
         """Another view of the same session, without this view's write fence."""
