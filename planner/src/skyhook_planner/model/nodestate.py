@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 from skyhook_planner.model.snapshot import NodeView
@@ -19,6 +19,8 @@ from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     ERRORING,
     IN_PROGRESS,
+    SKIPPED,
+    UNINSTALL_CYCLE,
     NodeStateError,
     PackageEntry,
     decode_entries,
@@ -51,6 +53,18 @@ class NodeState:
     @property
     def packages(self) -> Mapping[str, PackageEntry]:
         return self.entries or {}
+
+    # A quiet node keeps its state object from pass to pass (passes/memory.py): what every pass
+    # asks of each node's entries is found once per state, not once per pass.
+    @cached_property
+    def started(self) -> bool:
+        """Some package in progress, erroring or skipped: work began and did not finish."""
+        return any(e.state in {IN_PROGRESS, ERRORING, SKIPPED} for e in self.packages.values())
+
+    @cached_property
+    def uninstalling(self) -> Mapping[str, PackageEntry]:
+        """The entries in their uninstall cycle, by package key."""
+        return {k: e for k, e in self.packages.items() if e.stage in UNINSTALL_CYCLE}
 
     def with_entry(self, entry: PackageEntry) -> NodeState:
         return replace(self, entries={**self.packages, entry.key: entry})

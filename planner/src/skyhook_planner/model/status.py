@@ -337,7 +337,7 @@ def compose_merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -
 
 def merge_patch(current: Any, desired: Any) -> Any:
     """The RFC 7386 merge patch taking `current` to `desired` (dicts recurse, None removes);
-    returns {} when they are equal. Shared sub-objects are skipped without a deep compare."""
+    returns {} when they are equal. Only the sub-objects that differ are walked."""
     if not isinstance(current, dict) or not isinstance(desired, dict):
         return desired
     patch: dict[str, Any] = {}
@@ -346,13 +346,13 @@ def merge_patch(current: Any, desired: Any) -> Any:
             patch[key] = value
             continue
         old = current[key]
-        if old is value:
+        if old is value or old == value:  # the C comparison: most of a status is unchanged
             continue
         if isinstance(value, dict) and isinstance(old, dict):
             sub = merge_patch(old, value)
             if sub:
                 patch[key] = sub
-        elif old != value:
+        else:
             patch[key] = value
     for key in current:
         if key not in desired:

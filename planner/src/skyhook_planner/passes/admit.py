@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model import waiting
 from skyhook_planner.model.policy import Compartment
-from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
@@ -20,9 +19,6 @@ from skyhook_planner.rules import batches, blockers, budget, health, ordering, s
 from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
 from skyhook_schemas.nodestate import (
     COMPLETE,
-    ERRORING,
-    IN_PROGRESS,
-    SKIPPED,
 )
 from skyhook_schemas.status import BatchState
 
@@ -129,11 +125,13 @@ def admit(
     running = {n.name for n in selection.occupied}
     shared = _shared_limits(ctx, rollout, selection)
     soaking = _soak(ctx, rollout, groups)
-    started = sorted(selection.candidates, key=lambda n: not _started(ctx, n))
+    started = sorted(selection.candidates, key=lambda n: not ctx.state(n).started)
     recorded = ctx.scr.status.node_priority
+    # The holds, the pause and the halt answer alike for every node: asked once.
+    held = blockers.reasons(gates, started[0]) if started else ()
     for node in started:
-        found = blockers.reasons(gates, node)
-        if not found:
+        found = held
+        if not found and shared:
             found = blockers.reasons(shared, node, first_only=True)
         if not found:
             full = capacity.check(node)
@@ -233,9 +231,3 @@ def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Decision:
     if wake is not None:
         decided.wake_in(wake)
     return decided
-
-
-def _started(ctx: SkyhookContext, node: NodeView) -> bool:
-    return any(
-        e.state in {IN_PROGRESS, ERRORING, SKIPPED} for e in ctx.state(node).packages.values()
-    )

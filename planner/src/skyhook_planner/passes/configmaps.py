@@ -43,9 +43,17 @@ def reconcile(ctx: SkyhookContext) -> Decision:
     for cm in configmaps:
         if cm.labels.get(keys.NAME_LABEL) == ctx.name and cm.name not in wanted_names:
             decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
-    matched = {keys.node_metadata_configmap_name(ctx.name, n.name) for n in ctx.matched}
+    selected = {n.name for n in ctx.matched}
+    expected: set[str] | None = None  # every selected node's ConfigMap name, built if needed
     for cm in configmaps:
-        if cm.labels.get(keys.NODE_META_LABEL) == ctx.name and cm.name not in matched:
+        if cm.labels.get(keys.NODE_META_LABEL) != ctx.name:
+            continue
+        node = cm.annotations.get(keys.NODE_NAME_ANNOTATION, "")
+        if node in selected and cm.name == keys.node_metadata_configmap_name(ctx.name, node):
+            continue  # the common case, without naming every selected node's ConfigMap
+        if expected is None:
+            expected = {keys.node_metadata_configmap_name(ctx.name, n) for n in selected}
+        if cm.name not in expected:
             decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
     return decision
 

@@ -189,6 +189,13 @@ class SkyhookContext:
         unschedulable = node.unschedulable if out.unschedulable is None else out.unschedulable
         return unschedulable, nodestate.cordoned_by({**node.annotations, **out.changes.annotations})
 
+    def admin_cordoned(self, node: NodeView) -> bool:
+        """Cordoned by someone else (no Skyhook's marker on it), once the Skyhooks before
+        this one in the pass have written theirs."""
+        if not node.unschedulable and node.name not in self._earlier.nodes:
+            return False  # the common case, answered without reading the annotations
+        return self.cordon_of(node) == (True, frozenset())
+
     def node_order(self, node: str) -> int:
         """The node's SKYHOOK_NODE_ORDER (rules/ordering.py), counting the nodes admitted this
         pass: ask only once admission is done."""

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.waiting import Reason
+from skyhook_planner.rules.ordering import Selected
 from skyhook_planner.rules.stages import NodeWork
 
 OCCUPIED = "occupied"  # holds a budget slot
@@ -49,9 +50,10 @@ class SkyhookInputs:
     health_gate: object  # the Skyhook's, else its DeploymentPolicy's
 
 
-@dataclass(frozen=True)
-class NodeInputs:
-    """What one node's verdict depends on beyond its Skyhook's inputs."""
+class NodeInputs(NamedTuple):
+    """What one node's verdict depends on beyond its Skyhook's inputs. A tuple: a pass builds
+    one per selected node, and the memory keeps the last pass's, so a node whose views are
+    unchanged compares by identity, field by field."""
 
     node: NodeView
     pods: tuple[PodView, ...]  # every pod on the node: drains look at all of them
@@ -76,7 +78,6 @@ class NodeSelection:
 class NodeVerdict:
     """A quiet node's share of a Skyhook's pass."""
 
-    inputs: NodeInputs
     state: NodeState  # as its annotations record it: a quiet node changes nothing
     selected: NodeSelection
     running: bool  # the admission `finish` was decided with
@@ -87,6 +88,9 @@ class NodeVerdict:
 @dataclass(frozen=True)
 class SkyhookMemory:
     inputs: SkyhookInputs
+    selected: Selected | None = None  # its nodes in node order (passes/prepare.py)
+    # Each quiet node's inputs (as the last pass built them) and its verdict
+    node_inputs: Mapping[str, NodeInputs] = field(default_factory=dict)
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
 
     def kept(
@@ -95,12 +99,12 @@ class SkyhookMemory:
         """The verdicts still valid for this pass's inputs."""
         if inputs != self.inputs:
             return {}
-        found = {}
-        for name, node_inputs in nodes.items():
-            verdict = self.verdicts.get(name)
-            if verdict is not None and verdict.inputs == node_inputs:
-                found[name] = verdict
-        return found
+        remembered, verdicts = self.node_inputs, self.verdicts
+        return {
+            name: verdicts[name]
+            for name, node_inputs in nodes.items()
+            if remembered.get(name) == node_inputs
+        }
 
 
 @dataclass(frozen=True)

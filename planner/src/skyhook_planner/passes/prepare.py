@@ -53,20 +53,20 @@ class Rollout:
     disabled: bool
     matched: tuple[NodeView, ...]  # selected nodes, in node order
     decided: Decision  # the spec warning and hold conditions found while preparing
+    selected: ordering.Selected  # `matched` with what it was decided from, for the next pass
 
 
-def prepare(index: PassIndex, scr: SkyhookView) -> Rollout | Unrunnable:
+def prepare(
+    index: PassIndex, scr: SkyhookView, last: ordering.Selected | None = None
+) -> Rollout | Unrunnable:
+    """`last`: the selection the last pass kept for this Skyhook, if any."""
     spec = scr.spec
     if spec is None:
         return Unrunnable(
             statuses.CONDITION_SPEC_INVALID, "SpecInvalid", statuses.summarize(scr.spec_errors)
         )
-    matched = tuple(
-        sorted(
-            (n for n in index.snap.nodes if spec.node_selector.matches(n.labels)),
-            key=ordering.node_order_key,
-        )
-    )
+    selected = ordering.selected_nodes(index.snap.nodes, index.nodes, spec.node_selector, last)
+    matched = selected.matched
     policy: Policy | None = None
     if spec.deployment_policy:
         found = index.policies.get(spec.deployment_policy)
@@ -114,6 +114,7 @@ def prepare(index: PassIndex, scr: SkyhookView) -> Rollout | Unrunnable:
         disabled=scr.annotations.get(keys.DISABLE_ANNOTATION) == "true",
         matched=matched,
         decided=decided,
+        selected=selected,
     )
 
 

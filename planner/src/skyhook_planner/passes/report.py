@@ -127,7 +127,7 @@ def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Decision:
     """A condition naming the selected nodes someone else cordoned (no Skyhook's marker on
     them), while there are any: the rollout runs there and leaves them cordoned."""
     decided = Decision()
-    kept = [n.name for n in rollout.matched if ctx.cordon_of(n) == (True, frozenset())]
+    kept = [n.name for n in rollout.matched if ctx.admin_cordoned(n)]
     if kept:
         decided.work.conditions.append(
             statuses.condition(

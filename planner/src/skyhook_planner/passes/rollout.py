@@ -50,7 +50,7 @@ def decide(
         work=SkyhookWork(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
     )
     decided.merge(prepare.bookkeeping(index, scr))
-    prepared = prepare.prepare(index, scr)
+    prepared = prepare.prepare(index, scr, memory.selected if memory is not None else None)
     if isinstance(prepared, prepare.Unrunnable):
         return decided.merge(prepare.unrunnable(index, scr, prepared)).released()
     decided.merge(prepared.decided)
@@ -153,20 +153,24 @@ class _Share:
         config_settled = not decided.work.stale_config and (
             decided.work.config_updates == self.inputs.config_updates
         )
+        quiet = (
+            [n for n in self.rollout.matched if n.name not in self.noisy] if config_settled else []
+        )
         verdicts = {
             n.name: reused.get(n.name)
             or NodeVerdict(
-                inputs=self.node_inputs[n.name],
                 state=ctx.state(n),
                 selected=selection.nodes[n.name],
                 running=n.name in admission.running,
                 node_status=node_statuses[n.name],
                 mirror=node_state.get(n.name),
             )
-            for n in self.rollout.matched
-            if config_settled and n.name not in self.noisy
+            for n in quiet
         }
-        decided.remembered[ctx.name] = SkyhookMemory(self.inputs, verdicts)
+        node_inputs = {n.name: self.node_inputs[n.name] for n in quiet}
+        decided.remembered[ctx.name] = SkyhookMemory(
+            self.inputs, self.rollout.selected, node_inputs, verdicts
+        )
         return decided.released()
 
     def learn_from_pods(self) -> dict[str, str]:
@@ -209,12 +213,12 @@ class _Share:
         reused: dict[str, NodeVerdict] = {}
         switched_off = blockers.SwitchedOff(rollout.paused, rollout.disabled)
         for node in rollout.matched:
-            blocked = selection.blocked(node.name)
             running = node.name in admission.running
             verdict = self.kept.get(node.name)
             if verdict is not None and verdict.running == running:
                 node_statuses[node.name] = reused.setdefault(node.name, verdict).node_status
                 continue
+            blocked = selection.blocked(node.name)
             complete = self.decided.complete[(ctx.name, node.name)]
             off = switched_off.check(node)
             gate = min(self.closed_gates, default=None)
@@ -294,14 +298,16 @@ def _node_inputs(
 ) -> dict[str, NodeInputs]:
     ahead = [s.name for s in _ahead(index, scr)]
     recorded = scr.status.node_boot_ids
+    pods_on_node, writing, holding = index.pods_on_node, index.writing, index.holding
+    complete = earlier.complete
     return {
         node.name: NodeInputs(
-            node=node,
-            pods=tuple(index.pods_on_node.get(node.name, ())),
-            writing=node.name in index.writing,
-            holding=node.name in index.holding,
-            earlier_complete=tuple(earlier.complete.get((s, node.name)) for s in ahead),
-            recorded_boot_id=recorded.get(node.name),
+            node,
+            tuple(pods_on_node.get(node.name, ())),
+            node.name in writing,
+            node.name in holding,
+            tuple(complete.get((s, node.name)) for s in ahead) if ahead else (),
+            recorded.get(node.name),
         )
         for node in rollout.matched
     }

@@ -128,24 +128,25 @@ def select(
     )
     gate = health.gate_of(rollout.spec, rollout.policy)
     nodes: dict[str, NodeSelection] = {}
+    occupied: list[NodeView] = []
+    candidates: list[NodeView] = []
+    decided = Decision()
+    complete = decided.complete
     for node in rollout.matched:
         verdict = kept.get(node.name)
-        nodes[node.name] = (
+        found = nodes[node.name] = (
             verdict.selected
             if verdict is not None
             else _select_node(ctx, node, selection_blockers, readiness, gate)
         )
-    decided = Decision()
-    for node_name, found in nodes.items():
-        decided.complete[(ctx.name, node_name)] = found.done
+        complete[(ctx.name, node.name)] = found.done
         if found.reasons and not found.done:
-            decided.wait(ctx.name, node_name, found.reasons)
-    return Selection(
-        nodes,
-        occupied=tuple(n for n in rollout.matched if nodes[n.name].slot == OCCUPIED),
-        candidates=tuple(n for n in rollout.matched if nodes[n.name].slot == CANDIDATE),
-        decided=decided,
-    )
+            decided.wait(ctx.name, node.name, found.reasons)
+        if found.slot == OCCUPIED:
+            occupied.append(node)
+        elif found.slot == CANDIDATE:
+            candidates.append(node)
+    return Selection(nodes, tuple(occupied), tuple(candidates), decided)
 
 
 def _select_node(

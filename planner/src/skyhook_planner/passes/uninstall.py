@@ -23,7 +23,7 @@ from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.rules import stages
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import ERRORING, UNINSTALL_CYCLE
+from skyhook_schemas.nodestate import ERRORING
 
 
 def deletion_pending(index: PassIndex, scr: SkyhookView) -> bool:
@@ -117,9 +117,11 @@ def conditions(ctx: SkyhookContext, rollout: Rollout) -> list[dict[str, Any]]:
     cycling: set[str] = set()  # packages in their uninstall cycle on some node
     failing = False
     for state in readable:
+        if not state.uninstalling:
+            continue
         for name, package in packages.items():
-            entry = state.packages.get(package.key)
-            if entry is not None and entry.stage in UNINSTALL_CYCLE:
+            entry = state.uninstalling.get(package.key)
+            if entry is not None:
                 cycling.add(name)
                 failing = failing or entry.state == ERRORING
     found = []
@@ -157,6 +159,8 @@ def conditions(ctx: SkyhookContext, rollout: Rollout) -> list[dict[str, Any]]:
     }
     blocked = []
     for name, package in sorted(packages.items()):
+        if not (package.depends_on.keys() & (cycling | gone)):
+            continue  # no dependency of it is going: nothing to say, whatever its state
         if package.uninstalling or all(
             stages.is_complete(package, s.packages, ctx.config_updates) for s in readable
         ):
