@@ -159,7 +159,8 @@ def admit(
         ):
             decided.work.picked[node.name] = picked
     decided.running[ctx.name] = frozenset(running)
-    decided.merge(_shared_conditions(ctx, decided))
+    if shared:  # only a shared limit gives the reasons these conditions report
+        decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:
         return Admission(frozenset(running), decided)
     decided.merge(_soak_report(ctx, soaking))
