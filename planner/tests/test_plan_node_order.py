@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.vocabulary import LabelSelector
 from skyhook_planner.rules import ordering
+from skyhook_planner.sim.cluster import make_node
 from skyhook_planner.sim.driver import Driver, package
 from skyhook_schemas import keys
 
@@ -108,3 +111,71 @@ def test_retiring_only_from_the_front_keeps_every_number() -> None:
     remaining, offset = ordering.retire(priority, 5, lambda node: node in {"a", "b"})
     assert (remaining, offset) == ({"c": "2026-01-01T00:00:01Z"}, 7)
     assert ordering.node_orders(remaining, offset) == {"c": 7}
+
+
+# --- the selected nodes' order, kept between passes -------------------------------------------
+
+
+def _views(*specs: tuple[str, str, str]) -> tuple[NodeView, ...]:
+    """(name, pool label, creation time) each."""
+    return tuple(
+        NodeView.from_api(make_node(name, {"pool": pool}, created=f"2026-01-0{day}T00:00:00Z"))
+        for name, pool, day in specs
+    )
+
+
+def _select(nodes: tuple[NodeView, ...], last: ordering.Selected | None) -> ordering.Selected:
+    return ordering.selected_nodes(nodes, {n.name: n for n in nodes}, GPU, last)
+
+
+GPU = LabelSelector(match_labels={"pool": "gpu"})
+
+
+def test_the_kept_order_is_the_order_a_fresh_sort_gives() -> None:
+    nodes = _views(("c", "gpu", "1"), ("a", "gpu", "2"), ("b", "cpu", "1"), ("d", "gpu", "1"))
+    first = _select(nodes, None)
+    assert [n.name for n in first.matched] == ["c", "d", "a"]  # oldest first, ties by name
+    assert _select(nodes, first) is first  # nothing changed: taken over whole
+
+    # The same nodes decoded again (a heartbeat): the order is kept, with the current views.
+    again = _views(("c", "gpu", "1"), ("a", "gpu", "2"), ("b", "cpu", "1"), ("d", "gpu", "1"))
+    kept = _select(again, first)
+    assert [n.name for n in kept.matched] == ["c", "d", "a"]
+    assert all(n is again[[m.name for m in again].index(n.name)] for n in kept.matched)
+
+    changes = {
+        "a label change selects a node": (
+            ("c", "gpu", "1"),
+            ("a", "gpu", "2"),
+            ("b", "gpu", "1"),
+            ("d", "gpu", "1"),
+        ),
+        "a label change drops a node": (
+            ("c", "cpu", "1"),
+            ("a", "gpu", "2"),
+            ("b", "cpu", "1"),
+            ("d", "gpu", "1"),
+        ),
+        "one node went and another came": (
+            ("c", "gpu", "1"),
+            ("a", "gpu", "2"),
+            ("b", "cpu", "1"),
+            ("e", "gpu", "1"),
+        ),
+        "a node was recreated later": (
+            ("c", "gpu", "3"),
+            ("a", "gpu", "2"),
+            ("b", "cpu", "1"),
+            ("d", "gpu", "1"),
+        ),
+        "a node came": (
+            ("c", "gpu", "1"),
+            ("a", "gpu", "2"),
+            ("b", "cpu", "1"),
+            ("d", "gpu", "1"),
+            ("e", "gpu", "1"),
+        ),
+    }
+    for why, specs in changes.items():
+        changed = _views(*specs)
+        assert _select(changed, first).matched == _select(changed, None).matched, why
