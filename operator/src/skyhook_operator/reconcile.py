@@ -43,7 +43,7 @@ from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
-from skyhook_operator.store import ClusterStore, StatusReplay
+from skyhook_operator.store import ClusterStore, NodeReplay, StatusReplay
 from skyhook_planner.model.actions import Plan
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
@@ -85,6 +85,7 @@ class Reconciler:
         self._plan = planner
         self._alerts = AlertPoller(settings.alert_poll_interval, settings.alert_query_timeout)
         self._replay = StatusReplay()
+        self._node_replay = NodeReplay()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._indexes_full = False
@@ -173,6 +174,7 @@ class Reconciler:
             # then both in the snapshot (the overlay) and still counted as in flight.
             busy, holding = self._writer.busy_nodes()
             pending = self._writer.pending_statuses()
+            unwritten = self._writer.pending_node_patches()
             snapshot = self._store.snapshot()  # on the loop: the watches change the indexes here
             snapshot = replace(
                 snapshot,
@@ -182,6 +184,7 @@ class Reconciler:
                 holding_nodes=holding,
             )
             snapshot = self._replay.apply(snapshot, pending)
+            snapshot = self._node_replay.apply(snapshot, unwritten)
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from
                 # cache, mostly) before the pure pass.

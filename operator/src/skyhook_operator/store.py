@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from skyhook_planner.model.actions import PatchNode
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
@@ -246,3 +247,52 @@ class StatusReplay:
             status = merge_patched(status, patch)
         self._kept[scr.name] = (scr, tuple(patches), status)
         return replace(scr, status=SkyhookStatus.from_json(status))
+
+
+class NodeReplay:
+    """Each node as the node patches queued but not written yet will leave it: a pass plans
+    from the node its own earlier passes decided, so it does not decide the same patch again
+    (and a node with writes in flight stays quiet: passes/memory.py keeps its verdict).
+
+    Kept between passes like `StatusReplay`: while a node's view and its list of patches are
+    the same objects, the patched view is too, so the planner compares it by identity. A patch
+    stops showing once its lane is done: written, it is in the overlay; failed, the node reads
+    as it is."""
+
+    def __init__(self) -> None:
+        # Node name -> (its view as stored, the patches applied, the view they give).
+        self._kept: dict[str, tuple[NodeView, Sequence[PatchNode], NodeView]] = {}
+
+    def apply(
+        self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[PatchNode]]
+    ) -> ClusterSnapshot:
+        if not pending:
+            self._kept = {}
+            return snapshot
+        kept: dict[str, tuple[NodeView, Sequence[PatchNode], NodeView]] = {}
+        nodes = []
+        for node in snapshot.nodes:
+            patches = pending.get(node.name)
+            if patches:
+                kept[node.name] = self._patched(node, patches)
+                nodes.append(kept[node.name][2])
+            else:
+                nodes.append(node)
+        self._kept = kept
+        return replace(snapshot, nodes=tuple(nodes))
+
+    def _patched(
+        self, node: NodeView, patches: Sequence[PatchNode]
+    ) -> tuple[NodeView, Sequence[PatchNode], NodeView]:
+        last = self._kept.get(node.name)
+        if (
+            last is not None
+            and last[0] is node
+            and len(last[1]) == len(patches)
+            and all(ours is theirs for ours, theirs in zip(last[1], patches, strict=True))
+        ):
+            return last
+        view = node
+        for patch in patches:
+            view = patch.applied_to(view)
+        return node, patches, view

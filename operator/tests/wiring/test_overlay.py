@@ -1,6 +1,7 @@
 """Read-your-writes: the snapshot prefers our newer writes until the watch catches up."""
 
-from skyhook_operator.store import Overlay, StatusReplay, versioned
+from skyhook_operator.store import NodeReplay, Overlay, StatusReplay, versioned
+from skyhook_planner.model.actions import PatchNode
 from skyhook_planner.model.snapshot import ClusterSnapshot, NodeView, PodView, SkyhookView
 
 
@@ -95,3 +96,47 @@ def test_a_patch_replaced_at_the_head_of_the_queue_is_not_mistaken_for_a_kept_on
     other = {"nodeStatus": {"n1": "erroring"}}  # equal shape, another decision
     status = replay.apply(snapshot, {"s": [other]}).skyhooks[0].status
     assert status.node_status == {"n1": "erroring"}
+
+
+def _node_view(name: str, **annotations: str) -> NodeView:
+    return NodeView.from_api(node(name, 5, **annotations))
+
+
+def test_a_node_reads_as_its_queued_patches_leave_it_and_stays_the_same_object() -> None:
+    n1, n2 = _node_view("n1"), _node_view("n2")
+    snapshot = ClusterSnapshot(skyhooks=(), nodes=(n1, n2))
+    waiting = PatchNode("n1", annotations={"status_s": "waiting"}, labels={"status_s": "waiting"})
+    started = PatchNode("n1", annotations={"status_s": "in_progress"}, unschedulable=True)
+    replay = NodeReplay()
+
+    first = replay.apply(snapshot, {"n1": (waiting,)})
+    assert first.nodes[0].annotations == {"status_s": "waiting"}
+    assert first.nodes[0].labels == {"status_s": "waiting"}
+    assert first.nodes[1] is n2, "a node with nothing queued is left as it is"
+    # The same patches on the same stored node: the same object, so the planner's memory
+    # compares it by identity.
+    assert replay.apply(snapshot, {"n1": (waiting,)}).nodes[0] is first.nodes[0]
+
+    both = replay.apply(snapshot, {"n1": (waiting, started)}).nodes[0]
+    assert both.annotations == {"status_s": "in_progress"}
+    assert both.labels == {"status_s": "waiting"}
+    assert both.unschedulable
+
+    # Someone else changed the node meanwhile: the patches apply to the node as it now is.
+    changed = _node_view("n1", owner="admin")
+    replayed = replay.apply(
+        ClusterSnapshot(skyhooks=(), nodes=(changed, n2)), {"n1": (waiting, started)}
+    ).nodes[0]
+    assert replayed.annotations == {"owner": "admin", "status_s": "in_progress"}
+
+    # The lanes done (written, or failed and rolled back): the node as stored.
+    assert replay.apply(snapshot, {}).nodes == (n1, n2)
+
+
+def test_a_patch_queued_again_after_a_failure_is_not_mistaken_for_the_kept_one() -> None:
+    n1 = _node_view("n1")
+    snapshot = ClusterSnapshot(skyhooks=(), nodes=(n1,))
+    replay = NodeReplay()
+    replay.apply(snapshot, {"n1": (PatchNode("n1", annotations={"status_s": "waiting"}),)})
+    again = PatchNode("n1", annotations={"status_s": "erroring"})  # another decision
+    assert replay.apply(snapshot, {"n1": (again,)}).nodes[0].annotations == {"status_s": "erroring"}

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from skyhook_operator.kube.client import AsyncKube
+from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
@@ -25,6 +25,7 @@ class HeldClient:
         self.sent: list[tuple[str, str]] = []  # (method, path) in the order they went out
         self.held: dict[str, asyncio.Event] = {}
         self.waiting: set[str] = set()  # held nodes with a request waiting
+        self.failing: set[str] = set()  # nodes whose requests the apiserver answers 500
 
     def hold(self, node: str) -> asyncio.Event:
         self.held[node] = asyncio.Event()
@@ -35,6 +36,8 @@ class HeldClient:
             if f"/{node}" in path or (isinstance(body, dict) and _pod_node(body) == node):
                 self.waiting.add(node)
                 await asyncio.wait_for(gate.wait(), 10)
+        if any(f"/{node}" in path for node in self.failing):
+            raise ApiError(500, "etcd timeout", method, path)
         self.sent.append((method, path))
         name = path.rstrip("/").split("/")[-1]
         return {"metadata": {"name": name, "namespace": "skyhook", "resourceVersion": "7"}}
@@ -127,6 +130,27 @@ def test_a_node_the_plan_starts_waits_for_the_nodes_it_releases() -> None:
         await eventually(lambda: not writer.busy_nodes()[0], 10, "both written")
         paths = client.paths()
         assert paths.index("/api/v1/nodes/done/status") < paths.index("/api/v1/nodes/next/status")
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_node_patch_is_pending_until_its_lane_is_written_or_has_failed() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        written, failing = client.hold("n1"), client.hold("n2")
+        client.failing.add("n2")
+        writer = _writer(client)
+        first, second, other = _mark("n1", "waiting"), _mark("n1"), _mark("n2")
+        writer.submit(Plan((first, other)))
+        writer.submit(Plan((second, _pod("n1"))))
+        # What the next snapshot replays: each node's patches in the order they were decided.
+        assert writer.pending_node_patches() == {"n1": (first, second), "n2": (other,)}
+        failing.set()
+        await eventually(lambda: "n2" not in writer.pending_node_patches(), 10, "n2 failed")
+        assert writer.pending_node_patches() == {"n1": (first, second)}
+        written.set()
+        await eventually(lambda: not writer.pending_node_patches(), 10, "n1 written")
         await _closed(writer)
 
     run(scenario)

@@ -207,6 +207,8 @@ class Writer:
         self._status_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._generations: Mapping[str, int] = {}  # each Skyhook's, as the last plan saw it
+        # Node patches handed to the workers and not yet done with, per node, oldest first.
+        self._unwritten: dict[str, list[PatchNode]] = {}
         # Called when a lane failed, or when a pass left its node alone while it was busy,
         # with whether it failed.
         self.on_written: Callable[[bool], None] = lambda failed: None
@@ -288,6 +290,13 @@ class Writer:
             self._statuses.put_nowait((statuses[0], written))
         self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
         return ApplyResult(queued=len(statuses) + sum(len(a) for a in lanes.values()))
+
+    def pending_node_patches(self) -> dict[str, tuple[PatchNode, ...]]:
+        """Node patches queued or going out, per node, oldest first: the snapshot shows each
+        node as they will leave it (`store.NodeReplay`). A patch is listed until its lane is
+        done, written or failed: a failed one then stops showing, and the next pass plans
+        from the node as it is."""
+        return {node: tuple(patches) for node, patches in self._unwritten.items()}
 
     def pending_statuses(self) -> dict[str, list[Mapping[str, Any]]]:
         """Status patches decided but not written yet, per Skyhook, oldest first."""
@@ -381,14 +390,32 @@ class Writer:
     ) -> None:
         """Hand each lane to the workers; `finished(lane)` runs once it is written."""
         for lane, actions in lanes:
+            patches = [a for a in actions if isinstance(a, PatchNode)]
+            for patch in patches:
+                self._unwritten.setdefault(patch.name, []).append(patch)
 
-            async def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
+            async def job(
+                lane: str = lane,
+                actions: Sequence[Action] = actions,
+                patches: Sequence[PatchNode] = patches,
+            ) -> None:
                 try:
                     await self._run_lane(lane, actions, run=run)
                 finally:
+                    self._done_with(patches)
                     finished(lane)
 
             self._workers.submit(priority, job)
+
+    def _done_with(self, patches: Sequence[PatchNode]) -> None:
+        for patch in patches:
+            listed = self._unwritten.get(patch.name, [])
+            for i, other in enumerate(listed):
+                if other is patch:
+                    del listed[i]
+                    break
+            if not listed:
+                self._unwritten.pop(patch.name, None)
 
     def _submitted_lane_done(self, lane: str, run: _Run, then: Callable[[], None]) -> None:
         left = self._busy.get(lane, 0) - 1
