@@ -19,7 +19,7 @@ from datetime import datetime
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import nodestate
-from skyhook_planner.model.actions import CreatePod, Plan
+from skyhook_planner.model.actions import CreatePod, Plan, lane_of
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     NodeView,
@@ -229,8 +229,12 @@ def handoff_delays(
     still in the snapshot. Each finished pod counts once: for the next stage of its own
     package if the plan creates one, else for the next pod of its Skyhook on the node (the
     next package). `created_at` is when the plan's creations were written."""
+    # Only a pod on a node the plan creates a pod on can be followed by a creation.
+    creating = {lane_of(action) for action in plan.actions if isinstance(action, CreatePod)}
     finished: dict[tuple[str, str], list[tuple[datetime, str]]] = {}
     for pod in snapshot.pods:
+        if pod.node not in creating:
+            continue
         package = podbuilder.decode_pod_package(pod)
         outcome = results.outcome(pod)
         if package is None or outcome.result != results.SUCCEEDED or not outcome.finished_at:
