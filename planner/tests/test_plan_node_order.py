@@ -179,3 +179,12 @@ def test_the_kept_order_is_the_order_a_fresh_sort_gives() -> None:
     for why, specs in changes.items():
         changed = _views(*specs)
         assert _select(changed, first).matched == _select(changed, None).matched, why
+
+    # A label of ours written to a selected node leaves it selected: the order is kept.
+    labelled = NodeView.from_api(
+        make_node("a", {"pool": "gpu", "status": "waiting"}, created="2026-01-02T00:00:00Z")
+    )
+    relabelled = tuple(labelled if n.name == "a" else n for n in nodes)
+    kept = _select(relabelled, first)
+    assert kept.matched == _select(relabelled, None).matched
+    assert labelled in kept.matched

@@ -9,9 +9,11 @@ selecting it again; budgets, batches and the Skyhook's status are still counted 
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it, whether its writes are in flight; the Skyhook's spec, pause, holds, config updates and
-settings). Anything a verdict could depend on that is not an input here makes a node noisy
-instead: a decision that waits on the clock asks for a timer, and a node with a timer is never
-kept. `tests/test_incremental.py` checks that a pass with memory plans exactly as one without.
+settings). The memory holds the inputs as the last pass built them from its snapshot: where the
+operator's store hands over the same view objects, the comparison is one of identity. Anything
+a verdict could depend on that is not an input here makes a node noisy instead: a decision that
+waits on the clock asks for a timer, and a node with a timer is never kept.
+`tests/test_incremental.py` checks that a pass with memory plans exactly as one without.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def node_order_key(node: NodeView) -> tuple[datetime, str]:
 class Selected:
     """The nodes a selector matches, in node order, and every node it was decided from. Sorting
     a fleet each pass costs more than the rest of a quiet pass, so the next pass reuses the
-    order while no node came, went, or changed its labels or creation time."""
+    order while no node came, went, changed its creation time, or left or joined the
+    selection."""
 
     selector: LabelSelector
     seen: Mapping[str, NodeView]  # by name: every node of the snapshot
@@ -59,8 +60,12 @@ def selected_nodes(
             before = seen.get(node.name)
             if before is node:
                 continue
-            if before is None or before.labels != node.labels or before.created != node.created:
+            if before is None or before.created != node.created:
                 break
+            if before.labels != node.labels and (
+                selector.matches(before.labels) != selector.matches(node.labels)
+            ):
+                break  # selected now and not before, or the other way round
             replaced = True
         else:
             if not replaced:
