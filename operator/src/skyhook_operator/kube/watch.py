@@ -61,7 +61,7 @@ class WatchedIndex(Generic[View]):
 
     async def start(self) -> None:
         """List once (the index is complete when this returns), then watch in a task."""
-        self._replace(await self._list())
+        self._replace(*await self._list())
         self._task = asyncio.create_task(self._watch_forever(), name=f"watch {self._path}")
 
     def stop(self) -> None:
@@ -89,13 +89,13 @@ class WatchedIndex(Generic[View]):
         entry = self.index.get(key)
         return entry[0].uid if entry else None
 
-    def _replace(self, listing: Json) -> None:
-        self.index.clear()
-        for item in listing.get("items") or []:
-            self._apply("ADDED", item)
-        self._version = str(listing["metadata"]["resourceVersion"])
+    def _replace(self, entries: list[Versioned[View]], version: str) -> None:
+        self.index.clear()  # the same dict: the store holds it
+        self.index.update((entry.key, [entry]) for entry in entries)
+        self._version = version
         for key in list(self._gone_waiters):
             self._wake_gone(key)
+        self._on_change()
 
     def _apply(self, kind: str, obj: Json) -> None:
         entry = versioned(obj, self._decode)
@@ -114,27 +114,29 @@ class WatchedIndex(Generic[View]):
             if uid != current and not gone.done():
                 gone.set_result(None)
 
-    async def _list(self) -> Json:
-        """Every matching object, page by page; the pages of one listing are one consistent
-        snapshot, at the resourceVersion each page carries."""
-        items: list[Json] = []
+    async def _list(self) -> tuple[list[Versioned[View]], str]:
+        """Every matching object, decoded page by page (a fleet's raw objects are never all
+        held at once: the operator's peak memory), and the listing's resourceVersion. The
+        pages of one listing are one consistent snapshot."""
+        entries: list[Versioned[View]] = []
         query: dict[str, str] = {**self._selector, "limit": str(_PAGE)}
         while True:
             page = await self._kube.request("GET", self._path, query=query)
-            items += page.get("items") or []
+            entries += [
+                versioned(o, self._decode) for o in page.get("items") or [] if self._keep(o)
+            ]
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
-                return {"items": items, "metadata": {"resourceVersion": meta["resourceVersion"]}}
+                return entries, str(meta["resourceVersion"])
             query = {**query, "continue": meta["continue"]}
+            del page  # not held while the next page is read
 
     async def _watch_forever(self) -> None:
         version = self._version
         while True:
             try:
                 if not version:
-                    listing = await self._list()
-                    self._replace(listing)
-                    self._on_change()
+                    self._replace(*await self._list())
                     version = self._version
                 version = await self._watch_once(version)
             except ApiError as error:
