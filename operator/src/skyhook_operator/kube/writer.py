@@ -16,8 +16,8 @@ event loop, the most urgent lane first), except that lanes of nodes the plan
 moves into progress wait for the plan's other lanes (releases before admissions, so the
 budget a watcher counts always holds). A plan of node lanes is only queued (`submit`): the
 next pass plans while it is written, deciding nothing for the nodes still being written
-(`busy_nodes`) and reading the status patches not yet written (`pending_statuses`), which go
-out after their plan's node lanes. A plan with actions about a Skyhook as a whole (package ConfigMaps,
+(`busy_nodes`), and reading the node patches (`pending_node_patches`) and status patches
+(`pending_statuses`) not yet written; statuses go out after their plan's node lanes. A plan with actions about a Skyhook as a whole (package ConfigMaps,
 finalizers) is written in order, those actions being barriers (`apply`). When an action
 fails, the rest of its lane is skipped; the next pass re-plans from a fresh snapshot.
 
