@@ -3,6 +3,8 @@ the plan releases is written, so a watcher never sees more nodes in progress tha
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from skyhook_planner.model.actions import PatchNode
 from skyhook_planner.sim.driver import Driver, package
 from skyhook_schemas import keys
@@ -49,3 +51,34 @@ def test_other_status_changes_do_not_count() -> None:
     paused = d.step()
     assert set(status_patches(paused.actions).values()) == {"paused"}
     assert paused.starting == frozenset()
+
+
+def test_a_start_planned_while_a_release_is_still_queued_lands_after_it() -> None:
+    """A node released in one pass and another started in the next: the start is planned from
+    the snapshot with the release replayed (the slot is free), and goes out behind it."""
+    d = Driver(2)
+    released_node, late_node = "node-0000", "node-0001"
+    d.sim.nodes[released_node]["metadata"]["labels"].update(LABELS)
+    d.sim.add_skyhook("scr", {**SPEC, "interruptionBudget": {"count": 1}})
+    d.lag = lambda plan: {released_node}  # its writes are always still going out
+
+    def in_budget(driver: Driver) -> None:
+        in_progress = [n for n in driver.sim.nodes if driver.node_status("scr", n) == "in_progress"]
+        assert len(in_progress) <= 1, f"a watcher sees {in_progress} in progress, budget 1"
+
+    d.mid_write = in_budget
+    release_seen = False
+    for _ in range(30):
+        plan = d.step()
+        if release_seen:
+            break
+        if released_node in plan.releasing:
+            release_seen = True  # its release is queued: now the other node joins the selection
+            d.sim.nodes[late_node]["metadata"]["labels"].update(LABELS)
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0)
+        d.now += timedelta(seconds=1)
+    assert release_seen
+    assert plan.starting == {late_node}, "planned while the release was still queued"
+    d.run()
+    assert d.node_status("scr", late_node) == "complete"

@@ -11,9 +11,10 @@ single worker does.
 What makes it cheap where upstream's pass is slow: the snapshot comes from in-memory indexes
 (no LIST per pass), planning is pure in-memory work, and only the planner's actions are
 written, concurrently per node. A pass does not wait for its writes: it queues them and the
-next pass plans while they go out, leaving the nodes still being written alone (the writer's
-`busy_nodes`), so a node's next stage waits for that node's own writes, not for a whole
-pass of a thousand nodes. Only a plan that changes a Skyhook as a whole (finalizers, package
+next pass plans while they go out, from a snapshot that shows every queued write as done
+(skyhook_planner.model.replay), so a node's next stage waits for that node's own writes, not
+for a whole pass of a thousand nodes. The writer keeps each node's writes in order and a start
+behind every release queued before it (kube/writer.py). Only a plan that changes a Skyhook as a whole (finalizers, package
 ConfigMaps) is planned and written with nothing in flight. Watch events and finished writes
 only "poke" the loop; a burst of them within `pass_debounce` becomes one pass, and a pass
 that is running when events arrive is followed by exactly one more. Passes are incremental
@@ -43,8 +44,9 @@ from skyhook_operator.kube.prometheus import AlertPoller
 from skyhook_operator.kube.writer import ApplyResult, Writer
 from skyhook_operator.observability import Telemetry
 from skyhook_operator.settings import Settings
-from skyhook_operator.store import ClusterStore, NodeReplay, StatusReplay
+from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import Plan
+from skyhook_planner.model.replay import NodeReplay, StatusReplay
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.rules.holds import alert_urls
@@ -170,18 +172,14 @@ class Reconciler:
         """One pass; returns the seconds until the next one unless something pokes first."""
         started = self._pass_started = time.monotonic()
         try:
-            # What is in flight, asked before the snapshot: writes that finish in between are
-            # then both in the snapshot (the overlay) and still counted as in flight.
-            busy, holding = self._writer.busy_nodes()
+            # The queued writes are read before the stored objects: a write that finishes in
+            # between is then in both, never in neither.
             pending = self._writer.pending_statuses()
-            unwritten = self._writer.pending_node_patches()
+            unwritten = self._writer.pending_writes()
+            in_flight = self._writer.in_flight
             snapshot = self._store.snapshot()  # on the loop: the watches change the indexes here
             snapshot = replace(
-                snapshot,
-                now=self._now(),
-                alerts=await self._alerts.readings(alert_urls(snapshot)),
-                busy_nodes=busy,
-                holding_nodes=holding,
+                snapshot, now=self._now(), alerts=await self._alerts.readings(alert_urls(snapshot))
             )
             snapshot = self._replay.apply(snapshot, pending)
             snapshot = self._node_replay.apply(snapshot, unwritten)
@@ -196,8 +194,8 @@ class Reconciler:
             generations = {s.name: s.generation for s in snapshot.skyhooks}
             plan = self._writer.without_held(plan, generations)
             planned = time.monotonic()
-            if plan.needs_quiet and (snapshot.busy_nodes or pending):
-                # Planned around writes in flight: wait for them and plan again at once.
+            if plan.needs_quiet and in_flight:
+                # Planned on writes still queued: wait for them and plan again at once.
                 await self._writer.drain()
                 return 0.0
             if plan.needs_quiet:

@@ -10,16 +10,18 @@ records every object the API returned to it in `Overlay`, and the snapshot takes
 whichever copy is newer by resourceVersion. An overlay entry is dropped as soon as the watch
 has caught up with it. resourceVersions are compared as integers, which holds for every
 etcd-backed apiserver; an unparsable one counts as newest so the watch copy wins.
+
+Writes still queued are not here: the reconciler replays them onto the snapshot
+(skyhook_planner.model.replay), so a pass sees the cluster as every decided write leaves it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from skyhook_planner.model.actions import PatchNode
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
@@ -29,8 +31,6 @@ from skyhook_planner.model.snapshot import (
     SkyhookView,
     WriteRefusal,
 )
-from skyhook_planner.model.status import merge_patched
-from skyhook_schemas.status import SkyhookStatus
 
 View = TypeVar("View")
 Key = tuple[str, str]  # (namespace or "", name)
@@ -205,94 +205,3 @@ class ClusterStore:
             policies=tuple(sorted(policies, key=lambda p: p.name)),
             refusals=self.refusals.current(s.name for s in skyhooks),
         )
-
-
-class StatusReplay:
-    """Each Skyhook's status as the patches decided but not written yet leave it, applied in
-    order to the snapshot: a pass must plan from the status the previous pass decided (batch
-    progress, config updates, boot ids), even while that status waits for its nodes to be
-    written.
-
-    Kept between passes: while a Skyhook's stored status is the same (the same view) and the
-    patches of the last pass are still the first ones waiting, only the patches decided since
-    are applied, so a pass costs the new patches, not every patch of the last second."""
-
-    def __init__(self) -> None:
-        # Skyhook name -> (its view as stored, the patches applied, the status they give).
-        self._kept: dict[str, tuple[SkyhookView, Sequence[Mapping[str, Any]], Any]] = {}
-
-    def apply(
-        self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
-    ) -> ClusterSnapshot:
-        self._kept = {name: kept for name, kept in self._kept.items() if name in pending}
-        if not pending:
-            return snapshot
-        skyhooks = tuple(
-            self._patched(s, pending[s.name]) if s.name in pending else s for s in snapshot.skyhooks
-        )
-        return replace(snapshot, skyhooks=skyhooks)
-
-    def _patched(self, scr: SkyhookView, patches: Sequence[Mapping[str, Any]]) -> SkyhookView:
-        kept = self._kept.get(scr.name)
-        if (
-            kept is not None
-            and kept[0] is scr
-            and len(kept[1]) <= len(patches)
-            and all(ours is theirs for ours, theirs in zip(kept[1], patches, strict=False))
-        ):
-            status, done = kept[2], len(kept[1])
-        else:
-            status, done = scr.status.to_json(), 0
-        for patch in patches[done:]:
-            status = merge_patched(status, patch)
-        self._kept[scr.name] = (scr, tuple(patches), status)
-        return replace(scr, status=SkyhookStatus.from_json(status))
-
-
-class NodeReplay:
-    """Each node as the node patches queued but not written yet will leave it: a pass plans
-    from the node its own earlier passes decided, so it does not decide the same patch again
-    (and a node with writes in flight stays quiet: passes/memory.py keeps its verdict).
-
-    Kept between passes like `StatusReplay`: while a node's view and its list of patches are
-    the same objects, the patched view is too, so the planner compares it by identity. A patch
-    stops showing once its lane is done: written, it is in the overlay; failed, the node reads
-    as it is."""
-
-    def __init__(self) -> None:
-        # Node name -> (its view as stored, the patches applied, the view they give).
-        self._kept: dict[str, tuple[NodeView, Sequence[PatchNode], NodeView]] = {}
-
-    def apply(
-        self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[PatchNode]]
-    ) -> ClusterSnapshot:
-        if not pending:
-            self._kept = {}
-            return snapshot
-        kept: dict[str, tuple[NodeView, Sequence[PatchNode], NodeView]] = {}
-        nodes = []
-        for node in snapshot.nodes:
-            patches = pending.get(node.name)
-            if patches:
-                kept[node.name] = self._patched(node, patches)
-                nodes.append(kept[node.name][2])
-            else:
-                nodes.append(node)
-        self._kept = kept
-        return replace(snapshot, nodes=tuple(nodes))
-
-    def _patched(
-        self, node: NodeView, patches: Sequence[PatchNode]
-    ) -> tuple[NodeView, Sequence[PatchNode], NodeView]:
-        last = self._kept.get(node.name)
-        if (
-            last is not None
-            and last[0] is node
-            and len(last[1]) == len(patches)
-            and all(ours is theirs for ours, theirs in zip(last[1], patches, strict=True))
-        ):
-            return last
-        view = node
-        for patch in patches:
-            view = patch.applied_to(view)
-        return node, patches, view

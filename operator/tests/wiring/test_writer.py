@@ -1,5 +1,6 @@
-"""The writer's queue: what goes out first, what waits for what, and what the next pass sees
-while writes are in flight. A stand-in client records requests and can hold them back."""
+"""The writer's queue: what goes out first, what waits for what, what is dropped, and what the
+next pass sees while writes are in flight. A stand-in client records requests and can hold
+them back or fail them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
 
+STATUS_KEY = "skyhook.nvidia.com/status_s"
+
 
 class HeldClient:
     """Answers every request with a minimal object; requests about a held node wait."""
@@ -23,6 +26,8 @@ class HeldClient:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []  # (method, path) in the order they went out
+        self.bodies: list[Any] = []  # the body of each request in `sent`
+        self.asked: list[str] = []  # the path of every request, held or failed ones too
         self.held: dict[str, asyncio.Event] = {}
         self.waiting: set[str] = set()  # held nodes with a request waiting
         self.failing: set[str] = set()  # nodes whose requests the apiserver answers 500
@@ -32,6 +37,7 @@ class HeldClient:
         return self.held[node]
 
     async def request(self, method: str, path: str, body: Any = None, *_: Any, **__: Any) -> Any:
+        self.asked.append(path)
         for node, gate in self.held.items():
             if f"/{node}" in path or (isinstance(body, dict) and _pod_node(body) == node):
                 self.waiting.add(node)
@@ -39,11 +45,20 @@ class HeldClient:
         if any(f"/{node}" in path for node in self.failing):
             raise ApiError(500, "etcd timeout", method, path)
         self.sent.append((method, path))
+        self.bodies.append(body)
         name = path.rstrip("/").split("/")[-1]
         return {"metadata": {"name": name, "namespace": "skyhook", "resourceVersion": "7"}}
 
     def paths(self) -> list[str]:
         return [path for _, path in self.sent]
+
+    def marks(self, node: str) -> list[str]:
+        """The status annotation values written to `node`, in order."""
+        return [
+            body["metadata"]["annotations"][STATUS_KEY]
+            for (_, path), body in zip(self.sent, self.bodies, strict=True)
+            if path == f"/api/v1/nodes/{node}/status"
+        ]
 
 
 async def eventually(check: Callable[[], object], seconds: float, what: str) -> Any:
@@ -81,7 +96,7 @@ def _pod(node: str) -> CreatePod:
 
 
 def _mark(node: str, value: str = "in_progress") -> PatchNode:
-    return PatchNode(node, annotations={"skyhook.nvidia.com/status_s": value})
+    return PatchNode(node, annotations={STATUS_KEY: value})
 
 
 def _writer(client: HeldClient, concurrency: int = 4) -> Writer:
@@ -93,17 +108,22 @@ async def _closed(writer: Writer) -> None:
     assert await writer.close(5.0)
 
 
-def test_submit_returns_at_once_and_a_node_is_busy_until_its_writes_are_done() -> None:
+def test_submit_returns_at_once_and_a_nodes_writes_are_in_flight_until_done() -> None:
     async def scenario() -> None:
         client = HeldClient()
         gate = client.hold("n1")
         writer = _writer(client)
+        reports: list[bool] = []
+        writer.on_written = reports.append
         result = writer.submit(Plan((_mark("n1"), _pod("n1"), _mark("n2"))))
         assert result.queued == 3
         await eventually(lambda: "/api/v1/nodes/n2/status" in client.paths(), 10, "n2 written")
-        assert writer.busy_nodes() == ({"n1"}, set()), "n1's writes are held, n2's are done"
+        assert writer.pending_writes().keys() == {"n1"}, "n1's writes are held, n2's are done"
+        assert writer.in_flight
+        await eventually(lambda: reports == [False], 10, "n2's writes reported done")
         gate.set()
-        await eventually(lambda: not writer.busy_nodes()[0], 10, "n1 written")
+        await eventually(lambda: not writer.in_flight, 10, "n1 written")
+        assert reports == [False, False]
         assert client.paths().index("/api/v1/nodes/n1/status") < client.paths().index(
             "/api/v1/namespaces/skyhook/pods"
         ), "a node's patch goes before its pod"
@@ -123,11 +143,10 @@ def test_a_node_the_plan_starts_waits_for_the_nodes_it_releases() -> None:
             releasing=frozenset({"done"}),
         )
         writer.submit(plan)
-        # next holds a slot already; done holds its slot until its release is written
-        assert writer.busy_nodes() == ({"done", "next"}, {"done", "next"})
+        assert writer.pending_writes().keys() == {"done", "next"}
         await stays_false(lambda: any("next" in p for p in client.paths()), 0.5)
         gate.set()
-        await eventually(lambda: not writer.busy_nodes()[0], 10, "both written")
+        await eventually(lambda: not writer.in_flight, 10, "both written")
         paths = client.paths()
         assert paths.index("/api/v1/nodes/done/status") < paths.index("/api/v1/nodes/next/status")
         await _closed(writer)
@@ -135,22 +154,22 @@ def test_a_node_the_plan_starts_waits_for_the_nodes_it_releases() -> None:
     run(scenario)
 
 
-def test_a_node_patch_is_pending_until_its_lane_is_written_or_has_failed() -> None:
+def test_a_nodes_writes_are_pending_until_their_lane_is_written_or_has_failed() -> None:
     async def scenario() -> None:
         client = HeldClient()
         written, failing = client.hold("n1"), client.hold("n2")
         client.failing.add("n2")
         writer = _writer(client)
-        first, second, other = _mark("n1", "waiting"), _mark("n1"), _mark("n2")
+        first, second, pod, other = _mark("n1", "waiting"), _mark("n1"), _pod("n1"), _mark("n2")
         writer.submit(Plan((first, other)))
-        writer.submit(Plan((second, _pod("n1"))))
-        # What the next snapshot replays: each node's patches in the order they were decided.
-        assert writer.pending_node_patches() == {"n1": (first, second), "n2": (other,)}
+        writer.submit(Plan((second, pod)))
+        # What the next snapshot replays: each node's writes in the order they were decided.
+        assert writer.pending_writes() == {"n1": (first, second, pod), "n2": (other,)}
         failing.set()
-        await eventually(lambda: "n2" not in writer.pending_node_patches(), 10, "n2 failed")
-        assert writer.pending_node_patches() == {"n1": (first, second)}
+        await eventually(lambda: "n2" not in writer.pending_writes(), 10, "n2 failed")
+        assert writer.pending_writes() == {"n1": (first, second, pod)}
         written.set()
-        await eventually(lambda: not writer.pending_node_patches(), 10, "n1 written")
+        await eventually(lambda: not writer.pending_writes(), 10, "n1 written")
         await _closed(writer)
 
     run(scenario)
@@ -184,12 +203,164 @@ def test_hand_offs_go_out_before_bookkeeping_queued_ahead_of_them() -> None:
         waiting = tuple(_mark(f"w{i}", "waiting") for i in range(5))
         writer.submit(Plan((*waiting, _mark("handoff"), _pod("handoff"))))
         gate.set()
-        await eventually(lambda: not writer.busy_nodes()[0], 10, "everything written")
+        await eventually(lambda: not writer.in_flight, 10, "everything written")
         after_blocker = client.paths()[1:]
         assert after_blocker[:2] == [
             "/api/v1/nodes/handoff/status",
             "/api/v1/namespaces/skyhook/pods",
         ], after_blocker
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_nodes_lanes_go_out_in_submission_order_and_other_nodes_pass_them() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("n1")
+        writer = _writer(client, concurrency=2)
+        writer.submit(Plan((_mark("n1", "waiting"),)))
+        await eventually(lambda: "n1" in client.waiting, 10, "n1's first lane going out")
+        # More urgent than n1's first lane (a hand-off), yet planned on top of it.
+        writer.submit(Plan((_mark("n1"), _pod("n1"))))
+        writer.submit(Plan((_mark("n3"), _pod("n3"))))
+        await eventually(lambda: client.marks("n3"), 10, "n3 written while n1 is held")
+        assert client.asked.count("/api/v1/nodes/n1/status") == 1, "n1's second lane waits"
+        gate.set()
+        await eventually(lambda: not writer.in_flight, 10, "everything written")
+        assert client.marks("n1") == ["waiting", "in_progress"]
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_node_goes_out_as_urgently_as_the_most_urgent_of_its_lanes() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("blocker")
+        writer = _writer(client, concurrency=1)
+        writer.submit(Plan((_mark("blocker"),)))  # takes the only worker
+        await eventually(lambda: "blocker" in client.waiting, 10, "the blocker going out")
+        writer.submit(Plan(tuple(_mark(f"w{i}", "waiting") for i in range(5))))
+        writer.submit(Plan((_mark("x", "waiting"),)))  # bookkeeping, behind the others
+        writer.submit(Plan((_mark("x"), _pod("x"))))  # a hand-off behind x's bookkeeping
+        gate.set()
+        await eventually(lambda: not writer.in_flight, 10, "everything written")
+        assert client.paths()[1:4] == [
+            "/api/v1/nodes/x/status",
+            "/api/v1/nodes/x/status",
+            "/api/v1/namespaces/skyhook/pods",
+        ], client.paths()
+        assert client.marks("x") == ["waiting", "in_progress"]
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_failed_lane_drops_what_its_node_has_queued_and_what_was_planned_on_it() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("n1")
+        client.failing.add("n1")
+        writer = _writer(client)
+        reports: list[bool] = []
+        writer.on_written = reports.append
+        writer.submit(Plan((_mark("n1", "waiting"),)))
+        status = PatchSkyhookStatus("s", {"completeNodes": "0/1"})
+        writer.submit(Plan((_mark("n1"), _pod("n1"), status)))
+        assert writer.pending_writes().keys() == {"n1"}  # what the next pass plans from
+        gate.set()
+        await eventually(lambda: reports, 10, "n1's failure reported")
+        assert reports == [True]
+        # The dropped lane counts as done: its plan's status goes out.
+        await asyncio.wait_for(writer.drain(), 5)
+        assert not any(path.endswith("/pods") for path in client.asked), "the pod is not sent"
+        assert client.asked.count("/api/v1/nodes/n1/status") == 1
+
+        # Planned from the listing above, which still showed the failed write: dropped.
+        assert writer.submit(Plan((_mark("n1", "complete"),))).queued == 0
+        assert reports == [True, True]
+        assert not writer.in_flight
+        assert writer.pending_writes() == {}
+        # Planned from a listing taken after the failure: goes out.
+        client.failing.clear()
+        assert writer.submit(Plan((_mark("n1", "complete"),))).queued == 1
+        await asyncio.wait_for(writer.drain(), 5)
+        assert client.marks("n1") == ["complete"]
+        assert reports == [True, True, False]
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_start_waits_for_the_releases_of_earlier_plans_and_holds_its_node_back() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("done")
+        writer = _writer(client)
+        writer.submit(Plan((_mark("done", "complete"),), releasing=frozenset({"done"})))
+        start = (_mark("next"), _pod("next"))
+        writer.submit(Plan(start, starting=frozenset({"next"})))
+        later = _mark("next", "complete")
+        writer.submit(Plan((later, _mark("other"))))
+        await eventually(lambda: client.marks("other"), 10, "a node that does not start")
+        listed = writer.pending_writes()["next"]
+        assert listed == (*start, later) and all(
+            a is b for a, b in zip(listed, (*start, later), strict=True)
+        ), "a start waiting for its gate is listed, and so is what its node queued after it"
+        await stays_false(lambda: any("next" in p for p in client.asked), 0.5)
+        gate.set()
+        await eventually(lambda: not writer.in_flight, 10, "everything written")
+        paths = client.paths()
+        assert paths.index("/api/v1/nodes/done/status") < paths.index("/api/v1/nodes/next/status")
+        assert client.marks("next") == ["in_progress", "complete"]
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_start_is_dropped_when_a_release_before_it_failed() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("done")
+        client.failing.add("done")
+        writer = _writer(client)
+        reports: list[bool] = []
+        writer.on_written = reports.append
+        writer.submit(Plan((_mark("done", "complete"),), releasing=frozenset({"done"})))
+        writer.submit(Plan((_mark("next"), _pod("next")), starting=frozenset({"next"})))
+        gate.set()
+        await asyncio.wait_for(writer.drain(), 5)
+        assert not any("next" in p or p.endswith("/pods") for p in client.asked)
+        assert True in reports
+        assert writer.pending_writes() == {}
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_pending_writes_are_the_submitted_actions_until_their_lane_is_done() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        first_gate, second_gate = client.hold("n1"), client.hold("n2")
+        writer = _writer(client)
+        first, pod, other = _mark("n1"), _pod("n1"), _mark("n2")
+        writer.submit(Plan((first, pod, other)))
+
+        def same(listed: tuple[object, ...], wanted: tuple[object, ...]) -> bool:
+            return len(listed) == len(wanted) and all(
+                a is b for a, b in zip(listed, wanted, strict=True)
+            )
+
+        listed = writer.pending_writes()
+        assert same(listed["n1"], (first, pod)) and same(listed["n2"], (other,))
+        again = writer.pending_writes()
+        assert same(again["n1"], listed["n1"]) and same(again["n2"], listed["n2"])
+        second_gate.set()
+        await eventually(lambda: "n2" not in writer.pending_writes(), 10, "n2 written")
+        assert same(writer.pending_writes()["n1"], listed["n1"]), "n1 did not change"
+        first_gate.set()
+        await eventually(lambda: not writer.pending_writes(), 10, "n1 written")
         await _closed(writer)
 
     run(scenario)

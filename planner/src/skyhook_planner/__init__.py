@@ -5,8 +5,9 @@ One pass is `passes.plan.plan(snapshot, settings) -> Plan`. The snapshot holds e
 node, Skyhook pod and Skyhook ConfigMap (model/snapshot.py); the plan is an ordered list of
 idempotent actions for the writer (model/actions.py), an optional timer to plan again, the
 nodes it starts and releases, and every node it holds back with the reasons the blockers gave
-(model/waiting.py). Nodes the snapshot marks as still being written get no action, and those
-being started or released hold a budget slot; they are planned once their writes are done.
+(model/waiting.py). The snapshot shows the operator's queued writes as done (model/replay.py):
+the planner knows nothing of the writer, which keeps each node's writes in order and a start
+behind the releases queued before it.
 
 Nothing is kept in memory between passes: node annotations (nodeState, status, cordon), pods
 and ConfigMaps are the whole state, so a restarted operator resumes exactly where the last one

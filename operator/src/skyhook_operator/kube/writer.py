@@ -9,17 +9,27 @@ resourceVersion they were computed from and recomputed from a fresh read on conf
 Annotation and label writes are per-key merge patches and need no precondition: the planner
 owns those keys.
 
-Order and speed: the plan's order is kept where it matters. Actions about one node (its
-patch, metadata ConfigMap, pods, events) form that node's lane (`model.actions.lane_of`) and
-run in order; lanes of different nodes run concurrently (`concurrency` worker tasks on the
-event loop, the most urgent lane first), except that lanes of nodes the plan
-moves into progress wait for the plan's other lanes (releases before admissions, so the
-budget a watcher counts always holds). A plan of node lanes is only queued (`submit`): the
-next pass plans while it is written, deciding nothing for the nodes still being written
-(`busy_nodes`), and reading the node patches (`pending_node_patches`) and status patches
-(`pending_statuses`) not yet written; statuses go out after their plan's node lanes. A plan with actions about a Skyhook as a whole (package ConfigMaps,
-finalizers) is written in order, those actions being barriers (`apply`). When an action
-fails, the rest of its lane is skipped; the next pass re-plans from a fresh snapshot.
+Order and speed: a plan of node lanes is only queued (`submit`), and the next pass plans
+while it is written, from a snapshot that replays every queued node write (`pending_writes`)
+and status patch (`pending_statuses`); it may queue more lanes for a node whose earlier ones
+have not gone out. The writer keeps the order that planning assumed:
+
+- Chains. Actions about one node (its patch, metadata ConfigMap, pods, events) form that
+  node's lane in a plan (`model.actions.lane_of`). A node's lanes, from every plan, wait in
+  the node's chain and go out one at a time in submission order. Chains of different nodes
+  run concurrently (`concurrency` worker tasks on the event loop), the chain holding the most
+  urgent lane first.
+- Failures. When an action fails, the rest of its lane is skipped and the lanes queued behind
+  it in the chain are dropped unsent (they were planned on top of it), and so is a lane
+  submitted later by a plan made from a snapshot that still replayed the failed write. The
+  next pass re-plans the node from the node as it is.
+- The budget gate. A lane that starts a node waits until every release queued before it, in
+  any plan, is done, and is dropped if one of them failed: a watcher never counts more nodes
+  in progress than the budget.
+
+Statuses go out after their plan's lanes. A plan with actions about a Skyhook as a whole
+(package ConfigMaps, finalizers) is written in order with nothing else in flight, those
+actions being barriers (`apply`).
 
 Every object the API returns is handed to the snapshot overlays (read-your-writes).
 """
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import itertools
 import logging
 import time
@@ -117,6 +128,48 @@ class _Countdown:
             self._then()
 
 
+@dataclass(eq=False)
+class _Gate:
+    """What the starting lanes of one plan wait for: every release queued before them."""
+
+    left: int  # those releases not done yet
+    lanes: list[_Lane] = field(default_factory=list)
+    failed: bool = False  # one of them failed: the lanes were dropped
+
+    @property
+    def open(self) -> bool:
+        return self.left == 0 and not self.failed
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One plan's actions about one node, in that node's chain until done with."""
+
+    node: str
+    actions: tuple[Action, ...]
+    priority: int
+    run: _Run
+    then: Callable[[], None]  # once done with: written, failed or dropped
+    gate: _Gate | None = None  # set for a lane that starts its node
+    order: int = 0  # submission order, to tell what a `pending_writes` call listed
+
+    @property
+    def ready(self) -> bool:
+        return self.gate is None or self.gate.open
+
+
+@dataclass(eq=False)
+class _Chain:
+    """A node's lanes, oldest first; the first is going out (`running`) or next."""
+
+    node: str
+    lanes: list[_Lane] = field(default_factory=list)
+    running: bool = False
+    # The most urgent entry queued for the chain since it last started a lane: a lane joining
+    # at a more urgent priority queues another one (the older entries find nothing to do).
+    queued_at: int | None = None
+
+
 # Seconds between two status writes: more often, a status write per pass would cost about one
 # request per node-stage at fleet scale; less often, `kubectl get skyhooks` lags behind.
 STATUS_INTERVAL = 1.0
@@ -129,8 +182,8 @@ Job = Callable[[], Awaitable[None]]
 
 
 class _Workers:
-    """Worker tasks that take the most urgent queued lane first (then the oldest); started on
-    the event loop of the first lane."""
+    """Worker tasks that take the most urgent queued job first (then the oldest): a node
+    chain's turn, or a lane `apply` writes at once; started on the event loop of the first."""
 
     def __init__(self, count: int) -> None:
         self._count = count
@@ -169,13 +222,12 @@ def _now() -> str:
 class Writer:
     """Applies plans; one instance per process, shared by every pass, on the event loop.
 
-    Two ways in. `submit` (a plan with only node lanes, statuses and events) queues the lanes
-    and returns at once: each node's lane goes out as soon as a worker is free, and the node
-    stays in `busy_nodes` until it is done, so the next pass can plan every other node
-    meanwhile (a stage that ends waits for its own node's writes, not for a whole pass).
-    `apply` (a plan that changes a Skyhook as a whole; the reconciler calls it only when
-    nothing is in flight) writes in order up to the plan's last Skyhook-wide action and queues
-    the rest as `submit` does.
+    Two ways in. `submit` (a plan with only node lanes, statuses and events) appends each lane
+    to its node's chain and returns at once: the next pass plans meanwhile, from the writes
+    `pending_writes` lists, and a node's next stage waits for that node's own writes, not for
+    a whole pass. `apply` (a plan that changes a Skyhook as a whole; the reconciler calls it
+    only when nothing is `in_flight`) writes in order up to the plan's last Skyhook-wide
+    action and queues the rest as `submit` does.
     """
 
     def __init__(
@@ -192,10 +244,15 @@ class Writer:
         self._workers = _Workers(concurrency)
         self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
         self._queued = 0  # actions handed to the writer that have not been attempted yet
-        self._busy: dict[str, int] = {}  # node -> its lanes queued or going out
-        self._passed_over: set[str] = set()  # busy nodes a pass left alone
-        # Busy nodes whose lane starts or releases them: they hold a budget slot until written.
-        self._holding: set[str] = set()
+        self._chains: dict[str, _Chain] = {}  # nodes with lanes queued, gated or going out
+        # Each chain's actions, oldest first, kept as chains change: what `pending_writes` lists.
+        self._pending: dict[str, tuple[Action, ...]] = {}
+        # Releasing lanes not done with yet, each with the gates waiting for it.
+        self._releases: dict[_Lane, list[_Gate]] = {}
+        self._submitted = 0  # lanes submitted so far: the next one's `order`
+        self._listed_upto = 0  # lanes up to this `order` were listed by `pending_writes`
+        # Nodes whose listed lane failed since `pending_writes` was last called.
+        self._failed_since_listed: set[str] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         # Submitted status patches, oldest first, each with its plan's "lanes done" event.
@@ -207,10 +264,7 @@ class Writer:
         self._status_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._generations: Mapping[str, int] = {}  # each Skyhook's, as the last plan saw it
-        # Node patches handed to the workers and not yet done with, per node, oldest first.
-        self._unwritten: dict[str, list[PatchNode]] = {}
-        # Called when a lane failed, or when a pass left its node alone while it was busy,
-        # with whether it failed.
+        # Called when a node's lanes are all written (False) or a write failed (True).
         self.on_written: Callable[[bool], None] = lambda failed: None
 
     @property
@@ -218,21 +272,17 @@ class Writer:
         """Actions handed to the writer that have not been attempted yet."""
         return self._queued
 
-    def busy_nodes(self) -> tuple[frozenset[str], frozenset[str]]:
-        """Nodes with writes queued or going out, and those of them the writes start or
-        release (holding a budget slot until written). Ask before taking the snapshot: a
-        node's writes are in the snapshot's overlay by the time it stops being busy. The pass
-        asking leaves these nodes alone, so each of them reports its lane done (`on_written`)
-        to have them planned again."""
-        self._passed_over |= self._busy.keys()
-        return frozenset(self._busy), frozenset(self._holding)
+    @property
+    def in_flight(self) -> bool:
+        """Whether any lane or status patch is queued, waiting for its gate or going out."""
+        return bool(self._chains or self._unsent)
 
     async def drain(self) -> None:
-        """Wait until no node's writes or status patches are queued or going out."""
+        """Wait until nothing is in flight."""
         await self._idle.wait()
 
     def _update_idle(self) -> None:
-        if self._busy or self._unsent:
+        if self.in_flight:
             self._idle.clear()
         else:
             self._idle.set()
@@ -266,9 +316,10 @@ class Writer:
     def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
 
-        Its Skyhook status patches go out after every lane of the plan (a status never reports
-        nodes ahead of their own annotations), one plan after another; until then
-        `pending_statuses` lists them, so the next pass plans from the status this one decided.
+        Its Skyhook status patches go out after every lane of the plan is done with (a status
+        never reports nodes ahead of their own annotations), one plan after another; until
+        then `pending_statuses` lists them, so the next pass plans from the status this one
+        decided.
         """
         assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
         lanes: dict[str, list[Action]] = {}
@@ -288,15 +339,20 @@ class Writer:
             if self._status_task is None:
                 self._status_task = asyncio.create_task(self._write_statuses(), name="statuses")
             self._statuses.put_nowait((statuses[0], written))
-        self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
-        return ApplyResult(queued=len(statuses) + sum(len(a) for a in lanes.values()))
+        queued = self._queue_lanes(lanes, plan, _Countdown(len(lanes), written.set))
+        return ApplyResult(queued=len(statuses) + queued)
 
-    def pending_node_patches(self) -> dict[str, tuple[PatchNode, ...]]:
-        """Node patches queued or going out, per node, oldest first: the snapshot shows each
-        node as they will leave it (`store.NodeReplay`). A patch is listed until its lane is
-        done, written or failed: a failed one then stops showing, and the next pass plans
-        from the node as it is."""
-        return {node: tuple(patches) for node, patches in self._unwritten.items()}
+    def pending_writes(self) -> dict[str, tuple[Action, ...]]:
+        """Per node, the actions of its lanes queued, waiting for their gate or going out,
+        oldest first, as submitted: the snapshot replays them. A lane's actions are listed
+        until it is done with (written, failed or dropped); a node's tuple stays the same
+        object from one call to the next while its chain does not change.
+
+        Each call opens a new window: a lane submitted for a node whose listed lane failed
+        since is dropped (it was planned from a snapshot that replayed the failed write)."""
+        self._listed_upto = self._submitted
+        self._failed_since_listed.clear()
+        return dict(self._pending)
 
     def pending_statuses(self) -> dict[str, list[Mapping[str, Any]]]:
         """Status patches decided but not written yet, per Skyhook, oldest first."""
@@ -339,101 +395,155 @@ class Writer:
             self._queued = max(0, self._queued - (done - len(merged)))
             self._update_idle()
             if not run.result.ok:  # a written status wakes the loop through the Skyhook's watch
-                self._lane_done(True)
+                self._report(failed=True)
 
     def _queue_lanes(
         self, lanes: Mapping[str, list[Action]], plan: Plan, all_done: _Countdown
-    ) -> None:
+    ) -> int:
+        """Append each lane to its node's chain; the number of actions queued, not dropped."""
         if not lanes:
             all_done.open_if_empty()
-            return
-        self._queued += sum(len(actions) for actions in lanes.values())
-        for lane in lanes:
-            self._busy[lane] = self._busy.get(lane, 0) + 1
-        self._update_idle()
-        self._holding |= lanes.keys() & (plan.starting | plan.releasing)
+            return 0
         run = _Run()
-        starting = [(lane, acts) for lane, acts in lanes.items() if lane in plan.starting]
-        releasing = [(lane, acts) for lane, acts in lanes.items() if lane in plan.releasing]
-        gate = _Countdown(
-            len(releasing), lambda: self._queue(starting, run, _STARTING, then=all_done.tick)
-        )
+        made = [
+            self._lane(node, actions, plan, run, all_done.tick) for node, actions in lanes.items()
+        ]
+        starts = [lane for lane in made if lane.node in plan.starting]
+        # This plan's releases count for its starts as those of earlier plans do. A lane that
+        # both releases and starts its node waits like a start and is waited for by later ones.
+        for lane in made:
+            if lane.node in plan.releasing and lane.node not in plan.starting:
+                self._releases[lane] = []
+        if starts:
+            gate = _Gate(left=len(self._releases), lanes=starts)
+            for gates in self._releases.values():
+                gates.append(gate)
+            for lane in starts:
+                lane.gate = gate
+                if lane.node in plan.releasing:
+                    self._releases[lane] = []
+        queued = [lane for lane in made if self._enqueue(lane)]
+        if len(queued) < len(made):
+            self._report(failed=True)
+        return sum(len(lane.actions) for lane in queued)
 
-        def released() -> None:
-            gate.tick()
-            all_done.tick()
-
-        self._queue(releasing, run, _URGENT, then=released)
-        gate.open_if_empty()
-        for lane, actions in lanes.items():
-            if lane not in plan.starting and lane not in plan.releasing:
-                urgent = any(isinstance(a, CreatePod | DeletePod | EvictPod) for a in actions)
-                self._queue([(lane, actions)], run, _URGENT if urgent else _LATER, all_done.tick)
-
-    def _queue(
-        self,
-        lanes: Sequence[tuple[str, Sequence[Action]]],
-        run: _Run,
-        priority: int,
-        then: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._submit_lanes(
-            lanes, run, priority, lambda lane: self._submitted_lane_done(lane, run, then)
-        )
-
-    def _submit_lanes(
-        self,
-        lanes: Sequence[tuple[str, Sequence[Action]]],
-        run: _Run,
-        priority: int,
-        finished: Callable[[str], None],
-    ) -> None:
-        """Hand each lane to the workers; `finished(lane)` runs once it is written."""
-        for lane, actions in lanes:
-            patches = [a for a in actions if isinstance(a, PatchNode)]
-            for patch in patches:
-                self._unwritten.setdefault(patch.name, []).append(patch)
-
-            async def job(
-                lane: str = lane,
-                actions: Sequence[Action] = actions,
-                patches: Sequence[PatchNode] = patches,
-            ) -> None:
-                try:
-                    await self._run_lane(lane, actions, run=run)
-                finally:
-                    self._done_with(patches)
-                    finished(lane)
-
-            self._workers.submit(priority, job)
-
-    def _done_with(self, patches: Sequence[PatchNode]) -> None:
-        for patch in patches:
-            listed = self._unwritten.get(patch.name, [])
-            for i, other in enumerate(listed):
-                if other is patch:
-                    del listed[i]
-                    break
-            if not listed:
-                self._unwritten.pop(patch.name, None)
-
-    def _submitted_lane_done(self, lane: str, run: _Run, then: Callable[[], None]) -> None:
-        left = self._busy.get(lane, 0) - 1
-        if left > 0:
-            self._busy[lane] = left
+    def _lane(
+        self, node: str, actions: Sequence[Action], plan: Plan, run: _Run, then: Callable[[], None]
+    ) -> _Lane:
+        """`plan`'s lane for `node`, at its priority: releases and hand-offs first, then
+        starts, then bookkeeping."""
+        if node in plan.releasing:
+            priority = _URGENT
+        elif node in plan.starting:
+            priority = _STARTING
+        elif any(isinstance(a, CreatePod | DeletePod | EvictPod) for a in actions):
+            priority = _URGENT  # a hand-off
         else:
-            self._busy.pop(lane, None)
-        passed_over = left <= 0 and lane in self._passed_over
-        if left <= 0:
-            self._passed_over.discard(lane)
-            self._holding.discard(lane)
-        self._update_idle()
-        then()
-        failed = lane in run.failed_lanes
-        if failed or passed_over:  # otherwise the watch events of its writes wake the loop
-            self._lane_done(failed)
+            priority = _LATER
+        self._submitted += 1
+        return _Lane(node, tuple(actions), priority, run, then, order=self._submitted)
 
-    def _lane_done(self, failed: bool) -> None:
+    def _enqueue(self, lane: _Lane) -> bool:
+        """Append `lane` to its node's chain; False if it is dropped instead, planned on top of
+        a write that did not land."""
+        if lane.node in self._failed_since_listed or (lane.gate is not None and lane.gate.failed):
+            log.info("node %s: lane dropped, planned on top of a write that failed", lane.node)
+            self._done_with(lane, ok=False)
+            return False
+        self._queued += len(lane.actions)
+        chain = self._chains.get(lane.node)
+        if chain is None:
+            chain = self._chains[lane.node] = _Chain(lane.node)
+        chain.lanes.append(lane)
+        self._settle(chain)
+        return True
+
+    def _settle(self, chain: _Chain) -> None:
+        """After a chain changed: list what is left in it and let a worker take its next lane,
+        or forget it once it is empty."""
+        if chain.lanes:
+            self._pending[chain.node] = tuple(a for lane in chain.lanes for a in lane.actions)
+            self._wake(chain)
+        elif self._chains.get(chain.node) is chain:
+            del self._chains[chain.node]
+            del self._pending[chain.node]
+        self._update_idle()
+
+    def _wake(self, chain: _Chain) -> None:
+        """Queue the chain for the workers at the most urgent priority among its lanes, unless
+        an entry at least that urgent is queued: a bookkeeping lane ahead of a hand-off for the
+        same node goes out as urgently as the hand-off."""
+        if chain.running or not chain.lanes or not chain.lanes[0].ready:
+            return
+        priority = min(lane.priority for lane in chain.lanes)
+        if chain.queued_at is None or priority < chain.queued_at:
+            chain.queued_at = priority
+            self._workers.submit(priority, functools.partial(self._run_next, chain))
+
+    async def _run_next(self, chain: _Chain) -> None:
+        """A worker's turn for `chain`: write its first lane, unless an earlier entry has it
+        going out already, or it waits for its gate (opening the gate queues the chain)."""
+        if chain.running or not chain.lanes or not chain.lanes[0].ready:
+            return
+        lane = chain.lanes[0]
+        chain.running, chain.queued_at = True, None
+        ok = False
+        try:
+            await self._run_lane(lane.node, lane.actions, run=lane.run)
+            ok = lane.node not in lane.run.failed_lanes
+        finally:
+            chain.running = False
+            del chain.lanes[0]
+            self._done_with(lane, ok)
+            if ok:
+                self._settle(chain)
+            else:
+                self._drop(chain, 0)  # the rest was planned on top of this lane
+            if not ok or not chain.lanes:  # otherwise the chain's next lane reports
+                self._report(failed=not ok)
+
+    def _drop(self, chain: _Chain, first: int) -> None:
+        """Drop the chain's lanes from index `first` on, unsent."""
+        dropped = chain.lanes[first:]
+        del chain.lanes[first:]
+        if dropped:
+            log.info(
+                "node %s: %d queued lane(s) dropped, planned on top of a failed write",
+                chain.node,
+                len(dropped),
+            )
+        for lane in dropped:
+            self._queued = max(0, self._queued - len(lane.actions))
+            self._done_with(lane, ok=False)
+        self._settle(chain)
+
+    def _done_with(self, lane: _Lane, ok: bool) -> None:
+        """Once a lane is written, failed or dropped: count it for its plan, and open the
+        gates that waited for it (or drop their starts, if it did not land)."""
+        if not ok and lane.order <= self._listed_upto:
+            self._failed_since_listed.add(lane.node)
+        lane.then()
+        for gate in self._releases.pop(lane, ()):
+            if gate.failed:
+                continue
+            gate.left -= 1
+            if not ok:
+                self._fail(gate)
+            elif gate.open:
+                for start in gate.lanes:
+                    if (chain := self._chains.get(start.node)) is not None:
+                        self._wake(chain)
+
+    def _fail(self, gate: _Gate) -> None:
+        """A release the gate waited for did not land: drop its starts and what their chains
+        hold after them (a start not queued yet is dropped when it is)."""
+        gate.failed = True
+        for start in gate.lanes:
+            chain = self._chains.get(start.node)
+            if chain is not None and start in chain.lanes:
+                self._drop(chain, chain.lanes.index(start))
+
+    def _report(self, failed: bool) -> None:
         try:
             self.on_written(failed)
         except Exception:  # a callback must never take a writer task down
@@ -482,9 +592,18 @@ class Writer:
             await self._run_and_wait(group, run)
 
     async def _run_and_wait(self, lanes: Sequence[tuple[str, Sequence[Action]]], run: _Run) -> None:
+        """Write the lanes now, past the chains (nothing else is in flight), and wait."""
         finished = asyncio.Event()
         done = _Countdown(len(lanes), finished.set)
-        self._submit_lanes(lanes, run, _URGENT, lambda _lane: done.tick())
+        for lane, actions in lanes:
+
+            async def job(lane: str = lane, actions: Sequence[Action] = actions) -> None:
+                try:
+                    await self._run_lane(lane, actions, run=run)
+                finally:
+                    done.tick()
+
+            self._workers.submit(_URGENT, job)
         done.open_if_empty()
         await finished.wait()
 

@@ -293,11 +293,5 @@ class ClusterSnapshot:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     # What the operator last read from each Prometheus URL an alertGate names.
     alerts: tuple[AlertReading, ...] = ()
-    # Nodes whose writes from an earlier pass are still going out: what the snapshot shows of
-    # them may be about to change, so the pass decides nothing for them until those writes
-    # are done. Those of them being started or released hold a budget slot meanwhile (a
-    # released node until its whole lane is written, the deletion of its last pod included).
-    busy_nodes: frozenset[str] = frozenset()
-    holding_nodes: frozenset[str] = frozenset()
     # Writes the apiserver refused as invalid, and for which Skyhook generation.
     refusals: tuple[WriteRefusal, ...] = ()

@@ -64,8 +64,6 @@ class PassIndex:
         self.policies = {p.name: p for p in snapshot.policies}
         self.alerts = {r.url: r for r in snapshot.alerts}
         self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
-        self.writing = snapshot.busy_nodes  # their writes from an earlier pass still go out
-        self.holding = snapshot.holding_nodes
         self._decoded: dict[tuple[str, str], PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:

@@ -33,8 +33,8 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
     node = ctx.index.nodes.get(pod.node)
-    if pkg is None or pod.deleting or pod.node in ctx.index.writing:
-        return decision  # a busy node's result is learnt once its writes are done
+    if pkg is None or pod.deleting:
+        return decision
     if node is None or pkg.invalid:
         if ctx.present(pod):
             decision.delete_pod(pod, "node gone" if node is None else "marked invalid")
@@ -99,10 +99,6 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     boot_ids: dict[str, str] = {}
     for node in ctx.matched:
         before = recorded.get(node.name)
-        if node.name in ctx.index.writing:  # decided once its writes are done: keep the record
-            if before:
-                boot_ids[node.name] = before
-            continue
         if node.boot_id:
             boot_ids[node.name] = node.boot_id
         if not before or not node.boot_id or before == node.boot_id:
@@ -162,9 +158,7 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
     recorded = ctx.scr.status.node_boot_ids
     for node in ctx.matched:
         state = ctx.state(node)
-        if node.name in ctx.index.writing or not any(
-            e.stage in {INTERRUPT, POST_INTERRUPT} for e in state.packages.values()
-        ):
+        if not any(e.stage in {INTERRUPT, POST_INTERRUPT} for e in state.packages.values()):
             continue
         pod = next((p for p in ctx.ours_on(node.name) if keys.INTERRUPT_LABEL in p.labels), None)
         verdict = deadlines.watch(

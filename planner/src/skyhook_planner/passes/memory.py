@@ -8,7 +8,7 @@ reuses a quiet node's verdict when its inputs compare equal, instead of learning
 selecting it again; budgets, batches and the Skyhook's status are still counted over every node.
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
-it, whether its writes are in flight; the Skyhook's spec, pause, holds, config updates and
+it; the Skyhook's spec, pause, holds, config updates and
 settings). The memory holds the inputs as the last pass built them from its snapshot: where the
 operator's store hands over the same view objects, the comparison is one of identity. Anything
 a verdict could depend on that is not an input here makes a node noisy instead: a decision that
@@ -59,8 +59,6 @@ class NodeInputs(NamedTuple):
 
     node: NodeView
     pods: tuple[PodView, ...]  # every pod on the node: drains look at all of them
-    writing: bool
-    holding: bool
     earlier_complete: tuple[bool | None, ...]  # each earlier Skyhook's verdict on the node
     recorded_boot_id: str | None
 

@@ -122,8 +122,7 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
     """The decision as ordered actions: per node its patch (conditions included), metadata
     ConfigMaps, then pods; SCR-wide actions first and last; events at the very end."""
     actions: list[Action] = list(decision.first)
-    busy = index.writing  # their earlier writes are still going out: nothing more for them yet
-    for name in sorted(decision.nodes.keys() - busy):
+    for name in sorted(decision.nodes):
         out = decision.nodes[name]
         node = index.nodes.get(name)
         if node is None:
@@ -147,12 +146,11 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
             if cm is not None:
                 actions.append(cm)
         actions += out.actions
-    events = [e for e in decision.events if not (e.kind == "Node" and e.name in busy)]
     return Plan(
-        (*actions, *decision.last, *events),
+        (*actions, *decision.last, *decision.events),
         decision.requeue_after,
-        starting=frozenset(decision.starting - busy),
-        releasing=frozenset(decision.releasing - busy),
+        starting=frozenset(decision.starting),
+        releasing=frozenset(decision.releasing),
         waiting=decision.waiting,
     )
 

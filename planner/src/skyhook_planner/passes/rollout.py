@@ -227,7 +227,7 @@ class _Share:
                 # nothing new starts.
                 self.decided.wait(ctx.name, node.name, (blockers.gate_reason(gate),))
                 self.noisy.add(node.name)
-            elif running and not (off or blocked or node.name in ctx.index.writing):
+            elif running and not (off or blocked):
                 if node.ready and not complete:
                     # Advancing only ever starts stages, so the node stays incomplete.
                     self.take(advance(ctx, node, selection.work[node.name]), node.name)
@@ -298,14 +298,12 @@ def _node_inputs(
 ) -> dict[str, NodeInputs]:
     ahead = [s.name for s in _ahead(index, scr)]
     recorded = scr.status.node_boot_ids
-    pods_on_node, writing, holding = index.pods_on_node, index.writing, index.holding
+    pods_on_node = index.pods_on_node
     complete = earlier.complete
     return {
         node.name: NodeInputs(
             node,
             tuple(pods_on_node.get(node.name, ())),
-            node.name in writing,
-            node.name in holding,
             tuple(complete.get((s, node.name)) for s in ahead) if ahead else (),
             recorded.get(node.name),
         )

@@ -156,7 +156,6 @@ def _select_node(
     readiness: Sequence[blockers.Blocker],
     gate: HealthGate | None,
 ) -> NodeSelection:
-    index = ctx.index
     state = ctx.state(node)
     node_packages = ctx.node_packages(node)
     node_work = stages.node_work(
@@ -175,17 +174,16 @@ def _select_node(
         assert gate is not None
         held = health.waiting_reason(health.problems(gate, node, check))
         return NodeSelection(node_work, False, (held, *found), OCCUPIED, failed=False)
-    holding = node.name in index.holding  # being started or released
-    if done and not holding:
+    if done:
         return NodeSelection(node_work, done, found, slot="", failed=False)
     failed = any(
         e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
         for e in state.packages.values()
     )
     slot = ""
-    if state.holds_slot or ctx.ours_on(node.name) or holding:
+    if state.holds_slot or ctx.ours_on(node.name):
         slot = OCCUPIED
-    elif node.name not in index.writing and not found:
+    elif not found:
         found = blockers.reasons(readiness, node, first_only=True)
         slot = "" if found else CANDIDATE
     return NodeSelection(node_work, done, found, slot, failed)

@@ -4,11 +4,11 @@ the planner's tests, the operator's metric tests and the planner benchmark."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
+from skyhook_planner.model.replay import NodeReplay
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.passes.plan import plan
@@ -53,25 +53,27 @@ class Driver:
         self.lag: Callable[[Plan], set[str]] | None = None
         # Called while a pass's writes are out and the previous pass's late ones are not yet.
         self.mid_write: Callable[[Driver], None] | None = None
-        self._in_flight: list[Action] = []
-        self._busy: frozenset[str] = frozenset()
-        self.planned_around: frozenset[str] = frozenset()
-        self._holding: frozenset[str] = frozenset()
+        self._in_flight: list[Action] = []  # late node writes, in the order they go out
+        self._releasing_in_flight = False
+        self._replay = NodeReplay()
 
     def step(self) -> Plan:
-        # A pass that planned around writes in flight left those nodes for the next one (the
-        # operator's finished writes wake it): the run is not over after it.
-        self.planned_around = self._busy
-        snapshot = replace(
-            self.sim.snapshot(self.now), busy_nodes=self._busy, holding_nodes=self._holding
-        )
+        # As the operator's reconciler: the pass plans from the cluster with the writes still
+        # going out replayed onto it.
+        queued: dict[str, list[Action]] = {}
+        for action in self._in_flight:
+            queued.setdefault(lane_of(action) or "", []).append(action)
+        snapshot = self._replay.apply(self.sim.snapshot(self.now), queued)
         result = self.planner(snapshot, self.settings)
-        if result.needs_quiet and self._busy:
+        if result.needs_quiet and self._in_flight:
             self._land()  # as the reconciler does: wait for the writes in flight, plan again
             return self.step()
         self.plans.append(result)
         late = self.lag(result) if self.lag and not result.needs_quiet else set()
-        if late & result.releasing:  # the writer starts nodes only after it released others
+        # As the operator's writer: a node's writes go out in order, behind its earlier ones;
+        # a start goes out after every release queued before it.
+        late |= queued.keys()
+        if late & result.releasing or self._releasing_in_flight:
             late |= result.starting
         landed, self._in_flight = self._in_flight, []
         for action in result.actions:
@@ -82,13 +84,12 @@ class Driver:
         if self.mid_write is not None and landed:
             self.mid_write(self)
         self.sim.apply(landed)  # the previous pass's late writes land while this one is written
-        self._busy = frozenset(lane_of(a) or "" for a in self._in_flight)
-        self._holding = self._busy & (result.starting | result.releasing)
+        self._releasing_in_flight = bool(late & result.releasing)
         return result
 
     def _land(self) -> None:
         self.sim.apply(self._in_flight)
-        self._in_flight, self._busy, self._holding = [], frozenset(), frozenset()
+        self._in_flight, self._releasing_in_flight = [], False
 
     def pending_pods(self) -> list[tuple[str, str]]:
         return [
@@ -113,7 +114,7 @@ class Driver:
                 self.step()
                 on_step(self)
             pending = self.pending_pods()
-            quiet = not (result.actions or pending or self._in_flight or self.planned_around)
+            quiet = not (result.actions or pending or self._in_flight)
             if quiet:
                 if result.requeue_after is None:
                     return count
