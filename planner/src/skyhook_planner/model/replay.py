@@ -16,7 +16,7 @@ same objects as last time, the replayed view is the same object too, so the plan
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from skyhook_planner.model.actions import (
@@ -79,16 +79,52 @@ class StatusReplay:
         return replace(scr, status=SkyhookStatus.from_json(status))
 
 
+@dataclass(frozen=True, eq=False)
+class _Lane:
+    """One node's queued actions, sorted by what they replay onto: found once per distinct
+    tuple of actions (the writer hands over the same tuple while the node's queue is the
+    same), not every pass."""
+
+    actions: Sequence[Action]
+    patches: tuple[PatchNode, ...]
+    pods: Mapping[PodKey, CreatePod | DeletePod]  # the last action about each pod
+    configmaps: tuple[UpsertConfigMap, ...]
+
+    def same(self, actions: Sequence[Action]) -> bool:
+        """Whether `actions` are this lane's, the same objects in the same order."""
+        return self.actions is actions or (
+            len(self.actions) == len(actions)
+            and all(ours is theirs for ours, theirs in zip(self.actions, actions, strict=True))
+        )
+
+    @classmethod
+    def of(cls, actions: Sequence[Action]) -> _Lane:
+        patches: list[PatchNode] = []
+        pods: dict[PodKey, CreatePod | DeletePod] = {}
+        configmaps: list[UpsertConfigMap] = []
+        for action in actions:
+            if isinstance(action, PatchNode):
+                patches.append(action)
+            elif isinstance(action, CreatePod | DeletePod):
+                # Created after a deletion of the same name: the new pod is what stays.
+                pods[(action.namespace, action.name)] = action
+            elif isinstance(action, UpsertConfigMap):
+                configmaps.append(action)
+        return cls(actions, tuple(patches), pods, tuple(configmaps))
+
+
 class NodeReplay:
     """Each node's queued lane (`pending`: node name -> its actions, oldest first) applied to
     the snapshot: its node patches to the node, the pods it creates added (as the API would
     first show them: pending, no status), the pods it deletes shown terminating, and the
     ConfigMaps it writes shown with their new content. Evictions and Events change nothing a
-    pass reads back."""
+    pass reads back. A pass costs the nodes with writes queued, plus one look-up per stored
+    pod while pod writes are queued."""
 
     def __init__(self) -> None:
-        # Node name -> (its view as stored, the patches applied, the view they give).
-        self._nodes: dict[str, tuple[NodeView, tuple[PatchNode, ...], NodeView]] = {}
+        self._lanes: dict[str, _Lane] = {}
+        # Node name -> (its view as stored, the lane applied, the view they give).
+        self._nodes: dict[str, tuple[NodeView, _Lane, NodeView]] = {}
         # Replayed pod and ConfigMap views, by the action or stored view they come from.
         self._created: dict[int, tuple[CreatePod, PodView]] = {}
         self._deleting: dict[int, tuple[PodView, PodView]] = {}
@@ -97,60 +133,48 @@ class NodeReplay:
     def apply(
         self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Action]]
     ) -> ClusterSnapshot:
-        patches: dict[str, tuple[PatchNode, ...]] = {}
+        lanes: dict[str, _Lane] = {}
+        for node, actions in pending.items():
+            last = self._lanes.get(node)
+            lanes[node] = last if last is not None and last.same(actions) else _Lane.of(actions)
+        self._lanes = lanes
         pods: dict[PodKey, CreatePod | DeletePod] = {}
         configmaps: dict[str, UpsertConfigMap] = {}
-        for node, actions in pending.items():
-            node_patches = []
-            for action in actions:
-                if isinstance(action, PatchNode):
-                    node_patches.append(action)
-                elif isinstance(action, CreatePod):
-                    key = (action.namespace, action.name)
-                    # Created after a deletion of the same name: the new pod is what stays.
-                    pods[key] = action
-                elif isinstance(action, DeletePod):
-                    pods[(action.namespace, action.name)] = action
-                elif isinstance(action, UpsertConfigMap):
-                    configmaps[action.name] = action
-            if node_patches:
-                patches[node] = tuple(node_patches)
+        for lane in lanes.values():
+            if lane.pods:
+                pods.update(lane.pods)
+            for configmap in lane.configmaps:
+                configmaps[configmap.name] = configmap
         return replace(
             snapshot,
-            nodes=self._replay_nodes(snapshot.nodes, patches),
+            nodes=self._replay_nodes(snapshot.nodes, lanes),
             pods=self._replay_pods(snapshot.pods, pods),
             configmaps=self._replay_configmaps(snapshot.configmaps, configmaps),
         )
 
     def _replay_nodes(
-        self, nodes: tuple[NodeView, ...], pending: Mapping[str, tuple[PatchNode, ...]]
+        self, nodes: tuple[NodeView, ...], lanes: Mapping[str, _Lane]
     ) -> tuple[NodeView, ...]:
-        kept: dict[str, tuple[NodeView, tuple[PatchNode, ...], NodeView]] = {}
-        if pending:
-            for node in nodes:
-                queued = pending.get(node.name)
-                if queued:
-                    kept[node.name] = self._patched(node, queued)
-        self._nodes = kept
-        if not kept:
+        patched = {name for name, lane in lanes.items() if lane.patches}
+        if not patched:
+            self._nodes = {}
             return nodes
-        return tuple(kept[n.name][2] if n.name in kept else n for n in nodes)
-
-    def _patched(
-        self, node: NodeView, patches: tuple[PatchNode, ...]
-    ) -> tuple[NodeView, tuple[PatchNode, ...], NodeView]:
-        last = self._nodes.get(node.name)
-        if (
-            last is not None
-            and last[0] is node
-            and len(last[1]) == len(patches)
-            and all(ours is theirs for ours, theirs in zip(last[1], patches, strict=True))
-        ):
-            return last
-        view = node
-        for patch in patches:
-            view = patch.applied_to(view)
-        return node, patches, view
+        kept: dict[str, tuple[NodeView, _Lane, NodeView]] = {}
+        replayed = list(nodes)
+        for i, node in enumerate(nodes):
+            if node.name not in patched:
+                continue
+            lane = lanes[node.name]
+            last = self._nodes.get(node.name)
+            if last is None or last[0] is not node or last[1] is not lane:
+                view = node
+                for patch in lane.patches:
+                    view = patch.applied_to(view)
+                last = (node, lane, view)
+            kept[node.name] = last
+            replayed[i] = last[2]
+        self._nodes = kept
+        return tuple(replayed)
 
     def _replay_pods(
         self, stored: tuple[PodView, ...], pending: Mapping[PodKey, CreatePod | DeletePod]
