@@ -5,7 +5,9 @@ them back or fail them."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
@@ -317,6 +319,31 @@ def test_a_start_waits_for_the_releases_of_earlier_plans_and_holds_its_node_back
         await _closed(writer)
 
     run(scenario)
+
+
+def test_written_starts_are_freed_without_waiting_for_the_cycle_collector() -> None:
+    """The operator runs the oldest collector generation rarely: what a gate held must not
+    be left in a reference cycle, or every start's pod manifest stays in memory for long."""
+
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("done")
+        writer = _writer(client)
+        writer.submit(Plan((_mark("done", "complete"),), releasing=frozenset({"done"})))
+        pod = _pod("next")
+        freed = weakref.ref(pod)
+        writer.submit(Plan((_mark("next"), pod), starting=frozenset({"next"})))
+        del pod
+        gate.set()
+        await eventually(lambda: not writer.in_flight, 10, "everything written")
+        await _closed(writer)
+        assert freed() is None, "the start's actions are still referenced once written"
+
+    gc.disable()
+    try:
+        run(scenario)
+    finally:
+        gc.enable()
 
 
 def test_a_start_is_dropped_when_a_release_before_it_failed() -> None:

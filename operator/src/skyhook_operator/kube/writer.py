@@ -414,14 +414,15 @@ class Writer:
         for lane in made:
             if lane.node in plan.releasing and lane.node not in plan.starting:
                 self._releases[lane] = []
-        if starts:
+        if starts and self._releases:  # with none outstanding, the starts need no gate
             gate = _Gate(left=len(self._releases), lanes=starts)
             for gates in self._releases.values():
                 gates.append(gate)
             for lane in starts:
                 lane.gate = gate
-                if lane.node in plan.releasing:
-                    self._releases[lane] = []
+        for lane in starts:
+            if lane.node in plan.releasing:
+                self._releases[lane] = []
         queued = [lane for lane in made if self._enqueue(lane)]
         if len(queued) < len(made):
             self._report(failed=True)
@@ -533,6 +534,7 @@ class Writer:
                 for start in gate.lanes:
                     if (chain := self._chains.get(start.node)) is not None:
                         self._wake(chain)
+                gate.lanes = []  # lane -> gate -> lanes is a cycle: break it once it is used
 
     def _fail(self, gate: _Gate) -> None:
         """A release the gate waited for did not land: drop its starts and what their chains
@@ -542,6 +544,7 @@ class Writer:
             chain = self._chains.get(start.node)
             if chain is not None and start in chain.lanes:
                 self._drop(chain, chain.lanes.index(start))
+        gate.lanes = []
 
     def _report(self, failed: bool) -> None:
         try:
