@@ -18,7 +18,6 @@ have none.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import ssl
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
+import orjson
 from kubernetes import client, config
 
 from skyhook_schemas import keys
@@ -233,7 +233,7 @@ class AsyncKube(Paths):
         text = await self._call(
             method, path, body, content_type, query=query, timeout=timeout, retries=retries
         )
-        return json.loads(text) if text else {}
+        return orjson.loads(text) if text else {}
 
     async def get_text(self, path: str, timeout: float = 30.0) -> str:
         """A GET of a non-JSON endpoint (the apiserver's /metrics, a pod's log), as text."""
@@ -257,7 +257,7 @@ class AsyncKube(Paths):
         session = self._session
         url = session.host + path + ("?" + urlencode(query) if query else "")
         what = session.count(method, path)
-        payload = None if body is None else json.dumps(body).encode()
+        payload = None if body is None else orjson.dumps(body, default=_plain)
         attempt = 0
         reauthenticated = False
         while True:
@@ -313,11 +313,11 @@ class AsyncKube(Paths):
                 # Chunks, not lines: aiohttp refuses a line over 64 KiB, and a node's object
                 # can be longer than that.
                 async for chunk in response.content.iter_chunked(65536):
-                    buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
+                    lines = (buffer + chunk).split(b"\n")
+                    buffer = lines.pop()  # the start of the next event, if any
+                    for line in lines:
                         if line.strip():
-                            event = json.loads(line)
+                            event = orjson.loads(line)
                             yield event["type"], event["object"]
         except aiohttp.ClientPayloadError:
             return
@@ -326,9 +326,16 @@ class AsyncKube(Paths):
             raise Unreachable(f"WATCH {path}: {error or type(error).__name__}") from error
 
 
+def _plain(value: object) -> object:
+    """What orjson cannot write itself: the read-only mappings plans are made of."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
 def _api_error(status: int, http_reason: str, text: str, method: str, path: str) -> ApiError:
     try:
-        answer = json.loads(text)
+        answer = orjson.loads(text)
         reason = answer.get("message", text)
         causes = (answer.get("details") or {}).get("causes") or ()
         fields = tuple(str(c["field"]) for c in causes if c.get("field"))
