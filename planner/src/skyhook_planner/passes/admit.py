@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model import waiting
 from skyhook_planner.model.policy import Compartment
+from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
@@ -125,10 +126,19 @@ def admit(
     running = {n.name for n in selection.occupied}
     shared = _shared_limits(ctx, rollout, selection)
     soaking = _soak(ctx, rollout, groups)
-    started = sorted(selection.candidates, key=lambda n: not ctx.state(n).started)
-    recorded = ctx.scr.status.node_priority
+    candidates = selection.candidates
     # The holds, the pause and the halt answer alike for every node: asked once.
-    held = blockers.reasons(gates, started[0]) if started else ()
+    held = blockers.reasons(gates, candidates[0]) if candidates else ()
+    full_budget = capacity if isinstance(capacity, blockers.Budget) and not capacity.free else None
+    if full_budget is not None and not held and not shared and soaking is None:
+        # A full budget turns every candidate away alike: no order to find, nothing to ask
+        # (most of a large fleet's candidates in most passes).
+        turned_away = (full_budget.full,)
+        decided.waiting.update(((ctx.name, node.name), turned_away) for node in candidates)
+        started: list[NodeView] = []
+    else:
+        started = sorted(candidates, key=lambda n: not ctx.state(n).started)
+    recorded = ctx.scr.status.node_priority
     for node in started:
         found = held
         if not found and shared:
@@ -147,7 +157,7 @@ def admit(
         state = ctx.state(node)
         if state.version is None:
             decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
-    if rollout.holds.stages is not None and started:
+    if rollout.holds.stages is not None and candidates:
         decided.wake_in(rollout.holds.stages.recheck_s)
     # Every node that runs is recorded once, with the time it was picked (rules/ordering.py).
     picked = ordering.picked_at(ctx.now)

@@ -51,13 +51,17 @@ class PassIndex:
         self.settings = settings
         self.now: datetime = snapshot.now
         self.nodes = {n.name: n for n in snapshot.nodes}
-        self.pods_on_node: dict[str, list[PodView]] = defaultdict(list)
+        on_node: dict[str, list[PodView]] = defaultdict(list)
         self.skyhook_pods: dict[str, list[PodView]] = defaultdict(list)
         for pod in snapshot.pods:
             if pod.node:
-                self.pods_on_node[pod.node].append(pod)
+                on_node[pod.node].append(pod)
             if self.is_ours(pod):
                 self.skyhook_pods[pod.labels[keys.NAME_LABEL]].append(pod)
+        # Tuples: each pass's memory keeps a node's pods as one of its inputs.
+        self.pods_on_node: dict[str, tuple[PodView, ...]] = {
+            node: tuple(pods) for node, pods in on_node.items()
+        }
         self.configmaps: dict[str, ConfigMapView] = {
             c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
         }

@@ -303,7 +303,7 @@ def _node_inputs(
     return {
         node.name: NodeInputs(
             node,
-            tuple(pods_on_node.get(node.name, ())),
+            pods_on_node.get(node.name, ()),
             tuple(complete.get((s, node.name)) for s in ahead) if ahead else (),
             recorded.get(node.name),
         )
