@@ -14,12 +14,13 @@ written, concurrently per node. A pass does not wait for its writes: it queues t
 next pass plans while they go out, from a snapshot that shows every queued write as done
 (skyhook_planner.model.replay), so a node's next stage waits for that node's own writes, not
 for a whole pass of a thousand nodes. The writer keeps each node's writes in order and a start
-behind every release queued before it (kube/writer.py). Only a plan that changes a Skyhook as a whole (finalizers, package
-ConfigMaps) is planned and written with nothing in flight. Watch events and finished writes
-only "poke" the loop; a burst of them within `pass_debounce` becomes one pass, and a pass
-that is running when events arrive is followed by exactly one more. Passes are incremental
-(the planner's passes/memory.py): a pass re-plans only the nodes whose inputs changed, so
-its cost follows the work, not the fleet, and the pause need not grow with the fleet.
+behind every release queued before it (kube/writer.py). Only a plan that changes a Skyhook as
+a whole (finalizers, package ConfigMaps) is planned and written with nothing in flight. Watch
+events and finished writes only "poke" the loop; a burst of them within `pass_debounce`
+becomes one pass, and a pass that is running when events arrive is followed by exactly one
+more. Passes are incremental (the planner's passes/memory.py): a pass re-plans only the nodes
+whose inputs changed, so its cost follows the work, not the fleet, and the pause need not
+grow with the fleet.
 
 With leader election on, only the leader runs passes: a replica that does not lead waits
 before planning (its indexes stay current, so a take-over plans at once), and a leader that

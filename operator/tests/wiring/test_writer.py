@@ -110,6 +110,16 @@ async def _closed(writer: Writer) -> None:
     assert await writer.close(5.0)
 
 
+async def _blocked_writer(client: HeldClient) -> tuple[Writer, asyncio.Event]:
+    """A writer with one worker, taken by a node whose writes wait until the gate is set:
+    whatever is submitted meanwhile queues behind it, in the writer's own order."""
+    gate = client.hold("blocker")
+    writer = _writer(client, concurrency=1)
+    writer.submit(Plan((_mark("blocker"),)))
+    await eventually(lambda: "blocker" in client.waiting, 10, "the blocker going out")
+    return writer, gate
+
+
 def test_submit_returns_at_once_and_a_nodes_writes_are_in_flight_until_done() -> None:
     async def scenario() -> None:
         client = HeldClient()
@@ -198,10 +208,7 @@ def test_a_status_goes_out_after_its_plan_and_is_pending_until_then() -> None:
 def test_hand_offs_go_out_before_bookkeeping_queued_ahead_of_them() -> None:
     async def scenario() -> None:
         client = HeldClient()
-        gate = client.hold("blocker")
-        writer = _writer(client, concurrency=1)
-        writer.submit(Plan((_mark("blocker"),)))  # takes the only worker
-        await eventually(lambda: "blocker" in client.waiting, 10, "the blocker going out")
+        writer, gate = await _blocked_writer(client)
         waiting = tuple(_mark(f"w{i}", "waiting") for i in range(5))
         writer.submit(Plan((*waiting, _mark("handoff"), _pod("handoff"))))
         gate.set()
@@ -239,10 +246,7 @@ def test_a_nodes_lanes_go_out_in_submission_order_and_other_nodes_pass_them() ->
 def test_a_node_goes_out_as_urgently_as_the_most_urgent_of_its_lanes() -> None:
     async def scenario() -> None:
         client = HeldClient()
-        gate = client.hold("blocker")
-        writer = _writer(client, concurrency=1)
-        writer.submit(Plan((_mark("blocker"),)))  # takes the only worker
-        await eventually(lambda: "blocker" in client.waiting, 10, "the blocker going out")
+        writer, gate = await _blocked_writer(client)
         writer.submit(Plan(tuple(_mark(f"w{i}", "waiting") for i in range(5))))
         writer.submit(Plan((_mark("x", "waiting"),)))  # bookkeeping, behind the others
         writer.submit(Plan((_mark("x"), _pod("x"))))  # a hand-off behind x's bookkeeping

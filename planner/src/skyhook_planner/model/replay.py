@@ -15,9 +15,9 @@ same objects as last time, the replayed view is the same object too, so the plan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from skyhook_planner.model.actions import (
     Action,
@@ -37,6 +37,8 @@ from skyhook_planner.model.status import merge_patched
 from skyhook_schemas.status import SkyhookStatus
 
 PodKey = tuple[str, str]  # (namespace, name)
+Source = TypeVar("Source")
+Derived = TypeVar("Derived")
 
 
 class StatusReplay:
@@ -77,6 +79,24 @@ class StatusReplay:
             status = merge_patched(status, patch)
         self._kept[scr.name] = (scr, tuple(patches), status)
         return replace(scr, status=SkyhookStatus.from_json(status))
+
+
+class _Derived(Generic[Source, Derived]):
+    """Views derived from source objects, the same view while its source is the same object.
+    A pass asks `of` for each source it still has, then `settle` forgets the others."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[Source, Derived]] = {}
+        self._asked: dict[int, tuple[Source, Derived]] = {}
+
+    def of(self, source: Source, derive: Callable[[Source], Derived]) -> Derived:
+        found = self._last.get(id(source))
+        view = found[1] if found is not None and found[0] is source else derive(source)
+        self._asked[id(source)] = (source, view)
+        return view
+
+    def settle(self) -> None:
+        self._last, self._asked = self._asked, {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,9 +146,9 @@ class NodeReplay:
         # Node name -> (its view as stored, the lane applied, the view they give).
         self._nodes: dict[str, tuple[NodeView, _Lane, NodeView]] = {}
         # Replayed pod and ConfigMap views, by the action or stored view they come from.
-        self._created: dict[int, tuple[CreatePod, PodView]] = {}
-        self._deleting: dict[int, tuple[PodView, PodView]] = {}
-        self._written: dict[int, tuple[UpsertConfigMap, ConfigMapView]] = {}
+        self._created: _Derived[CreatePod, PodView] = _Derived()
+        self._deleting: _Derived[PodView, PodView] = _Derived()
+        self._written: _Derived[UpsertConfigMap, ConfigMapView] = _Derived()
 
     def apply(
         self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Action]]
@@ -179,61 +199,41 @@ class NodeReplay:
     def _replay_pods(
         self, stored: tuple[PodView, ...], pending: Mapping[PodKey, CreatePod | DeletePod]
     ) -> tuple[PodView, ...]:
-        created: dict[int, tuple[CreatePod, PodView]] = {}
-        deleting: dict[int, tuple[PodView, PodView]] = {}
+        if not pending:
+            self._created.settle()
+            self._deleting.settle()
+            return stored
         pods: list[PodView] = []
         seen: set[PodKey] = set()
         for pod in stored:
             key = (pod.namespace, pod.name)
             action = pending.get(key)
-            if action is None:
-                pods.append(pod)
-                continue
-            seen.add(key)
-            if isinstance(action, DeletePod):
-                if pod.deleting:
-                    pods.append(pod)
-                else:
-                    last = self._deleting.get(id(pod))
-                    shown = last[1] if last is not None and last[0] is pod else None
-                    if shown is None:
-                        shown = replace(pod, deleting=True)
-                    deleting[id(pod)] = (pod, shown)
-                    pods.append(shown)
-            else:  # a create of a pod that exists already: the API keeps the one it has
-                pods.append(pod)
+            shown = pod  # unless deleted: a create of a pod that exists leaves the one it has
+            if action is not None:
+                seen.add(key)
+                if isinstance(action, DeletePod) and not pod.deleting:
+                    shown = self._deleting.of(pod, lambda p: replace(p, deleting=True))
+            pods.append(shown)
         added = False
         for key, action in pending.items():
-            if key in seen or not isinstance(action, CreatePod):
-                continue
-            last_created = self._created.get(id(action))
-            if last_created is not None and last_created[0] is action:
-                view = last_created[1]
-            else:
-                view = PodView.from_api(action.manifest)
-            created[id(action)] = (action, view)
-            pods.append(view)
-            added = True
-        self._created, self._deleting = created, deleting
+            if key not in seen and isinstance(action, CreatePod):
+                pods.append(self._created.of(action, lambda a: PodView.from_api(a.manifest)))
+                added = True
+        self._created.settle()
+        self._deleting.settle()
         if added:
             pods.sort(key=lambda p: (p.namespace, p.name))
-        return tuple(pods) if pending else stored
+        return tuple(pods)
 
     def _replay_configmaps(
         self, stored: tuple[ConfigMapView, ...], pending: Mapping[str, UpsertConfigMap]
     ) -> tuple[ConfigMapView, ...]:
-        if not pending:
-            self._written = {}
-            return stored
-        written: dict[int, tuple[UpsertConfigMap, ConfigMapView]] = {}
         shown: dict[tuple[str, str], ConfigMapView] = {}
         for action in pending.values():
-            last = self._written.get(id(action))
-            view = last[1] if last is not None and last[0] is action else None
-            if view is None:
-                view = ConfigMapView.from_api(action.manifest)
-            written[id(action)] = (action, view)
+            view = self._written.of(action, lambda a: ConfigMapView.from_api(a.manifest))
             shown[(view.namespace, view.name)] = view
-        self._written = written
+        self._written.settle()
+        if not shown:
+            return stored
         configmaps = [shown.pop((c.namespace, c.name), c) for c in stored]
         return (*configmaps, *shown.values())
