@@ -66,6 +66,31 @@ def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(api, sandbox
     assert "got-term" in signals.read_text()
 
 
+def test_deletion_signals_only_the_first_process_and_lets_its_children_finish(
+    api, sandbox, sandbox_nodes
+):
+    """As a container runtime does: the agent gets the SIGTERM and its running step does not."""
+    (node,) = sandbox_nodes()
+    script = (
+        "trap 'echo got-term >> /root/signals' TERM; "
+        "(sleep 2; echo child-finished >> /root/signals) & "
+        "echo started > /root/signals; wait; wait"
+    )
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest("parent", node, volumes=HOST, terminationGracePeriodSeconds=20,
+                     containers=[shell("c", script, volumeMounts=HOST_MOUNT)]),
+    )  # fmt: skip
+    signals = sandbox.host_root_upper(node) / "signals"
+    wait_for(signals.exists, 15, "the shell to start its child")
+    started = time.monotonic()
+    api.delete_namespaced_pod("parent", NAMESPACE)
+    wait_for(lambda: pod_gone(api, "parent"), 25, "the deleted pod to be gone")
+    assert signals.read_text().splitlines() == ["started", "got-term", "child-finished"]
+    # Gone once its first process exited, not at the end of the grace period.
+    assert time.monotonic() - started < 10
+
+
 def test_a_finished_pod_is_finalized_on_delete(api, sandbox_nodes):
     (node,) = sandbox_nodes()
     api.create_namespaced_pod(

@@ -5,8 +5,9 @@ decides what a failed container does: Never fails the pod, OnFailure/Always rest
 back-off (CrashLoopBackOff in between, restartCount counting). Status goes back to the API after
 every change; a change followed at once by another (a volume set up, an init container done:
 the next container starts right away) goes out with the next one, as one kubelet sync would
-report both. Deletion stops the processes (SIGTERM, grace period, SIGKILL) and finalizes the
-pod; a node reboot kills them and, for restartable pods, runs the init containers again.
+report both. Deletion sends SIGTERM to each container's first process, SIGKILL to what is left
+after the grace period, and finalizes the pod; a node reboot signals every process and, for
+restartable pods, runs the init containers again.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class PodWorker:
         reported as terminated with exit code 255, reason Unknown.
         """
         lost = set(self.processes)
-        await self._stop_processes(grace)
+        await self._stop_processes(grace, whole_group=True)
         for record in [*self.inits, *self.mains]:
             if record.name in lost:
                 record.lost("the node rebooted while the container was running")
@@ -404,21 +405,24 @@ class PodWorker:
 
     # -- stopping ------------------------------------------------------------------------------
 
-    async def _stop_processes(self, grace: float) -> None:
+    async def _stop_processes(self, grace: float, *, whole_group: bool = False) -> None:
+        """SIGTERM, up to `grace` seconds, then SIGKILL. Like a container runtime, the SIGTERM
+        goes to each container's first process only (a stage's agent then lets its running step
+        finish); `whole_group` signals every process, as a host shutting down does. Whatever
+        is left of a container once its first process has gone is killed with it."""
         self.stopping = True
         running = dict(self.processes)
+        terminate = os.killpg if whole_group else os.kill
         for process in running.values():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+                terminate(process.pid, signal.SIGTERM)
         if running:
             waiters = [asyncio.create_task(p.wait()) for p in running.values()]
-            _, pending = (
-                await asyncio.wait(waiters, timeout=grace) if grace > 0 else (set(), set(waiters))
-            )
+            if grace > 0:
+                await asyncio.wait(waiters, timeout=grace)
             for process in running.values():
-                if process.returncode is None or pending:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
             await asyncio.gather(*waiters, return_exceptions=True)
         if self.flow is not None:
             self.flow.cancel()

@@ -3,7 +3,8 @@
 Each step of the marker package appends one line `<step> <version> <tag>` to a file in the
 node's host root when it finishes (after its work, so a step killed part-way leaves nothing),
 where `tag` stands for the package's config: a completed stage that ran twice for the same
-version and config shows as a repeated line.
+version and config shows as a repeated line. The same line goes to a second file when the
+step begins, so a test can act while a step is known to be running.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from skyhook_schemas import keys
 from ..helpers import SHELLSCRIPT, TEST_LABEL, Cluster, Recording
 
 MARKERS = "/skyhook-fault-markers"
+BEGUN = "/skyhook-fault-begun"
 PACKAGE = "markers"
 
 
@@ -29,7 +31,9 @@ def marker_package(version: str = "1.0.0", tag: str = "a", sleep: float = 1) -> 
     scripts = {}
     for step in ("apply", "config"):
         line = f"{step} {version} {tag}"
-        scripts[f"{step}.sh"] = f"#!/bin/bash\nsleep {sleep}\necho '{line}' >> {MARKERS}\n"
+        scripts[f"{step}.sh"] = (
+            f"#!/bin/bash\necho '{line}' >> {BEGUN}\nsleep {sleep}\necho '{line}' >> {MARKERS}\n"
+        )
         scripts[f"{step}_check.sh"] = f"#!/bin/bash\ngrep -qx '{line}' {MARKERS}\n"
     return {"version": version, "image": SHELLSCRIPT, "configMap": scripts}
 

@@ -2,8 +2,9 @@
 
 Each test starts a rollout of the marker package, breaks something while stages run, and ends
 with the same checks (helpers.assert_rolled_out): every selected node complete with the final
-spec, no completed stage run twice for the same version and config, the interruption budget
-never exceeded in the recorded watch, no node left cordoned or tainted, the SCR complete.
+spec, no completed stage run twice for the same version and config (unless the test says why),
+the interruption budget never exceeded in the recorded watch, no node left cordoned or
+tainted, the SCR complete.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from skyhook_schemas import keys
 
 from ..helpers import TEST_LABEL, Cluster, Recording
 from .helpers import (
+    BEGUN,
     PACKAGE,
     assert_nodes_released,
     assert_rolled_out,
     live_stage_pod,
+    marker_lines,
     marker_package,
     record,
     wait_gone,
@@ -119,14 +122,47 @@ def test_etcd_stopped_for_ten_seconds_mid_rollout(cluster: Cluster) -> None:
 # --- pods, nodes and the agent -----------------------------------------------------------------
 
 
-def test_stage_pod_deleted_by_hand(cluster: Cluster) -> None:
-    recording = start(cluster, "podgone")
-    pod = wait_until(live_stage_pod(cluster, "podgone", "apply"), 60, "an apply pod")
+def test_stage_pod_deleted_by_hand_mid_step(cluster: Cluster) -> None:
+    recording = start(cluster, "podgone", sleep=3)
+    apply = "apply 1.0.0 a"
+
+    def node_mid_apply() -> str | None:
+        return next(
+            (
+                n
+                for n in cluster.nodes
+                if apply in cluster.host_file(n, BEGUN).splitlines()
+                and apply not in marker_lines(cluster, n)
+            ),
+            None,
+        )
+
+    node = wait_until(node_mid_apply, 60, "an apply step running")
+    pod = next(
+        p
+        for p in cluster.pods("podgone")
+        if p["spec"]["nodeName"] == node and not p["metadata"].get("deletionTimestamp")
+    )
     meta = pod["metadata"]
     cluster.kube.request(
         "DELETE", cluster.kube.namespaced_path("pods", meta["namespace"], meta["name"])
     )
-    assert_rolled_out(cluster, "podgone", recording, version="1.0.0", budget=2)
+    assert_rolled_out(
+        cluster, "podgone", recording, version="1.0.0", budget=2, rerun_allowed=[node]
+    )
+    # The running step was let finish, not cut short; its stage was not complete, so the stage
+    # ran again from its first step (the shellscript package's steps rerun every time).
+    assert marker_lines(cluster, node) == [apply, apply, "config 1.0.0 a"]
+    # ... and not while the deleted pod was still there: never two stage pods on one node.
+    pods = recording.of("pod")
+    uid = meta["uid"]
+    gone = next(t for t, kind, p in pods if kind == "DELETED" and p["metadata"]["uid"] == uid)
+    replaced = next(
+        t
+        for t, kind, p in pods
+        if kind == "ADDED" and p["spec"].get("nodeName") == node and p["metadata"]["uid"] != uid
+    )
+    assert replaced > gone, "a new stage pod was created before the deleted one was gone"
 
 
 def test_node_deleted_mid_stage_and_added_again(cluster: Cluster) -> None:
