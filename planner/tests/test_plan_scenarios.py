@@ -650,3 +650,34 @@ def test_each_stage_pod_finds_its_node_state_in_the_metadata_configmap() -> None
 
     d.run(on_step=check)
     assert sorted(seen) == [(n, s) for n in sorted(d.sim.nodes) for s in ("apply", "config")]
+
+
+def _running(pod: dict) -> None:
+    """The kubelet started the pod's first init container: its agent is at work."""
+    first = pod["spec"]["initContainers"][0]["name"]
+    pod["status"] = {
+        "phase": "Pending",
+        "initContainerStatuses": [{"name": first, "restartCount": 0, "state": {"running": {}}}],
+    }
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
+def test_nothing_of_a_package_starts_while_a_deleted_pod_of_it_still_runs(version: str) -> None:
+    """A deleted stage pod's agent finishes the step it is running: the next stage pod of the
+    package, for the same version or another, waits until the old pod has stopped."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"tuning": package("1.0.0")}})
+    d.step()
+    (key,) = d.pending_pods()
+    old = d.sim.pods[key]
+    _running(old)
+    old["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # deleted, still stopping
+    d.sim.skyhooks["scr"]["spec"]["packages"]["tuning"]["version"] = version
+    before = len(d.sim.created_pods)
+    for _ in range(3):
+        d.step()
+    assert d.sim.created_pods[before:] == []
+    del d.sim.pods[key]  # the old pod has stopped and is gone
+    d.step()
+    (started,) = d.sim.created_pods[before:]
+    assert pod_stage(started)[1] == f"tuning|{version}"

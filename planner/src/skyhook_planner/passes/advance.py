@@ -62,16 +62,18 @@ class _NodeRun:
         self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
-        # Pods of ours on their way out (deleted by this pass or terminating) whose stage may
-        # still be running: no other stage of their package starts on the host until they stop.
+        # Packages (any version) with a pod of ours on its way out (deleted by this pass or
+        # terminating) whose step may still run: a deleted agent finishes its running step, so
+        # nothing else of the package starts on the host until that pod has stopped.
         self.leaving = {
-            p.labels.get(keys.PACKAGE_LABEL)
+            pkg.name
             for p in on_node
             if p.labels.get(keys.NAME_LABEL) == ctx.name
             and ctx.index.is_ours(p)
             and not ctx.present(p)
             and p.phase not in FINISHED_PHASES
             and results.outcome(p).result in {results.RUNNING, results.WAITING}
+            and (pkg := ctx.index.pod_package(p)) is not None
         }
         self.created = 0
 
@@ -198,7 +200,7 @@ class _NodeRun:
         label = podbuilder.package_label(package.name, package.version)
         if label in self.running_packages:
             return  # its pod is still running; its result arrives through learning
-        if label in self.leaving:
+        if package.name in self.leaving:
             self.decision.wake_in(1.0)  # a pod of it is still going away
             return
         if ctx.spec.serial and (self.ours or self.created):
