@@ -270,6 +270,14 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
     assert not drain.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"
 
 
+def test_composing_status_patches_leaves_each_patch_as_it_was() -> None:
+    patches = [{"m": {"x": 1}}, {"m": {"y": 2}}, {"m": {"z": {"k": 1}}}, {"m": {"z": {"j": 2}}}]
+    before = copy.deepcopy(patches)
+    composed = statuses.compose_merge_patches(patches)
+    assert composed == {"m": {"x": 1, "y": 2, "z": {"k": 1, "j": 2}}}
+    assert patches == before  # a queued patch is also what the snapshot replays
+
+
 @pytest.mark.parametrize(
     ("first", "second", "composed"),
     [
@@ -283,7 +291,7 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
 def test_composed_status_patches_do_what_both_do(
     first: dict[str, Any], second: dict[str, Any], composed: dict[str, Any]
 ) -> None:
-    assert statuses.compose_merge_patches(first, second) == composed
+    assert statuses.compose_merge_patches([first, second]) == composed
     target = {"m": {"x": 0, "z": 9}, "a": 0}
     untouched = copy.deepcopy(target)
     one = statuses.merge_patched(statuses.merge_patched(target, first), second)

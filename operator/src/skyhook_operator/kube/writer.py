@@ -381,18 +381,16 @@ class Writer:
             done = 0
             while done < len(self._unsent) and self._unsent[done][1].is_set():
                 done += 1
-            batch = [action for action, _ in self._unsent[:done]]
-            merged: dict[str, dict[str, Any]] = {}
-            for action in batch:
-                merged[action.name] = compose_merge_patches(
-                    merged.get(action.name, {}), action.patch
-                )
+            batch: dict[str, list[Mapping[str, Any]]] = {}
+            for action, _ in self._unsent[:done]:
+                batch.setdefault(action.name, []).append(action.patch)
             run = _Run()
-            for name, patch in merged.items():
+            for name, patches in batch.items():
+                patch = compose_merge_patches(patches)
                 await self._run_one(PatchSkyhookStatus(name, patch), run, lane=None)
             self._status_written = time.monotonic()
             del self._unsent[:done]  # only this task removes, oldest first
-            self._queued = max(0, self._queued - (done - len(merged)))
+            self._queued = max(0, self._queued - (done - len(batch)))
             self._update_idle()
             if not run.result.ok:  # a written status wakes the loop through the Skyhook's watch
                 self._report(failed=True)

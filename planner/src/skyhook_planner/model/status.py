@@ -4,8 +4,7 @@ its status block and the merge patch that gets it there.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -322,16 +321,30 @@ def merge_patched(document: Any, patch: Any) -> Any:
     return result
 
 
-def compose_merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    """One merge patch doing what applying `first` then `second` does, except where `first`
-    removes a key and `second` sets it to an object again: the composed patch then merges that
-    object into the old one (the next pass's patch removes what is left over)."""
-    composed = copy.deepcopy(dict(first))
-    for key, value in second.items():
-        if isinstance(value, Mapping) and isinstance(composed.get(key), Mapping):
-            composed[key] = compose_merge_patches(composed[key], value)
-        else:
-            composed[key] = copy.deepcopy(value)
+def compose_merge_patches(patches: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One merge patch doing what applying `patches` in order does, except where one removes
+    a key and a later one sets it to an object again: the composed patch then merges that
+    object into the old one (the next pass's patch removes what is left over).
+
+    Costs the patches' total size, not their number times the result's: an object is copied
+    once, when a later patch first merges into it, and the values the patches set are shared,
+    not copied (a patch is never changed in place)."""
+    composed: dict[str, Any] = {}
+    copies = {id(composed)}  # the objects made here, which may be changed in place
+
+    def fold(into: dict[str, Any], patch: Mapping[str, Any]) -> None:
+        for key, value in patch.items():
+            current = into.get(key)
+            if isinstance(value, Mapping) and isinstance(current, Mapping):
+                if not (isinstance(current, dict) and id(current) in copies):
+                    current = into[key] = dict(current)
+                    copies.add(id(current))
+                fold(current, value)
+            else:
+                into[key] = value
+
+    for patch in patches:
+        fold(composed, patch)
     return composed
 
 
