@@ -44,20 +44,26 @@ def test_eviction_of_a_running_workload_pod_completes_within_seconds(api, sandbo
     assert time.monotonic() - started < 10
 
 
+def _signalled_pod(api, sandbox, node: str, name: str, *, script: str, grace: int) -> Path:
+    """Run `script` (which writes /root/signals once its traps are set) in pod `name`; the
+    node's file the script writes, once it exists."""
+    api.create_namespaced_pod(
+        NAMESPACE,
+        pod_manifest(name, node, volumes=HOST, terminationGracePeriodSeconds=grace,
+                     containers=[shell("c", script, volumeMounts=HOST_MOUNT)]),
+    )  # fmt: skip
+    signals = sandbox.host_root_upper(node) / "signals"
+    wait_for(signals.exists, 15, f"{name}: the shell to set its trap")
+    return signals
+
+
 def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(api, sandbox, sandbox_nodes):
     (node,) = sandbox_nodes()
     stubborn = (
         "trap 'echo got-term >> /root/signals' TERM; echo trapped > /root/signals; "
         "while :; do sleep 0.1; done"
     )
-    api.create_namespaced_pod(
-        NAMESPACE,
-        pod_manifest("stubborn", node, volumes=HOST, terminationGracePeriodSeconds=2,
-                     containers=[shell("c", stubborn, volumeMounts=HOST_MOUNT)]),
-    )  # fmt: skip
-    wait_phase(api, "stubborn", ("Running",))
-    signals = sandbox.host_root_upper(node) / "signals"
-    wait_for(signals.exists, 15, "the shell to install its trap")
+    signals = _signalled_pod(api, sandbox, node, "stubborn", script=stubborn, grace=2)
     started = time.monotonic()
     api.delete_namespaced_pod("stubborn", NAMESPACE)
     wait_for(lambda: pod_gone(api, "stubborn"), 15, "the deleted pod to be gone")
@@ -76,13 +82,7 @@ def test_deletion_signals_only_the_first_process_and_lets_its_children_finish(
         "(sleep 2; echo child-finished >> /root/signals) & "
         "echo started > /root/signals; wait; wait"
     )
-    api.create_namespaced_pod(
-        NAMESPACE,
-        pod_manifest("parent", node, volumes=HOST, terminationGracePeriodSeconds=20,
-                     containers=[shell("c", script, volumeMounts=HOST_MOUNT)]),
-    )  # fmt: skip
-    signals = sandbox.host_root_upper(node) / "signals"
-    wait_for(signals.exists, 15, "the shell to start its child")
+    signals = _signalled_pod(api, sandbox, node, "parent", script=script, grace=20)
     started = time.monotonic()
     api.delete_namespaced_pod("parent", NAMESPACE)
     wait_for(lambda: pod_gone(api, "parent"), 25, "the deleted pod to be gone")
