@@ -422,7 +422,7 @@ def test_eviction_targets_only_evictable_pods() -> None:
     d = Driver(1, LABELS)
     d.sim.add_pod(_workload("web", {"app": "web"}))
     ds = _workload("ds", {})
-    ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x"}]
+    ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x", "controller": True}]
     d.sim.add_pod(ds)
     d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(interrupt={"type": "reboot"})}})
     evicted = set()

@@ -250,7 +250,7 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
         pod("done", "Succeeded", labels={"critical": "yes"}),
         pod("web"),
         pod("leaving", deleting=True),
-        pod("ds", owner_kinds=("DaemonSet",)),
+        pod("ds", controller_kind="DaemonSet"),
         pod("tolerant", tolerates_unschedulable=True),
         PodView("sys", "kube-system", "n", phase="Running"),
         PodView("ours", "skyhook", "n", labels={"skyhook.nvidia.com/name": "scr"}),
@@ -258,13 +258,13 @@ def test_gate_fails_closed_and_spares_daemonsets() -> None:
         pod("forged", labels={"skyhook.nvidia.com/name": "scr"}),
     ]
     result = drain.check(NodeView("n", unschedulable=True), pods, selector, "skyhook")
-    assert [x.name for x in result.blocking] == ["blocker"]
-    assert result.to_evict == (), "nothing is evicted while a protected pod is alive"
-    assert [x.name for x in result.terminating] == ["leaving"]
+    assert [x.name for x in result.protected] == ["blocker"]
+    assert result.to_remove == (), "nothing is evicted while a protected pod is alive"
     assert not result.open
     result = drain.check(NodeView("n", unschedulable=True), pods[1:], selector, "skyhook")
-    assert result.blocking == ()
-    assert [x.name for x in result.to_evict] == ["web", "forged"]
+    assert result.protected == ()
+    assert [x.name for x in result.to_remove] == ["web", "forged"]
+    assert [x.name for x in result.leaving] == ["leaving"]
     assert not result.open
     assert drain.check(NodeView("n", unschedulable=True), [], selector, "skyhook").open
     assert not drain.check(NodeView("n"), [], selector, "skyhook").open, "not cordoned yet"

@@ -53,6 +53,18 @@ def cordon_key(scr: str) -> str:
     return f"{GROUP}/cordon_{scr}"
 
 
+def drain_start_key(scr: str) -> str:
+    """Annotation with the time (RFC 3339) this SCR's drain of the node began; gone once the
+    node is drained. drainConfig.timeout counts from it."""
+    return f"{GROUP}/drainStart_{scr}"
+
+
+def drain_blocked_key(scr: str) -> str:
+    """Annotation listing, while this SCR's drain of the node cannot go on, the pods that
+    block it: a JSON list of ``{"namespace", "name", "reason", "detail"}``."""
+    return f"{GROUP}/drainBlocked_{scr}"
+
+
 def version_key(scr: str) -> str:
     """Annotation with the operator version that first handled the node for this SCR."""
     return f"{GROUP}/version_{scr}"
@@ -101,6 +113,7 @@ CONDITION_NODES_IGNORED = f"{GROUP}/NodesIgnored"
 CONDITION_UNINSTALL_IN_PROGRESS = "UninstallInProgress"
 CONDITION_UNINSTALL_FAILED = "UninstallFailed"
 CONDITION_BLOCKED = "Blocked"
+CONDITION_DRAIN_BLOCKED = "DrainBlocked"
 CONDITION_DELETION_BLOCKED = "DeletionBlocked"
 
 DEFAULT_COMPARTMENT = "__default__"

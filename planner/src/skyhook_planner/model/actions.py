@@ -101,11 +101,15 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class EvictPod:
-    """Post a policy/v1 Eviction; a 429 (PDB) means "try again later", not a failure."""
+    """Remove a pod for a drain and wait until it is gone: a policy/v1 Eviction, whose refusal
+    by a PodDisruptionBudget is a wait the drain reports, not a failure; or, with `delete`
+    (drainConfig.disableEviction), a plain DELETE that no budget holds."""
 
     namespace: str
     name: str
     node: str  # the lane it goes out in
+    grace_seconds: int | None = None  # deleteOptions.gracePeriodSeconds; None: the pod's own
+    delete: bool = False
 
 
 @dataclass(frozen=True)

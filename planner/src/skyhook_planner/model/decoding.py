@@ -161,6 +161,19 @@ def _duration(text: str) -> float:
 # Ours: a Go duration (`30m`, `1h30m`, `0`), read as seconds.
 Duration = Annotated[float, parsed(_duration)]
 
+
+def _non_negative_duration(text: str) -> float:
+    # Go's duration grammar takes a sign; a negative one is named as such rather than as
+    # "not a duration", as upstream's webhook says it.
+    if text.startswith("-") and parse_duration(text[1:]) is not None:
+        raise ValueError("must be greater than or equal to 0")
+    return _duration(text.removeprefix("+"))
+
+
+# Upstream's fields of type Duration (drainConfig.timeout, stageTimeout): a Go duration that
+# may carry a sign, of which only a negative one is refused.
+NonNegativeDuration = Annotated[float, parsed(_non_negative_duration)]
+
 # A string that must be given and not empty ("required" either way).
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]
 

@@ -44,6 +44,10 @@ class NodeState:
     # Ours (image compatibility): per package, {"image", "matched"} of the image its pods were
     # last started with, or {"unmatched": reason}. None means "no such annotation".
     images: Mapping[str, Mapping[str, str]] | None = None
+    # The drain before an interrupt (rules/drain.py): when it began, and the pods blocking it
+    # (JSON), as their annotations hold them; None: no such annotation.
+    drain_start: str | None = None
+    drain_blocked: str | None = None
 
     @property
     def holds_slot(self) -> bool:
@@ -96,6 +100,8 @@ def read(node: NodeView, scr: str) -> NodeState:
         version=annotations.get(keys.version_key(scr)),
         error=error,
         images=decode_image_selections(annotations.get(keys.image_selection_key(scr))),
+        drain_start=annotations.get(keys.drain_start_key(scr)),
+        drain_blocked=annotations.get(keys.drain_blocked_key(scr)),
     )
 
 
@@ -138,6 +144,8 @@ def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeC
     put(changes.labels, node.labels, status_key, after.status)
     put(changes.annotations, annotations, keys.cordon_key(scr), "true" if after.cordoned else None)
     put(changes.annotations, annotations, keys.version_key(scr), after.version)
+    put(changes.annotations, annotations, keys.drain_start_key(scr), after.drain_start)
+    put(changes.annotations, annotations, keys.drain_blocked_key(scr), after.drain_blocked)
     if after.images is not None and after.images != before.images:
         put(
             changes.annotations,
@@ -171,6 +179,8 @@ def removal(node: NodeView, scr: str) -> NodeChanges:
         keys.cordon_key(scr),
         keys.version_key(scr),
         keys.image_selection_key(scr),
+        keys.drain_start_key(scr),
+        keys.drain_blocked_key(scr),
     ):
         if key in node.annotations:
             changes.annotations[key] = None

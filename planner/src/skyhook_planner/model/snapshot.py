@@ -14,7 +14,8 @@ from skyhook_planner.model.alerts import AlertReading
 from skyhook_planner.model.imagecompat import Artifact
 from skyhook_planner.model.policy import Policy, PolicyError, decode_policy
 from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec
-from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
+from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint, Toleration
+from skyhook_schemas import keys
 from skyhook_schemas.status import SkyhookStatus
 
 # --- the input snapshot ----------------------------------------------------------------------
@@ -136,6 +137,19 @@ class ContainerStatusView:
         )
 
 
+_CORDON_TAINT = Taint(keys.UNSCHEDULABLE_TAINT_KEY, "NoSchedule")
+_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's copy in the API
+
+
+def _toleration(body: JsonDict) -> Toleration:
+    return Toleration(
+        body.get("key") or "",
+        body.get("operator") or "Equal",
+        body.get("value") or "",
+        body.get("effect") or "",
+    )
+
+
 @dataclass(frozen=True)
 class PodView:
     name: str
@@ -147,9 +161,12 @@ class PodView:
     init_containers: tuple[ContainerView, ...] = ()
     init_statuses: tuple[ContainerStatusView, ...] = ()
     deleting: bool = False
-    # What a drain needs to know: does the pod tolerate the cordon taint, who owns it.
+    # What a drain needs to know (rules/drain.py): does the pod tolerate the cordon taint,
+    # the kind of its controller ("" when none owns it), an emptyDir volume, a mirror pod.
     tolerates_unschedulable: bool = False
-    owner_kinds: tuple[str, ...] = ()
+    controller_kind: str = ""
+    empty_dir: bool = False
+    mirror: bool = False
     created: datetime | None = None  # creationTimestamp: when an interrupt began
 
     @property
@@ -177,10 +194,14 @@ class PodView:
             ),
             deleting=bool(meta.get("deletionTimestamp")),
             tolerates_unschedulable=any(
-                t.get("key") == "node.kubernetes.io/unschedulable"
-                for t in spec.get("tolerations") or ()
+                _toleration(t).tolerates(_CORDON_TAINT) for t in spec.get("tolerations") or ()
             ),
-            owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or ()),
+            controller_kind=next(
+                (o.get("kind", "") for o in meta.get("ownerReferences") or () if o.get("controller")),
+                "",
+            ),
+            empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
+            mirror=_MIRROR_ANNOTATION in (meta.get("annotations") or {}),
             created=_parse_time(meta.get("creationTimestamp")),
         )
 
@@ -278,6 +299,18 @@ class WriteRefusal:
 
 
 @dataclass(frozen=True)
+class EvictionRefusal:
+    """An eviction the apiserver refused because of a PodDisruptionBudget: the drain waits."""
+
+    namespace: str
+    name: str
+    node: str
+    uid: str
+    detail: str  # the apiserver's message, naming the budget
+    at: datetime
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one pass decides from. It must reflect every write of earlier passes
     (read-your-writes): a stale node annotation would make the planner redo finished work."""
@@ -295,3 +328,6 @@ class ClusterSnapshot:
     alerts: tuple[AlertReading, ...] = ()
     # Writes the apiserver refused as invalid, and for which Skyhook generation.
     refusals: tuple[WriteRefusal, ...] = ()
+    # Evictions a PodDisruptionBudget refused, by (namespace, name), until the pod is evicted
+    # or gone.
+    eviction_refusals: Mapping[tuple[str, str], EvictionRefusal] = field(default_factory=dict)

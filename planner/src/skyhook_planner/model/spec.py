@@ -13,6 +13,7 @@ Kubernetes' own rules for them (apirules.py), so what is admitted is what the ap
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from skyhook_planner.model.decoding import (
     FalsyIsUnset,
     Loc,
     NonEmpty,
+    NonNegativeDuration,
     PullableImage,
     SelectorWire,
     Text,
@@ -171,10 +173,25 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class DrainConfig:
+    """spec.drainConfig: how a node is drained before an interrupt (rules/drain.py). The
+    defaults are what a Skyhook without it has always done: evict every pod a drain moves,
+    emptyDir and unmanaged pods included, DaemonSet pods left in place, no time limit."""
+
+    disable_eviction: bool = False  # plain DELETE: no PodDisruptionBudget holds it
+    delete_empty_dir_data: bool = True  # False: a pod with an emptyDir volume blocks
+    force: bool = True  # False: a pod no controller owns blocks
+    ignore_daemon_sets: bool = True
+    timeout_s: float | None = None  # time to drained, then the node is erroring; None: none
+    grace_period_s: int | None = None  # whole seconds (rounded up); None: each pod's own
+
+
+@dataclass(frozen=True)
 class SkyhookSpec:
     packages: Mapping[str, Package] = field(default_factory=dict)
     node_selector: LabelSelector = field(default_factory=LabelSelector)
     pod_non_interrupt_labels: LabelSelector = field(default_factory=LabelSelector)
+    drain: DrainConfig = field(default_factory=DrainConfig)
     budget: Budget = field(default_factory=Budget)
     deployment_policy: str = ""
     # deploymentPolicyOptions.resetBatchStateOnCompletion; None: the policy decides.
@@ -479,6 +496,29 @@ class _BudgetWire(Wire):
         return self
 
 
+class _DrainConfigWire(Wire):
+    # Upstream's booleans are nullable: null reads as the default.
+    disable_eviction: StrictBool | None = None
+    delete_empty_dir_data: StrictBool | None = None
+    force: StrictBool | None = None
+    ignore_daemon_sets: StrictBool | None = None
+    timeout: NonNegativeDuration | None = None
+    grace_period: NonNegativeDuration | None = None
+
+    def decoded(self) -> DrainConfig:
+        def given(value: bool | None, default: bool) -> bool:
+            return default if value is None else value
+
+        return DrainConfig(
+            disable_eviction=given(self.disable_eviction, False),
+            delete_empty_dir_data=given(self.delete_empty_dir_data, True),
+            force=given(self.force, True),
+            ignore_daemon_sets=given(self.ignore_daemon_sets, True),
+            timeout_s=self.timeout or None,  # 0 bounds nothing
+            grace_period_s=None if self.grace_period is None else math.ceil(self.grace_period),
+        )
+
+
 class _PolicyOptionsWire(Wire):
     reset_batch_state_on_completion: StrictBool | None = None
 
@@ -496,6 +536,9 @@ class _SpecWire(Wire):
     packages: Annotated[dict[PackageKey, _PackageWire], FalsyIsUnset] = Field(default_factory=dict)
     node_selectors: SelectorWire = Field(default_factory=SelectorWire)
     pod_non_interrupt_labels: SelectorWire = Field(default_factory=SelectorWire)
+    drain_config: Annotated[_DrainConfigWire, FalsyIsUnset] = Field(
+        default_factory=_DrainConfigWire
+    )
     interruption_budget: Annotated[_BudgetWire, FalsyIsUnset] = Field(default_factory=_BudgetWire)
     deployment_policy: StrictStr = ""
     deployment_policy_options: Annotated[_PolicyOptionsWire, FalsyIsUnset] = Field(
@@ -534,6 +577,7 @@ class _SpecWire(Wire):
             packages={name: self.packages[name].decoded(name) for name in names},
             node_selector=self.node_selectors.decoded(),
             pod_non_interrupt_labels=self.pod_non_interrupt_labels.decoded(),
+            drain=self.drain_config.decoded(),
             budget=Budget(self.interruption_budget.percent, self.interruption_budget.count),
             deployment_policy=self.deployment_policy,
             reset_batch_state=self.deployment_policy_options.reset_batch_state_on_completion,

@@ -57,6 +57,7 @@ WHILE_TRUE_CONDITIONS = (
     keys.CONDITION_UNINSTALL_IN_PROGRESS,
     keys.CONDITION_UNINSTALL_FAILED,
     keys.CONDITION_BLOCKED,
+    keys.CONDITION_DRAIN_BLOCKED,
     keys.CONDITION_DELETION_BLOCKED,
 )
 # The kstatus convention (Flux, kpt, cli-utils): written beside upstream's conditions so GitOps

@@ -20,7 +20,8 @@ from skyhook_planner.model.spec import Package
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, stages
+from skyhook_planner.model.waiting import Reason
+from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, soak, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -122,9 +123,7 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = drain.check(
-            self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
-        )
+        drained = self._drain_check()
         if interrupting:
             self._cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
@@ -154,9 +153,7 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = drain.check(
-            self.node, self.pods, ctx.spec.pod_non_interrupt_labels, ctx.index.settings.namespace
-        )
+        drained = self._drain_check()
         if interrupting:
             self._cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
@@ -166,6 +163,17 @@ class _NodeRun:
             if name in interrupting and not drained.open:
                 continue
             self._start(packages[name], due[name])
+
+    def _drain_check(self) -> drain.Drain:
+        ctx = self.ctx
+        return drain.check(
+            self.node,
+            self.pods,
+            ctx.spec.pod_non_interrupt_labels,
+            ctx.index.settings.namespace,
+            ctx.spec.drain,
+            ctx.index.snap.eviction_refusals,
+        )
 
     def _hold(self, hold: Hold) -> None:
         self.decision.wait(self.ctx.name, self.node.name, (blockers.hold_reason(hold),))
@@ -182,17 +190,75 @@ class _NodeRun:
             # Ours to put on, or on again should someone have uncordoned the node meanwhile;
             # a node already cordoned gets no write (and stays quiet for the next pass).
             out.unschedulable = True
-        if drained.to_evict:
+        if drained.open:
+            self.state = replace(self.state, drain_start=None, drain_blocked=None)
+            return
+        if drained.protected:
+            # Waiting for the protected pods is not the drain: its clock has not started.
+            self._drain_held(drained, blockers.drain_reason(drained))
+            return
+        self._drain(drained, package)
+
+    def _drain(self, drained: drain.Drain, package: Package) -> None:
+        """Remove what the drain may remove, or, past drainConfig.timeout, mark the package
+        erroring (the node stays cordoned) and remove nothing more."""
+        ctx, node = self.ctx, self.node
+        config = ctx.spec.drain
+        started = drain.started_at(node, ctx.name)
+        if started is None:
+            self.state = replace(self.state, drain_start=drain.stamp(ctx.now))
+        blocked = drain.blocked_annotation(drained.blocked) if drained.blocked else None
+        if blocked is not None and self.state.drain_blocked is None:
             self.decision.event(
                 "Node",
-                self.node.name,
-                "Interrupt",
-                f"draining node [{self.node.name}] package [{package.name}:{package.version}] from [skyhook:{self.ctx.name}]",
+                node.name,
+                "Drain",
+                f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
+                f"from [skyhook:{ctx.name}]: {blockers.blocked_pods(drained.blocked)}",
+                type="Warning",
             )
-            out.actions += [EvictPod(pod.namespace, pod.name, pod.node) for pod in drained.to_evict]
-        waits = blockers.drain_reason(drained)
-        if waits is not None:
-            self.decision.wait(self.ctx.name, self.node.name, (waits,))
+        self.state = replace(self.state, drain_blocked=blocked)
+        label = f"[{package.name}:{package.version}]"
+        if drain.timed_out(started, config, ctx.now):
+            assert config.timeout_s is not None
+            stage = self.work.due[package.name]
+            entry = self.entries.get(package.key) or PackageEntry(
+                package.name, package.version, package.image, stage
+            )
+            if not (entry.stage == stage and entry.state == ERRORING):
+                after = soak.describe(config.timeout_s)
+                self.entries[package.key] = replace(entry, stage=stage, state=ERRORING)
+                message = f"drain timed out after [{after}] for node [{node.name}] package {label}"
+                self.decision.event(
+                    "Node", node.name, "Drain", f"{message} from [skyhook:{ctx.name}]", "Warning"
+                )
+                self.decision.event("Skyhook", ctx.name, "Drain", message, "Warning")
+            self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
+            return
+        if drained.to_remove:
+            self.decision.event(
+                "Node",
+                node.name,
+                "Drain",
+                f"draining node [{node.name}] package {label} from [skyhook:{ctx.name}]",
+            )
+            self.decision.node(node.name).actions += [
+                EvictPod(
+                    pod.namespace,
+                    pod.name,
+                    pod.node,
+                    config.grace_period_s,
+                    delete=config.disable_eviction,
+                )
+                for pod in drained.to_remove
+            ]
+        self._drain_held(drained, blockers.drain_reason(drained))
+
+    def _drain_held(self, drained: drain.Drain, reason: Reason | None) -> None:
+        if drained.protected or drained.blocked:
+            self.decision.work.drains[self.node.name] = drained
+        if reason is not None:
+            self.decision.wait(self.ctx.name, self.node.name, (reason,))
             self.decision.wake_in(DRAIN_POLL_S)
 
     def _start(self, package: Package, stage: str) -> None:

@@ -23,6 +23,7 @@ from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.memory import SkyhookMemory
+from skyhook_planner.rules.drain import Drain
 
 PodKey = tuple[str, str]
 
@@ -61,10 +62,14 @@ class SkyhookWork:
     stale_config: set[str] = field(default_factory=set)
     conditions: list[dict[str, Any]] = field(default_factory=list)
     picked: dict[str, str] = field(default_factory=dict)  # nodes first picked now: pick time
+    # Nodes whose drain is held this pass (protected pods, blocked pods): what the Skyhook's
+    # Blocked and DrainBlocked conditions say (passes/report.py)
+    drains: dict[str, Drain] = field(default_factory=dict)
 
     def merge(self, other: SkyhookWork) -> None:
         self.states.update(other.states)
         self.picked.update(other.picked)
+        self.drains.update(other.drains)
         if other.config_updates is not None:
             self.config_updates = other.config_updates
         self.stale_config |= other.stale_config

@@ -20,7 +20,8 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, budget, deadlines, health, holds, soak
+from skyhook_planner.rules import batches, budget, deadlines, drain, health, holds, soak
+from skyhook_planner.rules.drain import Drain
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -55,6 +56,9 @@ def finish(
         decided = decided or Decision()
         _uncordon(ctx, node, decided)
         state = replace(state, cordoned=False)
+    if complete and (state.drain_start or state.drain_blocked):
+        # A drain no interrupt needs any more (its package left the spec) leaves no trace.
+        state = replace(state, drain_start=None, drain_blocked=None)
     if complete and state.status != COMPLETE and state.entries is not None:
         decided = decided or Decision()
         decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
@@ -212,6 +216,52 @@ def _skipping(nodes: Sequence[str], one: str, many: str) -> str:
     if len(nodes) > MAX_NAMED_NODES:
         return f"{len(nodes)} nodes {many}. Skipping."
     return f"Node [{', '.join(nodes)}] {one}. Skipping."
+
+
+def drain_conditions(
+    ctx: SkyhookContext, rollout: Rollout, drains: Mapping[str, Drain], blocked_already: bool
+) -> Decision:
+    """`Blocked` (reason NonInterruptPodsRunning) while protected pods hold nodes' interrupts,
+    unless another Blocked reason (`blocked_already`) is up; `DrainBlocked` while drains
+    cannot go on. Each with a Warning Event when it comes up; both are dropped when they no
+    longer hold (statuses.WHILE_TRUE_CONDITIONS)."""
+    decided = Decision()
+    held = sorted(n for n, d in drains.items() if d.protected)
+    if held and not blocked_already:
+        count = f"{len(held)} node{'s' if len(held) != 1 else ''}"
+        message = f"{count} blocked by non-interrupt pods ({_listed(held)}). Waiting."
+        _raise(ctx, decided, keys.CONDITION_BLOCKED, drain.NON_INTERRUPT, message)
+    blocked = sorted(n for n, d in drains.items() if d.blocked and not d.protected)
+    if blocked:
+        reasons = {drains[n].blocked_reason for n in blocked}
+        reason = reasons.pop() if len(reasons) == 1 else drain.MULTIPLE
+        pods = "; ".join(
+            f"{b.namespace}/{b.name} on {n}: {b.detail or b.reason}"
+            for n in blocked[: statuses.SUMMARY_NAMES_MAX]
+            for b in drains[n].blocked
+        )
+        message = (
+            f"{len(blocked)}/{len(rollout.matched)} nodes blocked draining "
+            f"({_listed(blocked)}); {pods}"
+        )
+        _raise(ctx, decided, keys.CONDITION_DRAIN_BLOCKED, reason, message)
+    return decided
+
+
+def _listed(nodes: Sequence[str]) -> str:
+    shown = ", ".join(nodes[: statuses.SUMMARY_NAMES_MAX])
+    return shown if len(nodes) <= statuses.SUMMARY_NAMES_MAX else f"{shown}, ... (list truncated)"
+
+
+def _raise(ctx: SkyhookContext, decided: Decision, kind: str, reason: str, message: str) -> None:
+    """Report condition `kind`, with a Warning Event when it was not up (or had another
+    reason) before this pass."""
+    before = ctx.scr.status.condition(kind)
+    if before is None or before.get("reason") != reason or before.get("status") != "True":
+        decided.event("Skyhook", ctx.name, "Drain", message, type="Warning")
+    decided.work.conditions.append(
+        statuses.condition(kind, True, reason, message, ctx.now, generation=ctx.scr.generation)
+    )
 
 
 def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:

@@ -39,6 +39,7 @@ from skyhook_planner.passes.memory import (
 )
 from skyhook_planner.rules import blockers, deadlines, ordering
 from skyhook_planner.rules import health as health_rules
+from skyhook_schemas import keys
 
 
 def decide(
@@ -124,6 +125,12 @@ class _Share:
         decided.merge(_release_unselected(ctx, self.rollout))
         decided.merge(report.save(ctx, decided.work.states))
         decided.merge(uninstall.report(ctx, self.rollout))
+        blocked_already = any(
+            c["type"] == keys.CONDITION_BLOCKED for c in decided.work.conditions
+        )
+        decided.merge(
+            report.drain_conditions(ctx, self.rollout, decided.work.drains, blocked_already)
+        )
         node_state = _mirror(ctx, self.rollout, reused)
         selected = {n.name for n in self.rollout.matched}
         node_priority, node_order_offset = ordering.retire(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol
 
-from skyhook_planner.model.snapshot import NodeView, SkyhookView
+from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import SkyhookSpec
 from skyhook_planner.model.vocabulary import Taint, Toleration
 from skyhook_planner.model.waiting import (
@@ -31,7 +31,7 @@ from skyhook_planner.model.waiting import (
     TAINTS,
     Reason,
 )
-from skyhook_planner.rules.drain import Drain
+from skyhook_planner.rules.drain import NON_INTERRUPT, TIMED_OUT, BlockedPod, Drain
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 
@@ -242,16 +242,41 @@ def _no_room(compartment: str) -> Reason:
 
 
 def drain_reason(drain: Drain) -> Reason | None:
-    """Why a node that needs an interrupt is not yet drained, or None when it is."""
-    if drain.blocking:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in drain.blocking)
-        return Reason(DRAIN, f"non-interrupt pods: {names}")
-    waiting = len(drain.to_evict) + len(drain.terminating)
+    """Why a node that needs an interrupt is not yet drained, or None when it is. A hold the drain cannot end by itself names its cause in `hold` (the held-nodes
+    metric's reason)."""
+    if drain.protected:
+        return Reason(DRAIN, f"non-interrupt pods: {_pods(drain.protected)}", hold=NON_INTERRUPT)
+    if drain.blocked:
+        return Reason(
+            DRAIN, f"drain blocked: {blocked_pods(drain.blocked)}", hold=drain.blocked_reason
+        )
+    waiting = len(drain.to_remove) + len(drain.leaving)
     if waiting:
         return Reason(DRAIN, f"draining: {waiting} pods still to leave the node")
     if not drain.cordoned:
         return Reason(DRAIN, "draining: the node is being cordoned")
     return None
+
+
+def drain_timeout_reason(drain: Drain, timeout_s: float) -> Reason:
+    left = len(drain.to_remove) + len(drain.leaving) + len(drain.blocked)
+    return Reason(
+        DRAIN,
+        f"drain timed out after {timeout_s:g}s with {left} pods left on the node; "
+        "the node stays cordoned until they are gone or it is reset",
+        hold=TIMED_OUT,
+    )
+
+
+def blocked_pods(blocked: Iterable[BlockedPod]) -> str:
+    """`ns/name (reason: detail)` for each blocked pod."""
+    return "; ".join(
+        f"{b.namespace}/{b.name} ({b.reason}{': ' + b.detail if b.detail else ''})" for b in blocked
+    )
+
+
+def _pods(pods: Iterable[PodView]) -> str:
+    return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
 
 
 def reasons(

@@ -1,33 +1,82 @@
-"""May a node be interrupted now: is it drained?
+"""May a node be interrupted now: is it drained, and if not, what holds it?
 
-A node is drained when it is cordoned, no pod matching the Skyhook's
-`podNonInterruptLabels` is still alive on it, and every other evictable pod is gone. Those
-protected pods come first: while one is alive nothing is evicted, so the node's workloads are not
-displaced for an interrupt that still has to wait; once they are all gone the rest is evicted.
-The check fails closed: a matching pod in any phase but Succeeded/Failed (Unknown included)
-blocks, and a pod on its way out still counts until it has gone.
+A node is drained when it is cordoned, no pod matching the Skyhook's `podNonInterruptLabels`
+is still alive on it, and every other pod is either one a drain leaves in place or gone.
+Those protected pods come first: while one is alive nothing is removed, so the node's
+workloads are not displaced for an interrupt that still has to wait; once they are all gone
+the rest is removed. The protected check fails closed: a matching pod in any phase but
+Succeeded/Failed (Unknown included) holds the node.
+
+Every other pod is decided by `decide`, in this order (spec.drainConfig's knobs in brackets):
+not Running or Pending: left; one of our stage pods: left; tolerates the cordon taint: left
+(it would come back); owned by a DaemonSet [ignoreDaemonSets]: left; in kube-system: left; a
+mirror pod: left; already terminating: waited for; owned by no controller [force: false]:
+blocks; with an emptyDir volume [deleteEmptyDirData: false]: blocks; otherwise deleted
+[disableEviction] or evicted. A pod whose eviction a PodDisruptionBudget refused blocks too,
+and is asked again (the operator spaces those asks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.snapshot import EvictionRefusal, NodeView, PodView
+from skyhook_planner.model.spec import DrainConfig
 from skyhook_planner.model.vocabulary import FINISHED_PHASES, LabelSelector
 from skyhook_schemas import keys
+
+# How a pod is handled, as `decide` says.
+LEAVE, WAIT, BLOCK, EVICT, DELETE = "leave", "wait", "block", "evict", "delete"
+
+# Why a drain cannot go on: the DrainBlocked condition's reasons, each blocked pod's reason in
+# the drainBlocked annotation, and the held-nodes metric's reason words.
+PDB = "PodDisruptionBudget"
+UNMANAGED = "UnmanagedPod"
+EMPTY_DIR = "EmptyDirData"
+MULTIPLE = "MultipleCauses"
+NON_INTERRUPT = "NonInterruptPodsRunning"  # the Blocked condition's reason
+TIMED_OUT = "DrainTimeout"
+
+
+@dataclass(frozen=True)
+class BlockedPod:
+    """A pod the drain cannot remove now: `reason` is PDB, UNMANAGED or EMPTY_DIR, `detail`
+    the apiserver's words for a PDB refusal."""
+
+    namespace: str
+    name: str
+    reason: str
+    detail: str = ""
+
+    def to_api(self) -> dict[str, str]:
+        body = {"namespace": self.namespace, "name": self.name, "reason": self.reason}
+        if self.detail:
+            body["detail"] = self.detail
+        return body
 
 
 @dataclass(frozen=True)
 class Drain:
     cordoned: bool
-    blocking: tuple[PodView, ...] = ()  # podNonInterruptLabels pods: wait for them to finish
-    to_evict: tuple[PodView, ...] = ()  # evictable pods to evict now (none while any blocks)
-    terminating: tuple[PodView, ...] = ()  # evicted pods not gone yet
+    protected: tuple[PodView, ...] = ()  # podNonInterruptLabels pods: wait for them to finish
+    to_remove: tuple[PodView, ...] = ()  # to evict (or delete) now; none while any is protected
+    leaving: tuple[PodView, ...] = ()  # terminating: wait until they are gone
+    blocked: tuple[BlockedPod, ...] = ()  # what the drain cannot remove (none while protected)
 
     @property
     def open(self) -> bool:
-        return self.cordoned and not (self.blocking or self.to_evict or self.terminating)
+        return self.cordoned and not (self.protected or self.to_remove or self.leaving)
+
+    @property
+    def blocked_reason(self) -> str:
+        """The DrainBlocked reason for this node, "" when nothing blocks."""
+        reasons = {b.reason for b in self.blocked}
+        if not reasons:
+            return ""
+        return reasons.pop() if len(reasons) == 1 else MULTIPLE
 
 
 def is_skyhook_pod(pod: PodView, namespace: str) -> bool:
@@ -36,31 +85,85 @@ def is_skyhook_pod(pod: PodView, namespace: str) -> bool:
     return keys.NAME_LABEL in pod.labels and pod.namespace == namespace
 
 
-def _evictable(pod: PodView) -> bool:
-    """Pods a drain moves away: not DaemonSet pods (any owner), not kube-system, and not
-    tolerating the cordon taint (they would just come back)."""
-    return not (
-        pod.tolerates_unschedulable
-        or pod.namespace == "kube-system"
-        or "DaemonSet" in pod.owner_kinds
-    )
+def decide(pod: PodView, config: DrainConfig, namespace: str) -> tuple[str, str]:
+    """What the drain does with `pod`, and for BLOCK why (UNMANAGED or EMPTY_DIR)."""
+    if pod.phase not in {"Running", "Pending"} or is_skyhook_pod(pod, namespace):
+        return LEAVE, ""
+    if pod.tolerates_unschedulable:
+        return LEAVE, ""
+    if config.ignore_daemon_sets and pod.controller_kind == "DaemonSet":
+        return LEAVE, ""
+    if pod.namespace == "kube-system" or pod.mirror:
+        return LEAVE, ""
+    if pod.deleting:  # below the exemptions: a DaemonSet pod on its way out holds nothing
+        return WAIT, ""
+    if not pod.controller_kind and not config.force:
+        return BLOCK, UNMANAGED
+    if pod.empty_dir and not config.delete_empty_dir_data:
+        return BLOCK, EMPTY_DIR
+    return (DELETE if config.disable_eviction else EVICT), ""
 
 
 def check(
-    node: NodeView, pods: Iterable[PodView], non_interrupt: LabelSelector, namespace: str
+    node: NodeView,
+    pods: Iterable[PodView],
+    non_interrupt: LabelSelector,
+    namespace: str,
+    config: DrainConfig = DrainConfig(),
+    refusals: Mapping[tuple[str, str], EvictionRefusal] | None = None,
 ) -> Drain:
-    """The node's drain gate; `namespace` is ours, whose labelled pods are never drained.
-    Evictable pods are only `to_evict` once no protected pod is left to wait for."""
-    blocking: list[PodView] = []
-    to_evict: list[PodView] = []
-    terminating: list[PodView] = []
+    """The node's drain gate; `namespace` is ours, whose labelled pods are never drained;
+    `refusals` the evictions a PodDisruptionBudget refused, which block until one is accepted."""
+    protected: list[PodView] = []
+    to_remove: list[PodView] = []
+    leaving: list[PodView] = []
+    blocked: list[BlockedPod] = []
     for pod in pods:
-        if pod.phase in FINISHED_PHASES or is_skyhook_pod(pod, namespace):
+        if is_skyhook_pod(pod, namespace):
             continue
         if not non_interrupt.empty and non_interrupt.matches(pod.labels):
-            blocking.append(pod)
-        elif _evictable(pod):
-            (terminating if pod.deleting else to_evict).append(pod)
-    if blocking:
-        to_evict = []  # the protected pods go first; evicting now would displace for nothing
-    return Drain(node.unschedulable, tuple(blocking), tuple(to_evict), tuple(terminating))
+            if pod.phase not in FINISHED_PHASES:
+                protected.append(pod)
+            continue
+        what, why = decide(pod, config, namespace)
+        if what == WAIT:
+            leaving.append(pod)
+        elif what == BLOCK:
+            blocked.append(BlockedPod(pod.namespace, pod.name, why))
+        elif what in {EVICT, DELETE}:
+            to_remove.append(pod)
+            refusal = (refusals or {}).get((pod.namespace, pod.name))
+            if refusal is not None and what == EVICT:
+                blocked.append(BlockedPod(pod.namespace, pod.name, PDB, refusal.detail))
+    if protected:  # the protected pods go first: removing others now displaces for nothing
+        return Drain(node.unschedulable, tuple(protected))
+    return Drain(node.unschedulable, (), tuple(to_remove), tuple(leaving), tuple(blocked))
+
+
+def blocked_annotation(blocked: Iterable[BlockedPod]) -> str:
+    """The drainBlocked_<skyhook> annotation's value: a JSON list of the blocked pods."""
+    return json.dumps([b.to_api() for b in blocked], separators=(",", ":"))
+
+
+def started_at(node: NodeView, skyhook: str) -> datetime | None:
+    """When the drain for `skyhook` began on `node` (its drainStart annotation), or None."""
+    text = node.annotations.get(keys.drain_start_key(skyhook))
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None  # unreadable: the drain starts its clock again
+
+
+def stamp(now: datetime) -> str:
+    """A drainStart value: RFC 3339 with nanoseconds, as Go writes time.RFC3339Nano."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".") + "Z"
+
+
+def timed_out(started: datetime | None, config: DrainConfig, now: datetime) -> bool:
+    return (
+        started is not None
+        and config.timeout_s is not None
+        and now >= started + timedelta(seconds=config.timeout_s)
+    )

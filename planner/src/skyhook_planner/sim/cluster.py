@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from skyhook_planner.model.actions import (
@@ -32,6 +32,7 @@ from skyhook_planner.model.actions import (
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
+    EvictionRefusal,
     NodeView,
     PodView,
     PolicyView,
@@ -71,6 +72,10 @@ class SimCluster:
         # What the operator would have fetched for image compatibility sources, by source key.
         self.image_artifacts: dict[str, Any] = {}
         self._views: dict[str, tuple[int, Any]] = {}
+        # Pods a PodDisruptionBudget protects: their eviction is refused (a delete is not),
+        # and the refusal shows in the snapshot as the operator's evictor records it.
+        self.budgeted: dict[tuple[str, str], str] = {}  # pod -> the refusal's message
+        self.eviction_refusals: dict[tuple[str, str], EvictionRefusal] = {}
         # The time of the last snapshot: pods created after it are stamped with it.
         self.clock: datetime | None = None
         self._version = 0
@@ -148,6 +153,7 @@ class SimCluster:
             policies=tuple(PolicyView.from_api(p) for p in self.policies.values()),
             image_artifacts=dict(self.image_artifacts),
             now=now,
+            eviction_refusals={k: r for k, r in self.eviction_refusals.items() if k in self.pods},
         )
 
     # --- the writer ---------------------------------------------------------------------------
@@ -170,8 +176,18 @@ class SimCluster:
                     )
                 self.pods[key] = pod
                 self.created_pods.append(pod)
+        elif isinstance(action, EvictPod) and not action.delete:
+            key = (action.namespace, action.name)
+            if key in self.budgeted and key in self.pods:
+                self.eviction_refusals[key] = EvictionRefusal(
+                    *key, action.node, "", self.budgeted[key], self.clock or datetime.now(UTC)
+                )
+            else:
+                self.pods.pop(key, None)
+                self.eviction_refusals.pop(key, None)
         elif isinstance(action, DeletePod | EvictPod):
             self.pods.pop((action.namespace, action.name), None)
+            self.eviction_refusals.pop((action.namespace, action.name), None)
         elif isinstance(action, UpsertConfigMap):
             meta = action.manifest["metadata"]
             self.configmaps[(meta["namespace"], meta["name"])] = copy.deepcopy(
