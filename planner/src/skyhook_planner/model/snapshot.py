@@ -197,7 +197,11 @@ class PodView:
                 _toleration(t).tolerates(_CORDON_TAINT) for t in spec.get("tolerations") or ()
             ),
             controller_kind=next(
-                (o.get("kind", "") for o in meta.get("ownerReferences") or () if o.get("controller")),
+                (
+                    o.get("kind", "")
+                    for o in meta.get("ownerReferences") or ()
+                    if o.get("controller")
+                ),
                 "",
             ),
             empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),

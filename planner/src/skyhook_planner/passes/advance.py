@@ -18,9 +18,9 @@ from skyhook_planner.model.actions import CreatePod, EvictPod
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
+from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.model.waiting import Reason
 from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, soak, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
@@ -171,8 +171,8 @@ class _NodeRun:
             self.pods,
             ctx.spec.pod_non_interrupt_labels,
             ctx.index.settings.namespace,
-            ctx.spec.drain,
-            ctx.index.snap.eviction_refusals,
+            config=ctx.spec.drain,
+            refusals=ctx.index.snap.eviction_refusals,
         )
 
     def _hold(self, hold: Hold) -> None:

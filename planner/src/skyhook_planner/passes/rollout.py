@@ -125,9 +125,7 @@ class _Share:
         decided.merge(_release_unselected(ctx, self.rollout))
         decided.merge(report.save(ctx, decided.work.states))
         decided.merge(uninstall.report(ctx, self.rollout))
-        blocked_already = any(
-            c["type"] == keys.CONDITION_BLOCKED for c in decided.work.conditions
-        )
+        blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in decided.work.conditions)
         decided.merge(
             report.drain_conditions(ctx, self.rollout, decided.work.drains, blocked_already)
         )

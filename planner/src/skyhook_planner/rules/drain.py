@@ -68,7 +68,9 @@ class Drain:
 
     @property
     def open(self) -> bool:
-        return self.cordoned and not (self.protected or self.to_remove or self.leaving)
+        return self.cordoned and not (
+            self.protected or self.to_remove or self.leaving or self.blocked
+        )
 
     @property
     def blocked_reason(self) -> str:
@@ -109,7 +111,8 @@ def check(
     pods: Iterable[PodView],
     non_interrupt: LabelSelector,
     namespace: str,
-    config: DrainConfig = DrainConfig(),
+    *,
+    config: DrainConfig | None = None,
     refusals: Mapping[tuple[str, str], EvictionRefusal] | None = None,
 ) -> Drain:
     """The node's drain gate; `namespace` is ours, whose labelled pods are never drained;
@@ -118,6 +121,7 @@ def check(
     to_remove: list[PodView] = []
     leaving: list[PodView] = []
     blocked: list[BlockedPod] = []
+    config = config or DrainConfig()
     for pod in pods:
         if is_skyhook_pod(pod, namespace):
             continue

@@ -1,0 +1,247 @@
+"""spec.drainConfig and what a held drain shows: the per-pod decision in its order, the drain
+clock and its timeout, DrainBlocked and Blocked/NonInterruptPodsRunning, the drainBlocked
+annotation, PodDisruptionBudget refusals as waits."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from skyhook_planner.model.actions import EvictPod
+from skyhook_planner.model.snapshot import PodView
+from skyhook_planner.model.spec import DrainConfig, SpecError, decode_spec
+from skyhook_planner.rules import drain
+from skyhook_planner.sim.driver import Driver, package, pod_stage
+from skyhook_schemas import keys
+
+SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
+NODE = "node-0000"
+REBOOT = {"kernel": package(interrupt={"type": "reboot"})}
+
+
+def pod(**extra: Any) -> PodView:
+    fields: dict[str, Any] = {"phase": "Running", "controller_kind": "ReplicaSet", **extra}
+    return PodView("p", "default", NODE, **fields)
+
+
+@pytest.mark.parametrize(
+    ("view", "config", "expected"),
+    [
+        pytest.param(pod(phase="Succeeded"), DrainConfig(), drain.LEAVE, id="finished"),
+        pytest.param(
+            PodView("s", "skyhook", NODE, labels={keys.NAME_LABEL: "x"}, phase="Running"),
+            DrainConfig(),
+            drain.LEAVE,
+            id="our-stage-pod",
+        ),
+        pytest.param(pod(tolerates_unschedulable=True), DrainConfig(), drain.LEAVE, id="tolerant"),
+        pytest.param(pod(controller_kind="DaemonSet"), DrainConfig(), drain.LEAVE, id="daemonset"),
+        pytest.param(
+            pod(controller_kind="DaemonSet"),
+            DrainConfig(ignore_daemon_sets=False),
+            drain.EVICT,
+            id="daemonset-not-ignored",
+        ),
+        pytest.param(
+            PodView("k", "kube-system", NODE, phase="Running"),
+            DrainConfig(force=False),
+            drain.LEAVE,
+            id="kube-system-before-force",
+        ),
+        pytest.param(pod(mirror=True, controller_kind=""), DrainConfig(), drain.LEAVE, id="mirror"),
+        pytest.param(
+            pod(deleting=True, controller_kind=""),
+            DrainConfig(force=False),
+            drain.WAIT,
+            id="terminating-before-unmanaged",
+        ),
+        pytest.param(
+            pod(controller_kind=""), DrainConfig(force=False), drain.BLOCK, id="unmanaged"
+        ),
+        pytest.param(pod(controller_kind=""), DrainConfig(), drain.EVICT, id="unmanaged-forced"),
+        pytest.param(
+            pod(empty_dir=True),
+            DrainConfig(delete_empty_dir_data=False),
+            drain.BLOCK,
+            id="emptydir",
+        ),
+        pytest.param(
+            pod(controller_kind="", empty_dir=True),
+            DrainConfig(force=False, delete_empty_dir_data=False),
+            drain.BLOCK,
+            id="unmanaged-named-before-emptydir",
+        ),
+        pytest.param(pod(), DrainConfig(disable_eviction=True), drain.DELETE, id="delete"),
+        pytest.param(pod(), DrainConfig(), drain.EVICT, id="evict"),
+    ],
+)
+def test_each_pod_is_decided_in_order(view: PodView, config: DrainConfig, expected: str) -> None:
+    what, why = drain.decide(view, config, "skyhook")
+    assert what == expected
+    if view.controller_kind == "" and not config.force and what == drain.BLOCK:
+        assert why == drain.UNMANAGED
+
+
+def test_the_spec_takes_upstream_fields_and_names_bad_ones() -> None:
+    config = decode_spec({"drainConfig": {"timeout": "90s", "gracePeriod": "1500ms"}}).drain
+    assert (config.timeout_s, config.grace_period_s) == (90, 2), "grace rounded up"
+    assert decode_spec({"drainConfig": {"force": None}}).drain == DrainConfig()
+    assert decode_spec({"drainConfig": {"timeout": "0"}}).drain.timeout_s is None
+    with pytest.raises(SpecError) as refused:
+        decode_spec({"drainConfig": {"timeout": "-5m", "gracePeriod": "-1s", "force": "no"}})
+    print(refused.value.messages)
+    assert sorted(refused.value.messages) == [
+        "spec.drainConfig.force: 'no' is not a boolean",
+        "spec.drainConfig.gracePeriod: must be greater than or equal to 0",
+        "spec.drainConfig.timeout: must be greater than or equal to 0",
+    ]
+
+
+def workload(name: str, **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": name}}
+    if spec.pop("managed", True):
+        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "controller": True}]
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": NODE, **spec},
+        "status": {"phase": "Running"},
+    }
+
+
+def steps(d: Driver, count: int, seconds: float = 5) -> list[Any]:
+    """`count` passes `seconds` apart; every stage pod finishes at once."""
+    plans = []
+    for _ in range(count):
+        plans.append(d.step())
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        d.now += timedelta(seconds=seconds)
+    return plans
+
+
+def annotations(d: Driver) -> dict[str, str]:
+    return d.sim.nodes[NODE]["metadata"]["annotations"]
+
+
+def condition(d: Driver, kind: str) -> dict[str, Any] | None:
+    return next((c for c in d.status("scr").get("conditions", []) if c["type"] == kind), None)
+
+
+def interrupts(d: Driver) -> list[Any]:
+    return [p for p in d.sim.created_pods if pod_stage(p)[2] == "interrupt"]
+
+
+def test_an_unmanaged_pod_blocks_the_drain_until_it_is_gone() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("bare", managed=False))
+    d.sim.add_pod(workload("web"))
+    d.sim.add_skyhook("scr", {**SEL, "drainConfig": {"force": False}, "packages": REBOOT})
+    plans = steps(d, 4)
+    evicted = {a.name for p in plans for a in p.actions if isinstance(a, EvictPod)}
+    assert evicted == {"web"}, "the managed pod is evicted, the bare one left"
+    assert ("default", "bare") in d.sim.pods
+    assert json.loads(annotations(d)[keys.drain_blocked_key("scr")]) == [
+        {"namespace": "default", "name": "bare", "reason": "UnmanagedPod"}
+    ]
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "UnmanagedPod"
+    assert "1/1 nodes blocked draining (node-0000)" in blocked["message"]
+    assert "default/bare" in blocked["message"]
+    assert not interrupts(d)
+    warnings = [e for e in d.sim.events if e.type == "Warning" and e.reason == "Drain"]
+    assert len([e for e in warnings if e.kind == "Skyhook"]) == 1, "one Warning when it starts"
+    assert len([e for e in warnings if e.kind == "Node"]) == 1
+    assert keys.drain_start_key("scr") in annotations(d)
+    reasons = [r for p in plans[-1:] for r in p.waiting[("scr", NODE)]]
+    assert reasons[0].hold == "UnmanagedPod"
+
+    del d.sim.pods[("default", "bare")]
+    d.run()
+    assert interrupts(d), "the interrupt runs once the blocker is gone"
+    assert condition(d, "DrainBlocked") is None
+    assert keys.drain_blocked_key("scr") not in annotations(d)
+    assert keys.drain_start_key("scr") not in annotations(d)
+    assert d.node_status("scr", NODE) == "complete"
+
+
+def test_an_emptydir_pod_blocks_when_its_data_must_be_kept() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("cache", volumes=[{"name": "v", "emptyDir": {}}]))
+    d.sim.add_skyhook(
+        "scr", {**SEL, "drainConfig": {"deleteEmptyDirData": False}, "packages": REBOOT}
+    )
+    steps(d, 4)
+    assert ("default", "cache") in d.sim.pods
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "EmptyDirData"
+    assert not interrupts(d)
+
+
+def test_a_budget_refusal_waits_and_the_timeout_marks_the_node_erroring() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("web"))
+    d.sim.budgeted[("default", "web")] = (
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    )
+    d.sim.add_skyhook("scr", {**SEL, "drainConfig": {"timeout": "60s"}, "packages": REBOOT})
+    steps(d, 4)
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "PodDisruptionBudget"
+    assert "violate the pod's disruption budget" in blocked["message"]
+    assert d.node_status("scr", NODE) == "in_progress", "a refusal is a wait, not a failure"
+    plans = steps(d, 12)  # past the minute
+    assert d.node_status("scr", NODE) == "erroring"
+    assert d.entries("scr", NODE) == {"kernel|1.0.0": ("apply", "erroring")}
+    assert d.sim.nodes[NODE]["spec"].get("unschedulable") is True, "it stays cordoned"
+    timeouts = [e for e in d.sim.events if "drain timed out after [1m]" in e.message]
+    assert {e.kind for e in timeouts} == {"Node", "Skyhook"} and len(timeouts) == 2
+    last = [a for a in plans[-1].actions if isinstance(a, EvictPod)]
+    assert last == [], "nothing more is evicted once the drain timed out"
+    assert ("default", "web") in d.sim.pods and not interrupts(d)
+
+    del d.sim.budgeted[("default", "web")]
+    del d.sim.pods[("default", "web")]  # the blocker goes: the node carries on
+    d.run()
+    assert d.node_status("scr", NODE) == "complete"
+    assert interrupts(d)
+
+
+def test_eviction_off_deletes_with_the_grace_period() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("web"))
+    d.sim.budgeted[("default", "web")] = "refused"
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "drainConfig": {"disableEviction": True, "gracePeriod": "1500ms"},
+            "packages": REBOOT,
+        },
+    )
+    plans = steps(d, 3)
+    removed = [a for p in plans for a in p.actions if isinstance(a, EvictPod)]
+    assert removed == [EvictPod("default", "web", NODE, 2, delete=True)]
+    d.run()
+    assert d.node_status("scr", NODE) == "complete"
+
+
+def test_protected_pods_show_blocked_while_they_run() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("training"))
+    d.sim.add_skyhook(
+        "scr",
+        {**SEL, "podNonInterruptLabels": {"matchLabels": {"app": "training"}}, "packages": REBOOT},
+    )
+    plans = steps(d, 3)
+    blocked = condition(d, "Blocked")
+    assert blocked is not None and blocked["reason"] == "NonInterruptPodsRunning"
+    assert blocked["message"] == "1 node blocked by non-interrupt pods (node-0000). Waiting."
+    assert not any(isinstance(a, EvictPod) for p in plans for a in p.actions)
+    assert keys.drain_start_key("scr") not in annotations(d), "the drain has not begun"
+    d.sim.pods[("default", "training")]["status"]["phase"] = "Succeeded"
+    d.run()
+    assert condition(d, "Blocked") is None
+    assert d.node_status("scr", NODE) == "complete"
