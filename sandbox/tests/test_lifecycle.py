@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from helpers import (
     NAMESPACE,
@@ -44,13 +46,15 @@ def test_eviction_of_a_running_workload_pod_completes_within_seconds(api, sandbo
     assert time.monotonic() - started < 10
 
 
-def _signalled_pod(api, sandbox, node: str, name: str, *, script: str, grace: int) -> Path:
+def _signalled_pod(
+    api, sandbox, node: str, name: str, *, script: str, grace: int, **spec: Any
+) -> Path:
     """Run `script` (which writes /root/signals once its traps are set) in pod `name`; the
     node's file the script writes, once it exists."""
     api.create_namespaced_pod(
         NAMESPACE,
         pod_manifest(name, node, volumes=HOST, terminationGracePeriodSeconds=grace,
-                     containers=[shell("c", script, volumeMounts=HOST_MOUNT)]),
+                     containers=[shell("c", script, volumeMounts=HOST_MOUNT)], **spec),
     )  # fmt: skip
     signals = sandbox.host_root_upper(node) / "signals"
     wait_for(signals.exists, 15, f"{name}: the shell to set its trap")
@@ -89,6 +93,32 @@ def test_deletion_signals_only_the_first_process_and_lets_its_children_finish(
     assert signals.read_text().splitlines() == ["started", "got-term", "child-finished"]
     # Gone once its first process exited, not at the end of the grace period.
     assert time.monotonic() - started < 10
+
+
+def test_active_deadline_fails_the_pod_and_stops_its_containers(api, sandbox, sandbox_nodes):
+    """Counted from startTime; the containers are stopped as on deletion (SIGTERM, SIGKILL
+    after the grace period) and the pod stays, Failed with reason DeadlineExceeded."""
+    (node,) = sandbox_nodes()
+    stubborn = (
+        "trap 'echo got-term >> /root/signals' TERM; echo trapped > /root/signals; "
+        "echo still-here; while :; do sleep 0.1; done"
+    )
+    signals = _signalled_pod(
+        api, sandbox, node, "outlives", script=stubborn, grace=1, activeDeadlineSeconds=3
+    )
+    pod = wait_phase(api, "outlives", ("Succeeded", "Failed"), timeout=20)
+    status = pod["status"]
+    assert status["phase"] == "Failed"
+    assert status["reason"] == "DeadlineExceeded"
+    assert status["message"] == "Pod was active on the node longer than the specified deadline"
+    stopped = terminated(status["containerStatuses"][0])
+    assert stopped["exitCode"] == 137  # ignored the SIGTERM: killed after the 1 s grace
+    assert "got-term" in signals.read_text()
+    started = dt.datetime.fromisoformat(status["startTime"])
+    assert dt.datetime.fromisoformat(stopped["finishedAt"]) - started >= dt.timedelta(seconds=3)
+    time.sleep(1.5)  # stays Failed and is not started again; its logs stay readable
+    assert pod_dict(api, "outlives")["status"]["phase"] == "Failed"
+    assert "still-here" in api.read_namespaced_pod_log("outlives", NAMESPACE, container="c")
 
 
 def test_a_finished_pod_is_finalized_on_delete(api, sandbox_nodes):

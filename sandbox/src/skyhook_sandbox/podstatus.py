@@ -139,9 +139,15 @@ def pod_status(
     volumes_ready: bool,
     inits: list[ContainerRecord],
     mains: list[ContainerRecord],
+    reason: str = "",
+    message: str = "",
 ) -> JsonDict:
+    """`reason` and `message` are the pod's own, as a kubelet sets them when it fails a pod
+    (DeadlineExceeded)."""
     return {
         "phase": phase,
+        **({"reason": reason} if reason else {}),
+        **({"message": message} if message else {}),
         "conditions": conditions(phase, volumes_ready, inits, mains),
         "hostIP": host_ip,
         "hostIPs": [{"ip": host_ip}],

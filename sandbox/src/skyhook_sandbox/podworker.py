@@ -7,13 +7,16 @@ every change; a change followed at once by another (a volume set up, an init con
 the next container starts right away) goes out with the next one, as one kubelet sync would
 report both. Deletion sends SIGTERM to each container's first process, SIGKILL to what is left
 after the grace period, and finalizes the pod; a node reboot signals every process and, for
-restartable pods, runs the init containers again.
+restartable pods, runs the init containers again. `activeDeadlineSeconds` counts from the pod's
+startTime: once it has passed, the containers are stopped as on deletion and the pod fails with
+reason DeadlineExceeded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -34,6 +37,7 @@ from skyhook_sandbox.pull import MACHINE_ARCH
 JsonDict = dict[str, Any]
 log = logging.getLogger("skyhook_sandbox.pod")
 TERMINAL = ("Succeeded", "Failed")
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 # How long a deferred status change may wait for the write that would carry it.
 STATUS_COALESCE_S = 0.5
 
@@ -87,7 +91,12 @@ class PodWorker:
             ContainerRecord(c["name"], c["image"], False) for c in spec.get("containers") or []
         ]
         self.phase = "Pending"
-        self.start_time = now()
+        # A pod this kubelet already started (the node host restarted) keeps its startTime.
+        self.start_time: str = (pod.get("status") or {}).get("startTime") or now()
+        self.reason = ""  # the pod's own reason and message, once the kubelet failed it
+        self.message = ""
+        self.deadline: asyncio.Task[None] | None = None
+        self.deadline_seconds: int | None = None
         self.volumes_ready = False
         self.prepared: dict[str, volumes.PreparedVolume] = {}
         self.pod_dir: Path = node.pods_dir / self.uid
@@ -110,9 +119,14 @@ class PodWorker:
 
     def start(self) -> None:
         self.flow = asyncio.create_task(self._run(), name=f"pod {self.namespace}/{self.name}")
+        self._arm_deadline()
 
     def update(self, pod: JsonDict) -> None:
         self.pod = pod
+        if self.flow is not None and pod["spec"].get("activeDeadlineSeconds") != (
+            self.deadline_seconds
+        ):
+            self._arm_deadline()  # the API lets a deadline be set or lowered on a live pod
         if pod["metadata"].get("deletionTimestamp") and not self.finalizing:
             self.finalizing = True
             self.finalizer = asyncio.create_task(
@@ -123,6 +137,7 @@ class PodWorker:
         """The pod object is gone (force-deleted): stop everything at once."""
         self.finalizing = True
         self._cancel_deferred()
+        self._disarm_deadline()
         await self._stop_processes(grace=0)
         await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
 
@@ -155,6 +170,38 @@ class PodWorker:
             if record.container_id and not self._completed(record):
                 record.restart_count += 1  # it ran before the reboot and runs again
         self.start()
+
+    # -- activeDeadlineSeconds ------------------------------------------------------------------
+
+    def _arm_deadline(self) -> None:
+        """Time the pod's deadline from its startTime, as a kubelet does (once per pod, not
+        per container run: restarts and reboots do not reset it)."""
+        self._disarm_deadline()
+        seconds = self.pod["spec"].get("activeDeadlineSeconds")
+        self.deadline_seconds = seconds
+        if seconds is None or self.phase in TERMINAL or self.finalizing:
+            return
+        started = dt.datetime.fromisoformat(self.start_time).timestamp()
+        delay = max(started + float(seconds) - time.time(), 0.0)
+        self.deadline = asyncio.create_task(
+            self._deadline_passes(delay), name=f"deadline {self.namespace}/{self.name}"
+        )
+
+    def _disarm_deadline(self) -> None:
+        deadline, self.deadline = self.deadline, None
+        if deadline is not None and deadline is not asyncio.current_task():
+            deadline.cancel()  # not from within: the expiry itself goes on to stop the pod
+
+    async def _deadline_passes(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self.finalizing or self.phase in TERMINAL:
+            return
+        # Failed first, so neither the flow nor a node coming back up starts anything again.
+        self.phase, self.reason, self.message = "Failed", "DeadlineExceeded", DEADLINE_MESSAGE
+        await self.node.event(self.pod, "DeadlineExceeded", DEADLINE_MESSAGE, "Normal")
+        await self._stop_processes(self._grace())
+        if not self.finalizing:
+            await self._write_status()
 
     # -- the kubelet flow ---------------------------------------------------------------------
 
@@ -445,6 +492,7 @@ class PodWorker:
         return float(grace)
 
     async def _finalize(self) -> None:
+        self._disarm_deadline()
         await self.node.event(self.pod, "Killing", "Stopping container(s)", "Normal")
         await self._stop_processes(self._grace())
         if self.phase not in TERMINAL:
@@ -489,6 +537,8 @@ class PodWorker:
             volumes_ready=self.volumes_ready,
             inits=self.inits,
             mains=self.mains,
+            reason=self.reason,
+            message=self.message,
         )
         text = json.dumps(status, sort_keys=True)
         async with self._write_lock:
