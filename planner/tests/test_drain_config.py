@@ -14,7 +14,7 @@ from skyhook_planner.model.actions import EvictPod
 from skyhook_planner.model.snapshot import PodView
 from skyhook_planner.model.spec import DrainConfig, SpecError, decode_spec
 from skyhook_planner.rules import drain
-from skyhook_planner.sim.driver import Driver, package, pod_stage
+from skyhook_planner.sim.driver import START, Driver, package, pod_stage
 from skyhook_schemas import keys
 
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
@@ -245,3 +245,49 @@ def test_protected_pods_show_blocked_while_they_run() -> None:
     d.run()
     assert condition(d, "Blocked") is None
     assert d.node_status("scr", NODE) == "complete"
+
+
+def test_a_node_with_protected_pods_is_passed_over_uncordoned_until_the_others_are_done() -> None:
+    d = Driver(2, {"role": "gpu"})
+    d.sim.add_pod(workload("training"))  # on node-0000, first in node order
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "interruptionBudget": {"count": 1},
+            "podNonInterruptLabels": {"matchLabels": {"app": "training"}},
+            "packages": REBOOT,
+        },
+    )
+    d.step()
+    assert d.sim.nodes[NODE]["spec"].get("unschedulable") is not True, "not cordoned"
+    assert d.node_status("scr", NODE) != "in_progress", "no budget slot taken"
+    assert d.node_status("scr", "node-0001") == "in_progress", "the other node goes first"
+    assert NODE in d.status("scr")["interruptDeferred"]
+    reasons = d.plans[-1].waiting[("scr", NODE)]
+    assert "passed over, uncordoned, while non-interrupt pods run: default/training" in [
+        r.message for r in reasons
+    ]
+    steps(d, 12)
+    assert d.node_status("scr", "node-0001") == "complete"
+    # No other node left: it is cordoned and waits for the protected pod, as before.
+    assert d.sim.nodes[NODE]["spec"].get("unschedulable") is True
+    assert "interruptDeferred" not in d.status("scr") or not d.status("scr")["interruptDeferred"]
+    assert not interrupts(d) or all(pod_stage(p)[0] != NODE for p in interrupts(d))
+    d.sim.pods[("default", "training")]["status"]["phase"] = "Succeeded"
+    d.run()
+    assert d.node_status("scr", NODE) == "complete"
+
+
+def test_the_pass_over_ends_after_the_wait() -> None:
+    now = START
+    training = (PodView("t", "default", NODE, phase="Running"),)
+    first = drain.defer({NODE: training}, True, {}, 3600, now)
+    assert set(first.held) == {NODE} and first.recheck_s == 3600
+    later = drain.defer({NODE: training}, True, first.since, 3600, now + timedelta(minutes=59))
+    assert set(later.held) == {NODE} and later.since == first.since, "the clock is kept"
+    assert later.recheck_s == pytest.approx(60)
+    over = drain.defer({NODE: training}, True, first.since, 3600, now + timedelta(hours=1))
+    assert over.held == {}, "admitted once the wait is over"
+    assert drain.defer({NODE: training}, False, {}, None, now).held == {}, "no one else left"
+    assert drain.defer({NODE: training}, True, {}, 0, now).held == {}, "0: never passed over"

@@ -110,6 +110,7 @@ class SkyhookStatus:
     batch_starts: Mapping[str, str] = field(default_factory=dict)
     # Ours (healthGate): since when each node has waited at the health gate (RFC 3339)
     health_gate_waiting: Mapping[str, str] = field(default_factory=dict)
+    interrupt_deferred: Mapping[str, str] = field(default_factory=dict)
     config_updates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     complete_nodes: str = ""  # "<complete>/<matched>"
     nodes_in_progress: int = 0
@@ -136,6 +137,7 @@ class SkyhookStatus:
             node_order_offset=_int(raw.get("nodeOrderOffset")) or 0,
             batch_starts=_strings(raw.get("batchStarts")),
             health_gate_waiting=_strings(raw.get("healthGateWaiting")),
+            interrupt_deferred=_strings(raw.get("interruptDeferred")),
             config_updates={
                 str(name): tuple(str(k) for k in keys)
                 for name, keys in _mapping(raw.get("configUpdates")).items()

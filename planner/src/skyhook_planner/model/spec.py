@@ -192,6 +192,9 @@ class SkyhookSpec:
     node_selector: LabelSelector = field(default_factory=LabelSelector)
     pod_non_interrupt_labels: LabelSelector = field(default_factory=LabelSelector)
     drain: DrainConfig = field(default_factory=DrainConfig)
+    # Ours: how long a node whose interrupt waits on protected pods is passed over for nodes
+    # that can be interrupted now (passes/admit.py); None: no limit; 0: never passed over.
+    non_interrupt_wait_s: float | None = None
     budget: Budget = field(default_factory=Budget)
     deployment_policy: str = ""
     # deploymentPolicyOptions.resetBatchStateOnCompletion; None: the policy decides.
@@ -539,6 +542,7 @@ class _SpecWire(Wire):
     drain_config: Annotated[_DrainConfigWire, FalsyIsUnset] = Field(
         default_factory=_DrainConfigWire
     )
+    pod_non_interrupt_wait: Duration | None = None
     interruption_budget: Annotated[_BudgetWire, FalsyIsUnset] = Field(default_factory=_BudgetWire)
     deployment_policy: StrictStr = ""
     deployment_policy_options: Annotated[_PolicyOptionsWire, FalsyIsUnset] = Field(
@@ -578,6 +582,7 @@ class _SpecWire(Wire):
             node_selector=self.node_selectors.decoded(),
             pod_non_interrupt_labels=self.pod_non_interrupt_labels.decoded(),
             drain=self.drain_config.decoded(),
+            non_interrupt_wait_s=self.pod_non_interrupt_wait,
             budget=Budget(self.interruption_budget.percent, self.interruption_budget.count),
             deployment_policy=self.deployment_policy,
             reset_batch_state=self.deployment_policy_options.reset_batch_state_on_completion,

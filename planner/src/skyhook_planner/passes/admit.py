@@ -11,12 +11,22 @@ from dataclasses import dataclass, replace
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model import waiting
 from skyhook_planner.model.policy import Compartment
-from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
-from skyhook_planner.rules import batches, blockers, budget, health, ordering, sharing
+from skyhook_planner.rules import (
+    batches,
+    blockers,
+    budget,
+    drain,
+    health,
+    interrupts,
+    ordering,
+    sharing,
+)
 from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -99,6 +109,7 @@ class Admission:
     running: frozenset[str]  # occupied before this pass, or admitted by it
     decided: Decision
     batch_starts: Mapping[str, str] | None = None  # status.batchStarts; None without a soak
+    deferred: Mapping[str, str] | None = None  # status.interruptDeferred
 
 
 def admit(
@@ -126,7 +137,9 @@ def admit(
     running = {n.name for n in selection.occupied}
     shared = _shared_limits(ctx, rollout, selection)
     soaking = _soak(ctx, rollout, groups)
-    candidates = selection.candidates
+    deferral = _deferral(ctx, rollout, selection)
+    decided.merge(_passed_over(ctx, deferral))
+    candidates = tuple(n for n in selection.candidates if n.name not in deferral.held)
     # The holds, the pause and the halt answer alike for every node: asked once.
     held = blockers.reasons(gates, candidates[0]) if candidates else ()
     full_budget = capacity if isinstance(capacity, blockers.Budget) and not capacity.free else None
@@ -172,9 +185,53 @@ def admit(
     if shared:  # only a shared limit gives the reasons these conditions report
         decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:
-        return Admission(frozenset(running), decided)
+        return Admission(frozenset(running), decided, deferred=deferral.since)
     decided.merge(_soak_report(ctx, soaking))
-    return Admission(frozenset(running), decided, soaking.starts())
+    return Admission(frozenset(running), decided, soaking.starts(), deferral.since)
+
+
+def _passed_over(ctx: SkyhookContext, deferral: drain.Deferral) -> Decision:
+    decided = Decision()
+    for name, pods in deferral.held.items():
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+        reason = f"passed over, uncordoned, while non-interrupt pods run: {names}"
+        decided.wait(ctx.name, name, (Reason(waiting.DRAIN, reason, hold=drain.NON_INTERRUPT),))
+    if deferral.recheck_s is not None:
+        decided.wake_in(deferral.recheck_s)
+    return decided
+
+
+def _deferral(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> drain.Deferral:
+    """The candidates passed over because protected pods run on them (rules/drain.py `defer`):
+    only nodes whose remaining work includes an interrupt."""
+    spec = rollout.spec
+    if spec.pod_non_interrupt_labels.empty or spec.non_interrupt_wait_s == 0:
+        return drain.Deferral({}, {})
+    namespace = ctx.index.settings.namespace
+    updates = ctx.config_updates
+    found: dict[str, tuple[PodView, ...]] = {}
+    for node in selection.candidates:
+        packages = ctx.node_packages(node).packages
+        due = selection.nodes[node.name].work.due
+        if not any(
+            name in packages and interrupts.has_interrupt(packages[name], updates.get(name, ()))
+            for name in due
+        ):
+            continue
+        on_node = ctx.index.pods_on_node.get(node.name, ())
+        pods = drain.protected_pods(
+            (p for p in on_node if ctx.live(p)), spec.pod_non_interrupt_labels, namespace
+        )
+        if pods:
+            found[node.name] = pods
+    if not found:
+        return drain.Deferral({}, {})
+    others_left = any(
+        not verdict.done and name not in found for name, verdict in selection.nodes.items()
+    )
+    return drain.defer(
+        found, others_left, ctx.scr.status.interrupt_deferred, spec.non_interrupt_wait_s, ctx.now
+    )
 
 
 def _shared_limits(

@@ -294,6 +294,7 @@ def status(
     config_updates: Mapping[str, list[str]],
     batch_starts: Mapping[str, str] | None = None,
     health_waiting: Mapping[str, str] | None = None,
+    deferred: Mapping[str, str] | None = None,
 ) -> Decision:
     """The Skyhook's status as a merge patch, with a Transition condition and Event when its
     overall status changes."""
@@ -370,6 +371,8 @@ def status(
         desired["nodeOrderOffset"] = node_order_offset
     if batch_starts is not None or "batchStarts" in current:
         desired["batchStarts"] = dict(batch_starts) if batch_starts is not None else None
+    if deferred or "interruptDeferred" in current:
+        desired["interruptDeferred"] = dict(deferred) if deferred else None
     if health_waiting or "healthGateWaiting" in current:
         desired["healthGateWaiting"] = dict(health_waiting) if health_waiting else None
     if overall == COMPLETE:

@@ -150,6 +150,7 @@ class _Share:
                 config_updates=decided.work.config_updates or {},
                 batch_starts=admission.batch_starts,
                 health_waiting=gate.waiting,
+                deferred=admission.deferred,
             )
         )
         # Whatever the pass writes for a node makes it noisy, whichever step decided it; and a

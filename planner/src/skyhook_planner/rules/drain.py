@@ -151,13 +151,8 @@ def blocked_annotation(blocked: Iterable[BlockedPod]) -> str:
 
 def started_at(node: NodeView, skyhook: str) -> datetime | None:
     """When the drain for `skyhook` began on `node` (its drainStart annotation), or None."""
-    text = node.annotations.get(keys.drain_start_key(skyhook))
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None  # unreadable: the drain starts its clock again
+    # Unreadable: the drain starts its clock again.
+    return _parse_time(node.annotations.get(keys.drain_start_key(skyhook)))
 
 
 def stamp(now: datetime) -> str:
@@ -171,3 +166,66 @@ def timed_out(started: datetime | None, config: DrainConfig, now: datetime) -> b
         and config.timeout_s is not None
         and now >= started + timedelta(seconds=config.timeout_s)
     )
+
+
+def protected_pods(
+    pods: Iterable[PodView], non_interrupt: LabelSelector, namespace: str
+) -> tuple[PodView, ...]:
+    """The pods matching `podNonInterruptLabels` that still hold a node's interrupt."""
+    if non_interrupt.empty:
+        return ()
+    return tuple(
+        p
+        for p in pods
+        if p.phase not in FINISHED_PHASES
+        and not is_skyhook_pod(p, namespace)
+        and non_interrupt.matches(p.labels)
+    )
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """Nodes passed over this pass because protected pods still run on them (`held`, each with
+    its pods), since when (status.interruptDeferred), and when the first wait runs out."""
+
+    held: Mapping[str, tuple[PodView, ...]]
+    since: Mapping[str, str]
+    recheck_s: float | None = None
+
+
+def defer(
+    waiting: Mapping[str, tuple[PodView, ...]],
+    others_left: bool,
+    recorded: Mapping[str, str],
+    wait_s: float | None,
+    now: datetime,
+) -> Deferral:
+    """Which of the candidates whose interrupt waits on protected pods (`waiting`) to pass
+    over: all of them while another node is left to do (`others_left`), each for at most
+    `wait_s` since it was first passed over (`recorded`). A node past its wait, or with no one
+    left to go first, is admitted: cordoned, no new protected pod lands on it, and the drain
+    waits for those that run, so a node whose protected pods keep arriving is not starved."""
+    if not others_left or wait_s == 0:
+        return Deferral({}, {})
+    held: dict[str, tuple[PodView, ...]] = {}
+    since: dict[str, str] = {}
+    recheck: float | None = None
+    for node, pods in waiting.items():
+        first = _parse_time(recorded.get(node)) or now
+        left = None if wait_s is None else wait_s - (now - first).total_seconds()
+        if left is not None and left <= 0:
+            continue
+        held[node] = pods
+        since[node] = recorded.get(node) or stamp(now)
+        if left is not None:
+            recheck = left if recheck is None else min(recheck, left)
+    return Deferral(held, since, recheck)
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
