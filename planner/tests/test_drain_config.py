@@ -241,6 +241,11 @@ def test_protected_pods_show_blocked_while_they_run() -> None:
     assert blocked["message"] == "1 node blocked by non-interrupt pods (node-0000). Waiting."
     assert not any(isinstance(a, EvictPod) for p in plans for a in p.actions)
     assert keys.drain_start_key("scr") not in annotations(d), "the drain has not begun"
+    said = [e.message for e in d.sim.events if e.kind == "Node" and e.type == "Warning"]
+    assert said == [
+        "waiting for non-interrupt pods default/training before package [kernel:1.0.0] "
+        "from [skyhook:scr] interrupts node [node-0000]"
+    ], "one Warning on the node when the wait begins"
     d.sim.pods[("default", "training")]["status"]["phase"] = "Succeeded"
     d.run()
     assert condition(d, "Blocked") is None

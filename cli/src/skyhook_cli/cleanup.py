@@ -1,6 +1,7 @@
 """What resetting a node for one Skyhook removes, as one merge patch per node.
 
-Removed: the Skyhook's nodeState, status (annotation and label), cordon and version keys.
+Removed: the Skyhook's nodeState, status (annotation and label), cordon and version keys, and
+its drain's start and blockers (so a node whose drain timed out starts its drain clock again).
 Two things upstream's plugin leaves wrong are set right here:
 
 - The operator marks auto-tainted nodes with `autoTaint_<taint key>` (not `autoTaint_<skyhook>`).
@@ -29,6 +30,8 @@ def owned_annotations(skyhook: str) -> tuple[str, ...]:
         keys.node_status_key(skyhook),
         keys.cordon_key(skyhook),
         keys.version_key(skyhook),
+        keys.drain_start_key(skyhook),
+        keys.drain_blocked_key(skyhook),
     )
 
 

@@ -195,6 +195,16 @@ class _NodeRun:
             return
         if drained.protected:
             # Waiting for the protected pods is not the drain: its clock has not started.
+            if out.unschedulable:  # the wait begins with the cordon: said once, here
+                self.decision.event(
+                    "Node",
+                    self.node.name,
+                    "Drain",
+                    f"waiting for non-interrupt pods {blockers.pod_names(drained.protected)} "
+                    f"before package [{package.name}:{package.version}] from "
+                    f"[skyhook:{self.ctx.name}] interrupts node [{self.node.name}]",
+                    type="Warning",
+                )
             self._drain_held(drained, blockers.drain_reason(drained))
             return
         self._drain(drained, package)

@@ -245,7 +245,9 @@ def drain_reason(drain: Drain) -> Reason | None:
     """Why a node that needs an interrupt is not yet drained, or None when it is. A hold the drain cannot end by itself names its cause in `hold` (the held-nodes
     metric's reason)."""
     if drain.protected:
-        return Reason(DRAIN, f"non-interrupt pods: {_pods(drain.protected)}", hold=NON_INTERRUPT)
+        return Reason(
+            DRAIN, f"non-interrupt pods: {pod_names(drain.protected)}", hold=NON_INTERRUPT
+        )
     if drain.blocked:
         return Reason(
             DRAIN, f"drain blocked: {blocked_pods(drain.blocked)}", hold=drain.blocked_reason
@@ -275,7 +277,7 @@ def blocked_pods(blocked: Iterable[BlockedPod]) -> str:
     )
 
 
-def _pods(pods: Iterable[PodView]) -> str:
+def pod_names(pods: Iterable[PodView]) -> str:
     return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
 
 
