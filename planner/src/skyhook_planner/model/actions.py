@@ -212,7 +212,8 @@ class Plan:
 
     @property
     def held(self) -> tuple[Held, ...]:
-        """The waiting nodes held by a closed maintenance window, a firing alert or a soak."""
+        """The waiting nodes held by a closed maintenance window, a firing alert, a soak, or a
+        drain that cannot go on by itself (protected pods, a blocked or timed-out drain)."""
         return tuple(
             Held(skyhook, node, r.hold, r.message)
             for (skyhook, node), reasons in self.waiting.items()
