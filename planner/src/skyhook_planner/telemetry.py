@@ -293,12 +293,14 @@ def waiting_family(plan: Plan) -> Family:
 
 
 def held_family(plan: Plan) -> Family:
-    """Our gauge of nodes whose next step waits on a closed maintenance window or an alert."""
+    """Our gauge of nodes whose next step waits on a hold, a soak, a health gate, or a drain
+    that cannot go on by itself."""
     return Family(
         HELD_NODES,
         "Nodes of the Skyhook whose next step waits, by reason (MaintenanceWindowClosed, "
         "AlertsFiring, AlertQueryFailed, AlertsNotRead, Soaking, RebootDeadlineExceeded, "
-        "HealthGateWaiting, HealthGateFailed)",
+        "HealthGateWaiting, HealthGateFailed, NonInterruptPodsRunning, PodDisruptionBudget, "
+        "UnmanagedPod, EmptyDirData, MultipleCauses, DrainTimeout)",
         (*SKYHOOK, "reason"),
         tuple(Sample(key, count) for key, count in sorted(held(plan).items())),
     )
