@@ -67,11 +67,15 @@ class ApiError(Exception):
         method: str = "",
         path: str = "",
         fields: tuple[str, ...] = (),
+        *,
+        causes: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(f"{method} {path}: {status} {reason}".strip())
         self.status = status
         self.reason = reason
         self.fields = fields  # the fields a 422 (Invalid) names, from the Status's causes
+        # Every cause as (type, message): a 429 from a PodDisruptionBudget says so this way.
+        self.causes = causes
 
 
 class NotLeading(ApiError):
@@ -339,9 +343,11 @@ def _api_error(status: int, http_reason: str, text: str, method: str, path: str)
         reason = answer.get("message", text)
         causes = (answer.get("details") or {}).get("causes") or ()
         fields = tuple(str(c["field"]) for c in causes if c.get("field"))
+        # A cause's type goes out as "reason" (Go's StatusCause.Type has that JSON name).
+        kinds = tuple((str(c.get("reason") or ""), str(c.get("message") or "")) for c in causes)
     except (ValueError, AttributeError, TypeError):
-        reason, fields = text or http_reason, ()
-    return ApiError(status, reason, method, path, fields)
+        reason, fields, kinds = text or http_reason, (), ()
+    return ApiError(status, reason, method, path, fields, causes=kinds)
 
 
 class Kube(Paths):

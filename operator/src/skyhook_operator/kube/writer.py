@@ -234,7 +234,7 @@ class Writer:
         self,
         kube: AsyncKube,
         store: ClusterStore,
-        evict: Callable[[str, str], object],
+        evict: Callable[[EvictPod], object],
         concurrency: int = 16,
         event_interval: float = 30.0,
     ) -> None:
@@ -780,7 +780,7 @@ class Writer:
             self._store.pods.deleted(action.namespace, action.name, _GONE)
 
     def evict_pod(self, action: EvictPod) -> None:
-        self._evict(action.namespace, action.name)
+        self._evict(action)
 
     # --- configmaps -------------------------------------------------------------------------
 
