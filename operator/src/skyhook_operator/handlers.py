@@ -67,6 +67,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     leader = _elect(memo, ours, aio)
     evictor = Evictor(aio, watches["pod_index"], ours.drain_timeout, on_change=lambda: _poke(memo))
     memo.evictor = evictor
+    store.eviction_refusals = evictor.refusals
     writer = Writer(aio, store, evictor.ensure, ours.write_concurrency, ours.event_interval)
     secure = _secure_metrics(ours, aio.unfenced())
     telemetry = Telemetry(aio.request_totals, lambda: writer.queue_depth)

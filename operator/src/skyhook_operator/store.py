@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
+    EvictionRefusal,
     NodeView,
     PodView,
     PolicyView,
@@ -182,6 +183,9 @@ class ClusterStore:
         self.pods: Overlay[PodView] = Overlay(PodView.from_api)
         self.configmaps: Overlay[ConfigMapView] = Overlay(ConfigMapView.from_api)
         self.refusals = Refusals()
+        # The evictions a PodDisruptionBudget refused that still hold (kube/drain.py's
+        # Evictor answers; none until it is attached).
+        self.eviction_refusals: Callable[[], Mapping[Key, EvictionRefusal]] = dict
 
     def attach(self, name: str, index: Mapping[Any, Iterable[Versioned[Any]]]) -> None:
         self.indexes[name] = index
@@ -204,4 +208,5 @@ class ClusterStore:
             configmaps=tuple(merged("configmap_index", self.configmaps)),
             policies=tuple(sorted(policies, key=lambda p: p.name)),
             refusals=self.refusals.current(s.name for s in skyhooks),
+            eviction_refusals=self.eviction_refusals(),
         )

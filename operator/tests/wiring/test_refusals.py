@@ -60,7 +60,7 @@ async def _refused_write() -> None:
     client = RefusingClient()
     kube = cast(AsyncKube, client)
     store = ClusterStore()
-    writer = Writer(kube, store, lambda namespace, name: None)
+    writer = Writer(kube, store, lambda action: None)
     events: list[EmitEvent] = []
     writer.emit_event = events.append  # type: ignore[method-assign]
 

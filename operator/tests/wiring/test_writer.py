@@ -103,7 +103,7 @@ def _mark(node: str, value: str = "in_progress") -> PatchNode:
 
 def _writer(client: HeldClient, concurrency: int = 4) -> Writer:
     kube = cast(AsyncKube, client)
-    return Writer(kube, ClusterStore(), lambda namespace, name: None, concurrency)
+    return Writer(kube, ClusterStore(), lambda action: None, concurrency)
 
 
 async def _closed(writer: Writer) -> None:

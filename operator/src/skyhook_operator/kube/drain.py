@@ -73,13 +73,15 @@ class Evictor:
         self._refused: dict[Key, tuple[EvictionRefusal, float]] = {}
 
     def ensure(self, action: EvictPod) -> bool:
-        """Start removing the pod unless that is under way or a budget refused it less than
-        `REFUSAL_THROTTLE` seconds ago; True if started. Call on the event loop."""
+        """Start removing the pod unless that is under way or a budget refused its eviction
+        less than `REFUSAL_THROTTLE` seconds ago; True if started. Call on the event loop."""
         key = (action.namespace, action.name)
         if key in self._running:
             return False
         refused = self._holding(key)
-        if refused is not None and time.monotonic() - refused[1] < REFUSAL_THROTTLE:
+        # A delete (drainConfig.disableEviction turned on meanwhile) is no budget's to refuse.
+        throttled = refused is not None and time.monotonic() - refused[1] < REFUSAL_THROTTLE
+        if throttled and not action.delete:
             return False
         self._running[key] = asyncio.create_task(
             self._run(action), name=f"evict {action.namespace}/{action.name}"
