@@ -6,6 +6,7 @@ import base64
 import copy
 import json
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -336,11 +337,19 @@ def test_failed_stage_is_erroring_then_retried_with_backoff() -> None:
     assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("apply", "erroring")}
     assert d.node_status("scr", "node-0000") == "erroring"
     assert d.status("scr")["status"] == "erroring"
-    assert key in d.sim.pods, "kept until the backoff elapses"
-    assert result.requeue_after == pytest.approx(4.0)
-    d.run()
+    assert key in d.sim.pods, "kept for its logs"
+    assert result.requeue_after == pytest.approx(1.0)  # the first retry: the base backoff
+    for _ in range(10):  # well within the failed pod's retention
+        d.now += timedelta(seconds=1)
+        d.step()
+        for pending in d.pending_pods():
+            d.sim.finish_pod(pending, 0, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("config", "complete")}
     assert [s for _, _, s in d.stages_run()] == ["apply", "apply", "config"]
+    assert key in d.sim.pods, "the failed attempt is still there to read"
+    retry = d.sim.created_pods[1]
+    assert retry["metadata"]["name"] != key[1]
+    assert retry["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] == "1"
 
 
 def test_restart_resumes_without_rerunning_anything() -> None:

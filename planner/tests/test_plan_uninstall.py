@@ -111,7 +111,8 @@ def test_conditions_while_uninstalling_and_failing() -> None:
     assert found[keys.CONDITION_UNINSTALL_IN_PROGRESS]["status"] == "True"
     assert found[keys.CONDITION_UNINSTALL_IN_PROGRESS]["reason"] == "UninstallInProgress"
     assert keys.CONDITION_UNINSTALL_FAILED not in found
-    d.sim.finish_pod(d.pending_pods()[0], 1, failed_phase=False)
+    now = d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    d.sim.finish_pod(d.pending_pods()[0], 1, at=now)  # fails the pod: restartPolicy Never
     d.step()
     assert d.entries("scr", "node-0000") == {"tuning|1.0.0": ("uninstall", "erroring")}
     failed = conditions(d)[keys.CONDITION_UNINSTALL_FAILED]

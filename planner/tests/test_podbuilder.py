@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -44,6 +45,49 @@ def test_safe_names_follow_upstream_examples() -> None:
     assert len(long) == 63
 
 
+def test_each_attempt_is_a_pod_of_its_own() -> None:
+    view = scr()
+    package = view.spec.packages["dexter"]  # type: ignore[union-attr]
+    first = podbuilder.build_stage_pod(SETTINGS, view, package, "node-1", "apply")
+    third = podbuilder.build_stage_pod(SETTINGS, view, package, "node-1", "apply", attempt=2)
+    assert first["metadata"]["name"] == podbuilder.stage_pod_name(
+        "simple-skyhook", "dexter", "1.2.3", "apply", "node-1"
+    )
+    assert keys.ATTEMPT_ANNOTATION not in first["metadata"]["annotations"]
+    assert third["metadata"]["name"] != first["metadata"]["name"]
+    assert len(third["metadata"]["name"]) <= 63
+    assert third["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] == "2"
+    assert podbuilder.pod_attempt(PodView.from_api(third)) == 2
+    assert podbuilder.pod_attempt(PodView.from_api(first)) == 0
+
+
+@pytest.mark.parametrize(
+    ("stage_timeout", "default", "deadline"),
+    [
+        pytest.param(None, 3600.0, 3600, id="unset-the-operator-default"),
+        pytest.param("30m", 3600.0, 1800, id="the-package-wins"),
+        pytest.param("1.2s", 3600.0, 2, id="rounded-up"),
+        pytest.param("1ns", 3600.0, 1, id="at-least-one-second"),
+        pytest.param("0", 3600.0, None, id="zero-no-limit"),
+        pytest.param(None, 0.0, None, id="default-zero-no-limit"),
+        pytest.param("1000000h", 3600.0, 2147483647, id="clamped-to-int32"),
+    ],
+)
+def test_stage_timeout_is_the_pods_active_deadline(
+    stage_timeout: str | None, default: float, deadline: int | None
+) -> None:
+    view = scr(**({"stageTimeout": stage_timeout} if stage_timeout is not None else {}))
+    package = view.spec.packages["dexter"]  # type: ignore[union-attr]
+    settings = replace(SETTINGS, stage_timeout_s=default)
+    stage = podbuilder.build_stage_pod(settings, view, package, "node-1", "apply")
+    interrupt = podbuilder.build_interrupt_pod(
+        settings, view, package, "node-1", Interrupt("reboot")
+    )
+    for pod in (stage, interrupt):
+        assert pod["spec"].get("activeDeadlineSeconds") == deadline
+    assert interrupt["spec"]["restartPolicy"] == "OnFailure"  # restarts in place after a reboot
+
+
 def test_stage_pod_shape() -> None:
     view = scr(env=[{"name": "X", "value": "1"}], configMap={"a.sh": "x"}, gracefulShutdown="46s")
     pod = podbuilder.build_stage_pod(
@@ -52,11 +96,12 @@ def test_stage_pod_shape() -> None:
     spec = pod["spec"]
     assert (spec["nodeName"], spec["restartPolicy"], spec["hostPID"], spec["hostNetwork"]) == (
         "node-1",
-        "OnFailure",
+        "Never",  # a retry is the planner's: a new pod, the failed one kept for its logs
         True,
         True,
     )
     assert spec["terminationGracePeriodSeconds"] == 46
+    assert spec["activeDeadlineSeconds"] == 3600  # the operator's default stage timeout
     names = [c["name"] for c in spec["initContainers"]]
     assert names == ["dexter-init", "dexter-apply", "dexter-applycheck"]
     copy_dir = "/var/lib/skyhook/simple-skyhook/dexter-1.2.3-u1-2"

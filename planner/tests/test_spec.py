@@ -193,11 +193,35 @@ def test_demo_scr_decodes() -> None:
             "spec.packages.tuning.gracefulShutdown: 'soon' is not a duration",
             id="grace-duration",
         ),
+        pytest.param(
+            {"packages": {"tuning": pkg(stageTimeout="-5m")}},
+            "spec.packages.tuning.stageTimeout: must be greater than or equal to 0",
+            id="stage-timeout-negative",
+        ),
+        pytest.param(
+            {"packages": {"tuning": pkg(stageTimeout="a while")}},
+            "spec.packages.tuning.stageTimeout: 'a while' is not a duration",
+            id="stage-timeout-not-a-duration",
+        ),
     ],
 )
 def test_errors_name_the_field(spec: dict[str, Any], expected: str) -> None:
     messages = errors_of(spec)
     assert any(m.startswith(expected) for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [
+        pytest.param({}, None, id="unset"),
+        pytest.param({"stageTimeout": "0"}, 0.0, id="zero"),
+        pytest.param({"stageTimeout": "1h30m"}, 5400.0, id="go-duration"),
+        pytest.param({"stageTimeout": "+45s"}, 45.0, id="signed"),
+    ],
+)
+def test_stage_timeout(given: dict[str, Any], seconds: float | None) -> None:
+    spec = decode_spec({"packages": {"tuning": pkg(**given)}})
+    assert spec.packages["tuning"].stage_timeout_s == seconds
 
 
 def test_all_errors_are_reported_together() -> None:

@@ -136,6 +136,7 @@ PositiveSeconds = Annotated[Seconds, _check(lambda s: s > 0, "{} must be more th
 AtLeastOneSecond = Annotated[Seconds, _minimum_seconds(1)]
 AtLeastOneMinute = Annotated[Seconds, _minimum_seconds(60)]
 Concurrency = Annotated[int, _from_text(int), _check(lambda n: n >= 1, "{} must be at least 1")]
+Retries = Annotated[int, _from_text(int), _check(lambda n: n >= 0, "{} must not be negative")]
 Address = Annotated[BindAddress, _from_text(BindAddress)]
 WebhookAddress = Annotated[
     Address,
@@ -346,6 +347,39 @@ class Settings(BaseSettings):
         "SKYHOOK_RETRY_BACKOFF_MAX",
         _meta(None, "Longest wait, in seconds, before retrying a failed stage pod."),
         default=_PLANNER.retry_backoff_max_s,
+    )
+    stage_timeout: NonNegativeSeconds = field(
+        "SKYHOOK_STAGE_TIMEOUT",
+        _meta(
+            "JOB_STAGE_TIMEOUT",
+            "How long one attempt at a stage may run (an interrupt: the whole interrupt) before "
+            "its pod is stopped and the attempt counts as failed, for a package without "
+            "`stageTimeout`; 0: no limit.",
+        ),
+        default=_PLANNER.stage_timeout_s,
+    )
+    stage_retries: Retries = field(
+        "SKYHOOK_STAGE_RETRIES",
+        _meta(
+            "JOB_BACKOFF_LIMIT",
+            "How many times a failed stage is tried again before it is left erroring until the "
+            "package is edited, rerun or reset; 0: one attempt only.",
+        ),
+        default=_PLANNER.stage_retries,
+    )
+    pod_ttl_succeeded: AtLeastOneMinute = field(
+        "SKYHOOK_POD_TTL_SUCCEEDED",
+        _meta("JOB_TTL_SUCCEEDED", "How long a finished, successful stage pod is kept."),
+        default=_PLANNER.pod_ttl_succeeded_s,
+    )
+    pod_ttl_failed: AtLeastOneMinute = field(
+        "SKYHOOK_POD_TTL_FAILED",
+        _meta(
+            "JOB_TTL_FAILED",
+            "How long a failed stage pod (the first and the last failed attempt of a stage) is "
+            "kept for its logs.",
+        ),
+        default=_PLANNER.pod_ttl_failed_s,
     )
     operator_version: NonEmpty = field(
         "SKYHOOK_OPERATOR_VERSION",
@@ -596,6 +630,10 @@ class Settings(BaseSettings):
             image_pull_secret=self.image_pull_secret,
             retry_backoff_base_s=self.retry_backoff_base,
             retry_backoff_max_s=self.retry_backoff_max,
+            stage_timeout_s=self.stage_timeout,
+            stage_retries=self.stage_retries,
+            pod_ttl_succeeded_s=self.pod_ttl_succeeded,
+            pod_ttl_failed_s=self.pod_ttl_failed,
             operator_version=self.operator_version,
             alert_recheck_s=self.alert_poll_interval,
         )

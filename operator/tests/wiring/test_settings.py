@@ -129,6 +129,42 @@ def test_retry_backoff_and_operator_version_reach_the_planner() -> None:
     assert planner.operator_version == "v9.9.9"
 
 
+def test_stage_timeout_retries_and_pod_retention_reach_the_planner() -> None:
+    """Upstream's Job settings are read under their names too; ours win."""
+    defaults = load_settings({}).for_planner()
+    assert (defaults.stage_timeout_s, defaults.stage_retries) == (3600, 3)
+    assert (defaults.pod_ttl_succeeded_s, defaults.pod_ttl_failed_s) == (3600, 86400)
+    upstream = load_settings(
+        {
+            "JOB_STAGE_TIMEOUT": "30m",
+            "JOB_BACKOFF_LIMIT": "0",
+            "JOB_TTL_SUCCEEDED": "2h",
+            "JOB_TTL_FAILED": "1m",
+            "SKYHOOK_STAGE_TIMEOUT": "0",
+        }
+    ).for_planner()
+    assert (upstream.stage_timeout_s, upstream.stage_retries) == (0, 0)
+    assert (upstream.pod_ttl_succeeded_s, upstream.pod_ttl_failed_s) == (7200, 60)
+
+
+def test_pod_retention_under_a_minute_and_negative_limits_are_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(
+            {
+                "JOB_TTL_SUCCEEDED": "0",
+                "SKYHOOK_POD_TTL_FAILED": "59s",
+                "SKYHOOK_STAGE_RETRIES": "-1",
+                "JOB_STAGE_TIMEOUT": "-5",
+            }
+        )
+    problems = caught.value.problems
+    assert len(problems) == 4
+    assert any(p.startswith("JOB_TTL_SUCCEEDED: ") and "minimum of 60 s" in p for p in problems)
+    assert any(p.startswith("SKYHOOK_POD_TTL_FAILED: ") for p in problems)
+    assert any(p.startswith("SKYHOOK_STAGE_RETRIES: ") for p in problems)
+    assert any(p.startswith("JOB_STAGE_TIMEOUT: ") for p in problems)
+
+
 def test_operator_version_defaults_to_the_installed_one() -> None:
     installed = metadata.version("skyhook-operator")
     assert load_settings({}).for_planner().operator_version == f"v{installed}"

@@ -6,6 +6,7 @@ Builders return plain dicts in API form, ready for the writer.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -40,8 +41,35 @@ LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 # --- names -------------------------------------------------------------------------------------
 
 
-def stage_pod_name(scr: str, package: str, version: str, stage: str, node: str) -> str:
+def stage_pod_name(
+    scr: str, package: str, version: str, stage: str, node: str, *, attempt: int = 0
+) -> str:
+    """Each attempt at a stage is a pod of its own (the first keeps upstream's name), so a
+    retry never waits on the name of a failed attempt kept for its logs."""
+    if attempt:
+        return keys.safe_name(63, scr, package, version, stage, node, f"retry{attempt}")
     return keys.safe_name(63, scr, package, version, stage, node)
+
+
+def pod_attempt(pod: PodView) -> int:
+    """Which attempt at its stage a stage pod is (0: the first)."""
+    text = pod.annotations.get(keys.ATTEMPT_ANNOTATION, "0")
+    return int(text) if text.isdigit() else 0
+
+
+# The most activeDeadlineSeconds takes (an int32).
+MAX_DEADLINE_S = 2147483647
+
+
+def active_deadline_s(settings: PlannerSettings, package: Package) -> int | None:
+    """The pod's activeDeadlineSeconds: the package's stageTimeout, else the operator's default,
+    in whole seconds rounded up; None for 0 (no limit)."""
+    seconds = package.stage_timeout_s
+    if seconds is None:
+        seconds = settings.stage_timeout_s
+    if seconds <= 0:
+        return None
+    return min(max(math.ceil(seconds), 1), MAX_DEADLINE_S)
 
 
 def interrupt_pod_name(scr: str, interrupt_type: str, node: str, stage: str = INTERRUPT) -> str:
@@ -179,11 +207,15 @@ def build_stage_pod(
     stage: str,
     *,
     node_order: int = 0,
+    attempt: int = 0,
 ) -> dict[str, Any]:
-    """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`.
+    """The pod that runs `<stage>` then `<stage>-check` of `package` on `node`, as attempt
+    `attempt` (0: the first) at that stage.
 
     An uninstall pod too is built from the spec's package, with its env, configMap and
-    resources.
+    resources. A failed container fails the pod (restartPolicy Never): the planner decides
+    whether another attempt follows (passes/learn.py), and the failed pod keeps its logs.
+    stageTimeout bounds the attempt (activeDeadlineSeconds).
     """
     directory = copy_dir(settings, scr, package)
     short = package.name[:43]
@@ -239,11 +271,16 @@ def build_stage_pod(
     pod = _base_pod(
         settings,
         scr,
-        stage_pod_name(scr.name, package.name, package.version, stage, node),
+        stage_pod_name(scr.name, package.name, package.version, stage, node, attempt=attempt),
         node,
         labels=labels,
         annotation=annotation,
     )
+    if attempt:
+        pod["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = str(attempt)
+    pod["spec"]["restartPolicy"] = "Never"
+    if (deadline := active_deadline_s(settings, package)) is not None:
+        pod["spec"]["activeDeadlineSeconds"] = deadline
     pod["spec"]["initContainers"] = init
     pod["spec"]["volumes"].append(
         {
@@ -277,7 +314,8 @@ def build_interrupt_pod(
 ) -> dict[str, Any]:
     """The one pod that performs a node's merged interrupt, on behalf of `package`; `stage`
     (interrupt or uninstall-interrupt) is the stage its package annotation records. The agent
-    runs it in interrupt mode either way."""
+    runs it in interrupt mode either way. Its container restarts in place (a reboot kills it,
+    it completes once the node is back), and stageTimeout bounds the whole interrupt."""
     labels = {
         keys.NAME_LABEL: scr.name,
         keys.PACKAGE_LABEL: package_label(package.name, package.version),
@@ -294,6 +332,8 @@ def build_interrupt_pod(
         labels=labels,
         annotation=annotation,
     )
+    if (deadline := active_deadline_s(settings, package)) is not None:
+        pod["spec"]["activeDeadlineSeconds"] = deadline
     amount = {"cpu": "500m", "memory": "64Mi"}
     pod["spec"]["initContainers"] = [
         {

@@ -97,6 +97,8 @@ PACKAGE_LABEL = f"{GROUP}/package"
 INTERRUPT_LABEL = f"{GROUP}/interrupt"
 HEALTH_CHECK_LABEL = f"{GROUP}/health-check"  # ours: a health gate's check pod
 PACKAGE_ANNOTATION = f"{GROUP}/package"
+# Ours: which attempt at its stage a stage pod is (absent: the first, 0); a retry is a new pod.
+ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
 
 # ConfigMaps.
 PACKAGE_NAME_ANNOTATION = f"{GROUP}/Package.Name"

@@ -24,6 +24,13 @@ class PlannerSettings:
     # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.
     retry_backoff_base_s: float = 10.0
     retry_backoff_max_s: float = 300.0
+    # One attempt at a stage may run this long (a package's stageTimeout overrides it); 0: no
+    # limit. A failed stage is tried again at most `stage_retries` times, then left erroring.
+    stage_timeout_s: float = 3600.0
+    stage_retries: int = 3
+    # How long a finished stage pod is kept for its logs: succeeded, failed.
+    pod_ttl_succeeded_s: float = 3600.0
+    pod_ttl_failed_s: float = 86400.0
     # The running operator's version, written into the version annotations of nodes and SCRs.
     operator_version: str = "dev"
     # While an alert gate holds, read the alerts again after this many seconds.

@@ -168,6 +168,7 @@ class PodView:
     empty_dir: bool = False
     mirror: bool = False
     created: datetime | None = None  # creationTimestamp: when an interrupt began
+    reason: str = ""  # status.reason: DeadlineExceeded when the kubelet stopped it at its deadline
 
     @property
     def active(self) -> bool:
@@ -207,6 +208,7 @@ class PodView:
             empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
             mirror=_MIRROR_ANNOTATION in (meta.get("annotations") or {}),
             created=_parse_time(meta.get("creationTimestamp")),
+            reason=status.get("reason") or "",
         )
 
 

@@ -148,6 +148,9 @@ class Package:
     env: tuple[Mapping[str, Any], ...] = ()
     resources: Resources | None = None
     graceful_shutdown_s: int | None = None
+    # stageTimeout: one attempt's time limit (an interrupt's: the whole interrupt's); None:
+    # the operator's default; 0: none.
+    stage_timeout_s: float | None = None
     image_compatibility: ImageCompatibility | None = None
     uninstall: Uninstall = Uninstall()
     # The full image reference chosen for one node from image_compatibility (pods pull it).
@@ -432,6 +435,7 @@ class _PackageWire(Wire):
     env: Annotated[tuple[EnvVar, ...], FalsyIsUnset] = ()
     resources: _ResourcesWire | None = None
     graceful_shutdown: Annotated[int | None, PlainValidator(_seconds)] = None
+    stage_timeout: NonNegativeDuration | None = None
     image_compatibility: _ImageCompatibilityWire | None = None
     uninstall: Annotated[_UninstallWire, FalsyIsUnset] = Field(default_factory=_UninstallWire)
 
@@ -449,6 +453,7 @@ class _PackageWire(Wire):
             env=self.env,
             resources=self.resources.decoded() if self.resources else None,
             graceful_shutdown_s=self.graceful_shutdown,
+            stage_timeout_s=self.stage_timeout,
             image_compatibility=self.image_compatibility.decoded()
             if self.image_compatibility
             else None,

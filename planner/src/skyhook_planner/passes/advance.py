@@ -15,7 +15,7 @@ from typing import Any
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status
 from skyhook_planner.model.actions import CreatePod, EvictPod
-from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.model.waiting import Reason
@@ -63,6 +63,20 @@ class _NodeRun:
         self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
+        # Failed stage pods kept for their logs, by package label and stage: they hold nothing
+        # back, but the last one's end times the next attempt.
+        self.kept: dict[tuple[str, str], list[PodView]] = {}
+        for p in on_node:
+            if (
+                p.phase == "Failed"
+                and p.labels.get(keys.NAME_LABEL) == ctx.name
+                and keys.INTERRUPT_LABEL not in p.labels
+                and ctx.index.is_ours(p)
+                and ctx.present(p)
+                and (found := ctx.index.pod_package(p)) is not None
+            ):
+                label = p.labels.get(keys.PACKAGE_LABEL, "")
+                self.kept.setdefault((label, found.stage), []).append(p)
         # Packages (any version) with a pod of ours on its way out (deleted by this pass or
         # terminating) whose step may still run: a deleted agent finishes its running step, so
         # nothing else of the package starts on the host until that pod has stopped.
@@ -281,12 +295,13 @@ class _NodeRun:
             return
         if ctx.spec.serial and (self.ours or self.created):
             return
-        entry = self.entries.get(package.key)
-        restarts = (
-            entry.restarts
-            if entry is not None and entry.stage == stage and entry.state == ERRORING
-            else 0
-        )
+        kept = self.kept.get((label, stage), [])
+        attempt = self._attempt(self.entries.get(package.key), stage, kept)
+        if attempt is None:
+            return
+        stale = [p for p in kept if podbuilder.pod_attempt(p) >= attempt]
+        for pod in stale:  # an earlier round's (a rerun, an edit): its names are needed again
+            self.decision.delete_pod(pod, "a new round of attempts at its stage")
         manifest = podbuilder.build_stage_pod(
             ctx.settings,
             ctx.scr,
@@ -294,8 +309,10 @@ class _NodeRun:
             self.node.name,
             stage,
             node_order=ctx.node_order(self.node.name),
+            attempt=attempt,
         )
-        if not self._create(manifest):
+        if stale or not self._create(manifest):
+            self.decision.wake_in(1.0)
             return
         chosen = self.node_packages.chosen.get(package.name)
         if chosen is not None and stage != UNINSTALL:
@@ -307,7 +324,7 @@ class _NodeRun:
             stage,
             IN_PROGRESS,
             package.container_sha,
-            restarts,
+            attempt,  # the failed attempts before this one
         )
         label = f"[{package.name}:{package.version}]"
         self.decision.event(
@@ -333,6 +350,35 @@ class _NodeRun:
             )
         )
 
+    def _attempt(self, entry: PackageEntry | None, stage: str, kept: list[PodView]) -> int | None:
+        """The number of the attempt at `stage` to start now (0: the first), or None while
+        the stage backs off after a failed attempt or has given up.
+
+        The entry's restarts count the failed attempts at its stage. In progress with no pod
+        (paused, or a create that did not land): that attempt again. Erroring: the next one
+        after the backoff, unless the retries are spent; then the stage stays parked while
+        the last failed pod is kept. Once it is gone (retention, an edit of the package),
+        the stage starts over."""
+        if entry is None or entry.stage != stage or entry.state not in {IN_PROGRESS, ERRORING}:
+            return 0
+        if entry.state == IN_PROGRESS:
+            return entry.restarts
+        last = next((p for p in kept if podbuilder.pod_attempt(p) == entry.restarts - 1), None)
+        if last is None:
+            return 0
+        settings = self.ctx.settings
+        if entry.restarts > settings.stage_retries:
+            return None  # gave up: learn said so in a Warning Event
+        wait = results.backoff_s(
+            entry.restarts - 1, settings.retry_backoff_base_s, settings.retry_backoff_max_s
+        )
+        finished = results.outcome(last).finished_at or last.created
+        since = (self.ctx.now - finished).total_seconds() if finished else wait
+        if since < wait:
+            self.decision.wake_in(wait - since)
+            return None
+        return entry.restarts
+
     def _create(self, manifest: dict[str, Any]) -> bool:
         meta = manifest["metadata"]
         if self.ctx.name_taken(meta["namespace"], meta["name"]):
@@ -352,7 +398,14 @@ class _NodeRun:
         drained."""
         ctx = self.ctx
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
-        if any(ctx.index.is_ours(p) and ctx.present(p) for p in on_node):
+        if any(
+            ctx.index.is_ours(p)
+            and ctx.present(p)
+            # A finished stage pod kept for its logs holds nothing back; an interrupt pod
+            # kept at its stageTimeout is the interrupt given up on.
+            and (p.phase not in FINISHED_PHASES or keys.INTERRUPT_LABEL in p.labels)
+            for p in on_node
+        ):
             return
         if self.created or not drained.open:
             return

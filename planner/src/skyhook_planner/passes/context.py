@@ -264,11 +264,10 @@ class SkyhookContext:
         )
 
     def ours_on(self, node: str) -> list[PodView]:
-        """This Skyhook's pods on `node` that are still there."""
+        """This Skyhook's pods on `node` that may still run: a finished pod kept for its logs
+        holds nothing back."""
         return [
             p
             for p in self.index.pods_on_node.get(node, ())
-            if p.labels.get(keys.NAME_LABEL) == self.name
-            and self.index.is_ours(p)
-            and self.present(p)
+            if p.labels.get(keys.NAME_LABEL) == self.name and self.index.is_ours(p) and self.live(p)
         ]

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status as statuses
-from skyhook_planner.model.snapshot import PodView
+from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
 from skyhook_planner.rules import deadlines, interrupts, results
@@ -29,7 +29,8 @@ from skyhook_schemas.nodestate import (
 
 def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     """Fold one of our pods into its node's entries: a finished stage completes or errors, a
-    pod with nothing to report any more is deleted."""
+    pod with nothing to report any more is deleted. A failed stage pod is kept for its logs
+    (`_failed_attempt`); one whose failure is already counted is only looked after (`_kept`)."""
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
     node = ctx.index.nodes.get(pod.node)
@@ -42,6 +43,19 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     entries = ctx.entries(node)
     key = pkg.key
     entry = entries.get(key)
+    interrupt = keys.INTERRUPT_LABEL in pod.labels
+    if pod.phase == "Failed" and entry is not None and ctx.present(pod):
+        counted = (
+            _interrupt_parked(pod, pkg.stage, entry)
+            if interrupt
+            else (
+                entry.stage != pkg.stage
+                or entry.state == COMPLETE
+                or entry.restarts > podbuilder.pod_attempt(pod)
+            )
+        )
+        if counted:
+            return _kept(ctx, pod, node, entry)
     if entry is None or entry.stage != pkg.stage or entry.state == COMPLETE:
         if ctx.present(pod):
             same_stage = entry is not None and entry.stage == pkg.stage
@@ -55,13 +69,19 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     result = results.outcome(pod)
     label = f"[{pkg.name}:{pkg.version}]"
     if result.result == results.SUCCEEDED:
-        entries = results.record_success(entries, pkg, result.restarts, ctx.spec.packages)
+        # A stage pod's restarts are its failed attempts; an interrupt pod's, its container's.
+        restarts = result.restarts if interrupt else max(result.restarts, entry.restarts)
+        entries = results.record_success(entries, pkg, restarts, ctx.spec.packages)
         if ctx.present(pod):
             decision.delete_pod(pod, "stage complete")
         decision.event(
             "Node", node.name, "Apply", f"Package {label} state complete on [skyhook:{ctx.name}]"
         )
+    elif result.result == results.FAILED and pod.phase == "Failed" and not interrupt:
+        return _failed_attempt(ctx, pod, node, entries, result)
     elif result.result == results.FAILED:
+        if interrupt and pod.reason == results.DEADLINE_EXCEEDED:
+            return _interrupt_timed_out(ctx, pod, node, entries)
         entries = results.record_failure(entries, pkg, result.restarts)
         if entry.state != ERRORING:
             # A Warning: its own Event on the node, never overwritten by the next Apply.
@@ -72,7 +92,7 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
                 f"Package {label} state erroring on [skyhook:{ctx.name}]",
                 type="Warning",
             )
-        if pod.phase == "Failed":  # the kubelet gave up: retry after a backoff
+        if pod.phase == "Failed":  # an interrupt pod its node lost: again after a backoff
             wait = results.backoff_s(
                 entries[key].restarts,
                 ctx.settings.retry_backoff_base_s,
@@ -88,6 +108,139 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     else:
         return decision
     decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    return decision
+
+
+def _failed_attempt(
+    ctx: SkyhookContext,
+    pod: PodView,
+    node: NodeView,
+    entries: dict[str, PackageEntry],
+    result: results.Outcome,
+) -> Decision:
+    """A stage pod failed (restartPolicy Never: the pod is the attempt). The failure is
+    counted once: the entry's restarts become the number of failed attempts, which the next
+    attempt's number is (passes/advance.py starts it after the backoff). After
+    `stage_retries` retries the stage gives up: it stays erroring, parked, until the package
+    is edited, rerun or reset. The pod stays for its logs; of the failed attempts only the
+    first and the last are kept. A pod its node lost counts for nothing: it goes, and the same
+    attempt runs again."""
+    decision = Decision()
+    pkg = ctx.index.pod_package(pod)
+    assert pkg is not None
+    key = pkg.key
+    entry = entries[key]
+    label = f"[{pkg.name}:{pkg.version}]"
+    if not results.spent_an_attempt(pod):
+        decision.delete_pod(pod, "lost by its node: the attempt runs again")
+        entries[key] = replace(entry, state=IN_PROGRESS)
+        decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+        return decision
+    failed = podbuilder.pod_attempt(pod) + 1
+    entries[key] = replace(entry, stage=pkg.stage, state=ERRORING, restarts=failed)
+    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    why = "timed out (stageTimeout)" if pod.reason == results.DEADLINE_EXCEEDED else "failed"
+    retries = ctx.settings.stage_retries
+    if failed > retries:
+        container = result.container or f"{pkg.name[:43]}-{pkg.stage}"
+        message = (
+            f"Package {label} stage [{pkg.stage}] gave up on node [{node.name}] after "
+            f"{failed} failed attempt{'s' if failed != 1 else ''} (the last {why}); "
+            f"its logs: kubectl logs -n {pod.namespace} {pod.name} -c {container}, or "
+            f"kubectl skyhook package logs {pkg.name} --skyhook {ctx.name} -n {pod.namespace}; "
+            f"it runs again "
+            f"once the package is edited, rerun or reset"
+        )
+        decision.event("Node", node.name, "Apply", message, type="Warning")
+        decision.event("Skyhook", ctx.name, "Apply", message, type="Warning")
+    else:
+        decision.event(
+            "Node",
+            node.name,
+            "Apply",
+            f"Package {label} state erroring on [skyhook:{ctx.name}]: attempt {failed} of "
+            f"{retries + 1} at stage [{pkg.stage}] {why} (pod {pod.name})",
+            type="Warning",
+        )
+    for other in _failed_pods(ctx, node, pod):
+        attempt = podbuilder.pod_attempt(other)
+        if 0 < attempt < failed - 1:
+            decision.delete_pod(other, "a failed attempt between the first and the last")
+    return decision
+
+
+def _failed_pods(ctx: SkyhookContext, node: NodeView, pod: PodView) -> list[PodView]:
+    """The failed pods kept on `node` for the package version and stage of `pod`."""
+    pkg = ctx.index.pod_package(pod)
+    return [
+        p
+        for p in ctx.index.pods_on_node.get(node.name, ())
+        if p.phase == "Failed"
+        and p.labels.get(keys.PACKAGE_LABEL) == pod.labels.get(keys.PACKAGE_LABEL)
+        and p.labels.get(keys.NAME_LABEL) == ctx.name
+        and ctx.index.is_ours(p)
+        and ctx.present(p)
+        and (found := ctx.index.pod_package(p)) is not None
+        and pkg is not None
+        and found.stage == pkg.stage
+    ]
+
+
+def _interrupt_parked(pod: PodView, stage: str, entry: PackageEntry) -> bool:
+    """An interrupt pod stopped at its stageTimeout stays while its stage is erroring."""
+    return (
+        pod.reason == results.DEADLINE_EXCEEDED and entry.stage == stage and entry.state == ERRORING
+    )
+
+
+def _interrupt_timed_out(
+    ctx: SkyhookContext, pod: PodView, node: NodeView, entries: dict[str, PackageEntry]
+) -> Decision:
+    """stageTimeout bounds a whole interrupt: past it, the stage is erroring and stays so, its
+    pod kept for its logs, until the package is edited, rerun or reset."""
+    decision = Decision()
+    pkg = ctx.index.pod_package(pod)
+    assert pkg is not None
+    entry = entries[pkg.key]
+    entries[pkg.key] = replace(entry, state=ERRORING)
+    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    message = (
+        f"Package [{pkg.name}:{pkg.version}] stage [{pkg.stage}] timed out (stageTimeout) on "
+        f"node [{node.name}]; its logs: kubectl logs -n {pod.namespace} {pod.name} -c interrupt"
+    )
+    decision.event("Node", node.name, "Interrupt", message, type="Warning")
+    decision.event("Skyhook", ctx.name, "Interrupt", message, type="Warning")
+    return decision
+
+
+def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry) -> Decision:
+    """A failed pod whose failure is counted: kept for its logs for SKYHOOK_POD_TTL_FAILED,
+    unless a later failed attempt supersedes it (only the first and the last stay) or the
+    package was edited since (its logs no longer tell about what runs)."""
+    decision = Decision()
+    pkg = ctx.index.pod_package(pod)
+    assert pkg is not None
+    attempt = podbuilder.pod_attempt(pod)
+    if entry.stage == pkg.stage and 0 < attempt < entry.restarts - 1:
+        decision.delete_pod(pod, "a failed attempt between the first and the last")
+        return decision
+    wanted = ctx.node_packages(node).packages.get(pkg.name)
+    if wanted is None or wanted.version != pkg.version:
+        decision.delete_pod(pod, "the package changed")
+        return decision
+    if keys.INTERRUPT_LABEL not in pod.labels:
+        manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, wanted, node.name, pkg.stage)
+        if not podbuilder.matches(pod, manifest):
+            decision.delete_pod(pod, "the package spec changed")
+            return decision
+    finished = results.outcome(pod).finished_at or pod.created
+    if finished is None:
+        return decision
+    left = ctx.settings.pod_ttl_failed_s - (ctx.now - finished).total_seconds()
+    if left <= 0:
+        decision.delete_pod(pod, "kept for its logs long enough")
+    else:
+        decision.wake_in(left)
     return decision
 
 
@@ -217,6 +370,30 @@ def _reboots(ctx: SkyhookContext, entry: PackageEntry) -> bool:
         return False
     wanted = interrupts.wanted_interrupts(package, ctx.config_updates.get(entry.name, ()))
     return any(i.type == "reboot" for i in wanted)
+
+
+def stop_for_pause(ctx: SkyhookContext) -> Decision:
+    """A paused Skyhook runs nothing: its stage and interrupt pods that still run are deleted.
+    The agent finishes the step it is in on SIGTERM and stops; the entry stays as it is (in
+    progress), so the deletion spends no attempt, and on resume the stage runs again from its
+    beginning (the agent skips the steps already done)."""
+    decision = Decision()
+    stopped = []
+    for pod in ctx.pods():
+        if ctx.live(pod) and ctx.index.pod_package(pod) is not None:
+            decision.delete_pod(pod, "the Skyhook is paused")
+            stopped.append(pod.node)
+    if stopped:
+        nodes = sorted(set(stopped))
+        listed = ", ".join(nodes[:10]) + (" ..." if len(nodes) > 10 else "")
+        decision.event(
+            "Skyhook",
+            ctx.name,
+            "Paused",
+            f"paused: stopping {len(stopped)} running stage pod{'s' if len(stopped) != 1 else ''}"
+            f" on node [{listed}]",
+        )
+    return decision
 
 
 def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:

@@ -189,6 +189,8 @@ class _Share:
         self.take(rebooted)
         deadline = deadlines.deadline_s(self.rollout.spec, self.rollout.policy)
         self.take(learn.reboot_deadlines(ctx, deadline))
+        if self.rollout.paused:
+            self.take(learn.stop_for_pause(ctx))
         self.take(learn.validate_pods(ctx, skip=self.kept))
         return boot_ids
 

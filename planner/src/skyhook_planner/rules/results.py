@@ -28,6 +28,11 @@ from skyhook_schemas.podpackage import PodPackage
 
 SUCCEEDED, FAILED, RUNNING, WAITING = "succeeded", "failed", "running", "waiting"
 CRASH_LOOP = "CrashLoopBackOff"
+# The pod's reason when the kubelet stopped it at its activeDeadlineSeconds (stageTimeout).
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+# A container's end its node reported without knowing how it ended (the node rebooted or lost
+# it): the step did not fail, the node did.
+_LOST = frozenset({"Unknown", "ContainerStatusUnknown"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Outcome:
     result: str  # SUCCEEDED, FAILED, RUNNING or WAITING
     restarts: int = 0
     finished_at: datetime | None = None
+    container: str = ""  # the container that decided (the failed one): the logs to read
 
 
 def outcome(pod: PodView) -> Outcome:
@@ -44,17 +50,30 @@ def outcome(pod: PodView) -> Outcome:
             status.state == "waiting" and status.reason == CRASH_LOOP
         )
         if failed:
-            return Outcome(FAILED, status.restart_count, status.finished_at)
+            return Outcome(FAILED, status.restart_count, status.finished_at, status.name)
     if not statuses:
         return Outcome(FAILED if pod.phase == "Failed" else WAITING)
     if len(statuses) < len(pod.init_containers):
         return Outcome(WAITING)
     last = statuses[-1]
     if last.state == "terminated" and last.exit_code == 0:
-        return Outcome(SUCCEEDED, last.restart_count, last.finished_at)
+        return Outcome(SUCCEEDED, last.restart_count, last.finished_at, last.name)
     if pod.phase == "Failed":
-        return Outcome(FAILED, last.restart_count, last.finished_at)
+        return Outcome(FAILED, last.restart_count, last.finished_at, last.name)
     return Outcome(RUNNING if last.state == "running" else WAITING, last.restart_count)
+
+
+def spent_an_attempt(pod: PodView) -> bool:
+    """Did a failed stage pod use up one of the stage's attempts? Yes when a step failed (a
+    container ended with a non-zero exit) or the pod outlived its stageTimeout; no when its
+    node lost it (a reboot, a container status the node could not report) or the kubelet
+    refused it before anything ran: then the same attempt runs again."""
+    if pod.reason == DEADLINE_EXCEEDED:
+        return True
+    return any(
+        s.state == "terminated" and s.exit_code not in (0, None) and s.reason not in _LOST
+        for s in pod.init_statuses
+    )
 
 
 def record_success(

@@ -287,7 +287,9 @@ class SimCluster:
             )
             if code:
                 break
+        # restartPolicy Never (stage pods): a failed container fails the pod, as a kubelet does.
+        never = pod["spec"].get("restartPolicy") == "Never"
         pod["status"] = {
-            "phase": "Failed" if (exit_code and failed_phase) else "Running",
+            "phase": "Failed" if (exit_code and (failed_phase or never)) else "Running",
             "initContainerStatuses": statuses,
         }

@@ -1,0 +1,260 @@
+"""A stage a user can debug: each attempt is a pod (restartPolicy Never) bounded by
+stageTimeout; a failed stage is retried SKYHOOK_STAGE_RETRIES times, then parked erroring;
+the first and the last failed pod stay for their logs, and hold nothing back; pausing stops
+what runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from skyhook_planner.model.actions import DeletePod, EmitEvent
+from skyhook_planner.sim.driver import SETTINGS, Driver, package, pod_stage
+from skyhook_schemas import keys
+from skyhook_schemas.nodestate import decode_entries
+
+SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
+LABELS = {"role": "gpu"}
+NODE = "node-0000"
+
+
+def stamp(d: Driver) -> str:
+    return d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def restarts(d: Driver, key: str = "alpha|1.0.0") -> int:
+    raw = d.sim.nodes[NODE]["metadata"]["annotations"][keys.node_state_key("scr")]
+    return decode_entries(raw)[key].restarts
+
+
+def attempt_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["annotations"].get(keys.ATTEMPT_ANNOTATION, "0"))
+
+
+def live_pods(d: Driver) -> list[tuple[str, str]]:
+    return [
+        k
+        for k, p in d.sim.pods.items()
+        if p.get("status", {}).get("phase") not in {"Succeeded", "Failed"}
+    ]
+
+
+def fail_pending(d: Driver, *, deadline: bool = False, lost: bool = False) -> list[str]:
+    """Every pod that has not run yet fails (Never: the pod fails); returns their names."""
+    names = []
+    for key in d.pending_pods():
+        d.sim.finish_pod(key, 1, at=stamp(d))
+        status = d.sim.pods[key]["status"]
+        if deadline:
+            status["reason"] = "DeadlineExceeded"
+            status["message"] = "Pod was active on the node longer than the specified deadline"
+            status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] = 137
+        if lost:
+            terminated = status["initContainerStatuses"][0]["state"]["terminated"]
+            terminated.update(exitCode=255, reason="Unknown")
+        names.append(key[1])
+    return names
+
+
+def fail_every_attempt(d: Driver, **how: bool) -> list[str]:
+    """Let each attempt fail, waiting out each backoff, until no new pod comes."""
+    failed: list[str] = []
+    for _ in range(30):
+        result = d.step()
+        if not d.pending_pods():
+            if result.requeue_after is None or result.requeue_after > 60:
+                return failed
+            d.now += timedelta(seconds=result.requeue_after)
+            continue
+        failed += fail_pending(d, **how)
+        d.now += timedelta(seconds=1)
+    raise AssertionError("still retrying")
+
+
+def events(d: Driver) -> list[EmitEvent]:
+    return [a for p in d.plans for a in p.actions if isinstance(a, EmitEvent)]
+
+
+def deleted(d: Driver) -> list[DeletePod]:
+    return [a for p in d.plans for a in p.actions if isinstance(a, DeletePod)]
+
+
+def failing(retries: int = 3, **package_fields: Any) -> Driver:
+    d = Driver(1, LABELS, settings=replace(SETTINGS, stage_retries=retries))
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(**package_fields)}})
+    return d
+
+
+def test_a_failing_stage_gives_up_after_its_retries_and_stays_parked() -> None:
+    d = failing(retries=3)
+    failed = fail_every_attempt(d)
+    assert len(failed) == 4  # the first attempt and 3 retries, each a pod of its own
+    assert len(set(failed)) == 4
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("apply", "erroring")}
+    assert restarts(d) == 4  # upstream's meaning: failed attempts
+    assert d.node_status("scr", NODE) == "erroring"
+    # Only the first and the last failed attempt stay, for their logs.
+    kept = {p["metadata"]["name"]: attempt_of(p) for p in d.sim.pods.values()}
+    assert kept == {failed[0]: 0, failed[-1]: 3}
+    gave_up = [e for e in events(d) if "gave up" in e.message]
+    assert {e.kind for e in gave_up} == {"Node", "Skyhook"}
+    assert all(e.type == "Warning" for e in gave_up)
+    message = gave_up[0].message
+    assert "after 4 failed attempts" in message
+    assert f"kubectl logs -n skyhook {failed[-1]} -c alpha-init" in message
+    assert "kubectl skyhook package logs alpha --skyhook scr -n skyhook" in message
+    # Parked: hours later, nothing new has started and nothing was written.
+    d.now += timedelta(hours=3)
+    again = d.step()
+    assert not d.pending_pods()
+    assert not [a for a in again.actions if not isinstance(a, EmitEvent)]
+
+
+def test_no_retries_is_one_attempt() -> None:
+    d = failing(retries=0)
+    assert len(fail_every_attempt(d)) == 1
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("apply", "erroring")}
+    assert restarts(d) == 1
+
+
+def test_a_stage_past_its_timeout_is_a_failed_attempt() -> None:
+    d = failing(retries=1, stageTimeout="5m")
+    d.step()
+    (pod,) = d.sim.pods.values()
+    assert pod["spec"]["activeDeadlineSeconds"] == 300
+    failed = fail_every_attempt(d, deadline=True)
+    assert len(failed) == 2
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("apply", "erroring")}
+    assert any("the last timed out (stageTimeout)" in e.message for e in events(d))
+
+
+def test_a_pod_its_node_lost_spends_no_attempt() -> None:
+    d = failing(retries=0)
+    d.step()
+    (lost,) = fail_pending(d, lost=True)
+    d.step()
+    assert ("skyhook", lost) not in d.sim.pods  # deleted: it tells nothing about the package
+    assert restarts(d) == 0
+    d.step()
+    (again,) = d.sim.pods.values()
+    assert again["metadata"]["name"] == lost  # the same attempt, again
+
+
+def test_a_failed_attempt_is_counted_once_and_not_relearned() -> None:
+    d = failing(retries=3)
+    d.step()
+    fail_pending(d)
+    d.step()  # learned: erroring, the backoff starts
+    assert restarts(d) == 1
+    quiet = d.step()
+    assert not [a for a in quiet.actions if not isinstance(a, EmitEvent)]
+    assert not [e for e in quiet.actions if isinstance(e, EmitEvent) and "erroring" in e.message]
+    assert restarts(d) == 1
+
+
+def test_editing_the_package_unparks_the_stage_and_clears_the_kept_pods() -> None:
+    d = failing(retries=0)
+    (failed,) = fail_every_attempt(d)
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["env"] = [{"name": "FIX", "value": "1"}]
+    d.step()
+    assert ("skyhook", failed) not in d.sim.pods
+    d.run()
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "complete")}
+    assert [s for _, _, s in d.stages_run()] == ["apply", "apply", "config"]
+
+
+def test_a_rerun_or_reset_starts_the_stage_over() -> None:
+    """`kubectl skyhook package rerun` sets the entry back in progress with no failed
+    attempts (and deletes the kept pods); `reset` removes the entry."""
+    for rerun in (True, False):
+        d = failing(retries=0)
+        (failed,) = fail_every_attempt(d)
+        node = d.sim.nodes[NODE]["metadata"]["annotations"]
+        state_key = keys.node_state_key("scr")
+        if rerun:
+            entries = decode_entries(node[state_key])
+            entry = entries["alpha|1.0.0"]
+            node[state_key] = node[state_key].replace(
+                f'"state":"erroring","restarts":{entry.restarts}',
+                '"state":"in_progress","restarts":0',
+            )
+            del d.sim.pods[("skyhook", failed)]
+        else:
+            del node[state_key]
+        d.step()
+        d.step()
+        (again,) = live_pods(d)
+        assert again[1] == failed  # the first attempt's name: a new round
+        assert restarts(d) == 0
+
+
+def test_a_kept_failed_pod_holds_nothing_back() -> None:
+    """The stage completes on a retry; its failed pod stays, yet the next stages, an
+    interrupt and the budget all go on as if it were gone."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "packages": {"alpha": package(interrupt={"type": "service", "services": ["cron"]})},
+        },
+    )
+    while not d.pending_pods():
+        d.step()  # cordons and drains first
+    (failed,) = fail_pending(d)
+    d.now += timedelta(seconds=1)
+    for _ in range(20):
+        d.step()
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0, at=stamp(d))
+        d.now += timedelta(seconds=1)
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("post-interrupt", "complete")}
+    assert ("skyhook", failed) in d.sim.pods
+    assert [s for _, _, s in d.stages_run()] == [
+        "apply",
+        "apply",
+        "config",
+        "interrupt",
+        "post-interrupt",
+    ]
+    assert d.node_status("scr", NODE) == "complete"
+
+
+def test_a_kept_failed_pod_goes_after_its_retention() -> None:
+    d = failing(retries=0)
+    (failed,) = fail_every_attempt(d)
+    d.now += timedelta(seconds=SETTINGS.pod_ttl_failed_s - 60)
+    d.step()
+    assert ("skyhook", failed) in d.sim.pods
+    d.now += timedelta(seconds=61)
+    d.step()
+    assert ("skyhook", failed) not in d.sim.pods
+    assert any(a.reason == "kept for its logs long enough" for a in deleted(d))
+
+
+def test_pause_stops_the_running_stage_and_resume_runs_it_again() -> None:
+    d = failing(retries=3)
+    d.step()
+    (running,) = d.pending_pods()
+    d.sim.skyhooks["scr"]["metadata"].setdefault("annotations", {})[keys.PAUSE_ANNOTATION] = "true"
+    paused = d.step()
+    assert [a.name for a in paused.actions if isinstance(a, DeletePod)] == [running[1]]
+    assert running not in d.sim.pods
+    assert any(
+        isinstance(a, EmitEvent) and a.reason == "Paused" and a.kind == "Skyhook"
+        for a in paused.actions
+    )
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("apply", "in_progress")}
+    d.now += timedelta(minutes=5)
+    d.step()
+    assert not d.sim.pods, "nothing runs while paused"
+    del d.sim.skyhooks["scr"]["metadata"]["annotations"][keys.PAUSE_ANNOTATION]
+    d.step()
+    (resumed,) = d.pending_pods()
+    assert resumed == running  # the same attempt from its beginning: no attempt spent
+    assert restarts(d) == 0
+    d.run()
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "complete")}
+    assert [s for _, _, s in d.stages_run()] == ["apply", "apply", "config"]
+    assert all(pod_stage(p)[2] for p in d.sim.created_pods)
