@@ -229,6 +229,17 @@ class Kube:
             ).items
         )
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod; one already gone is no error."""
+        timeout = {"_request_timeout": self.timeout} if self.timeout else {}
+        try:
+            self.core.delete_namespaced_pod(name, namespace, **timeout)
+        except ApiException as error:
+            if error.status != 404:
+                raise KubeError(f"deleting pod {name}: {_message(error)}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise KubeError(f"deleting pod {name}: {_message(error)}") from None
+
     def list_bound_pods(self) -> list[dict[str, Any]]:
         """Every pod scheduled to a node, in all namespaces, as JSON dicts."""
         found = self._call(

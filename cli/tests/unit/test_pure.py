@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from skyhook_cli import batch, cleanup, nodestate, operator_version, output, prompts
 from skyhook_cli.commands import lifecycle
-from skyhook_cli.commands.package import runs_package
+from skyhook_cli.commands.package import rerun_state, runs_package
 from skyhook_cli.kube import parse_duration
 from skyhook_cli.patterns import PatternError, is_regex, match_nodes
 from skyhook_schemas import keys
@@ -306,3 +306,20 @@ def test_bad_duration_says_what_is_accepted() -> None:
 )
 def test_only_upstream_operators_before_v0_8_are_refused(version: str, refused: bool) -> None:
     assert lifecycle.older_than_annotations(version) is refused
+
+
+def test_a_rerun_from_a_stage_gives_the_package_a_fresh_retry_budget() -> None:
+    """The operator counts failed attempts in `restarts`: a rerun starts the count over."""
+    before = decode_entries(
+        json.dumps(
+            {
+                "aa|1.0.0": {
+                    "name": "aa", "version": "1.0.0", "image": "ghcr.io/x/aa",
+                    "stage": "apply", "state": "erroring", "restarts": 4,
+                }
+            }
+        )
+    )  # fmt: skip
+    after = rerun_state(before, "aa|1.0.0", "config")["aa|1.0.0"]
+    assert (after.stage, after.state, after.restarts) == ("config", "in_progress", 0)
+    assert rerun_state(before, "aa|1.0.0", "") == {}

@@ -191,21 +191,39 @@ def rerun(
 
 
 def rerun_state(state: Entries, key: str, stage: str) -> Entries:
-    """The node's state after a rerun: the entry back at `stage` in progress, or gone."""
+    """The node's state after a rerun: the entry back at `stage` in progress with no failed
+    attempts (a fresh retry budget), or gone."""
     state = dict(state)
     if stage:
-        state[key] = replace(state[key], stage=stage, state=IN_PROGRESS)
+        state[key] = replace(state[key], stage=stage, state=IN_PROGRESS, restarts=0)
     else:
         del state[key]
     return state
 
 
 def apply_rerun(skyhook: str, states: dict[str, Entries], key: str, stage: str) -> list[str]:
-    """Write each node's new state (an empty state removes the annotation); the failures."""
-    kube = current_app().kube
+    """Write each node's new state (an empty state removes the annotation); the failures.
+
+    The package's finished pods on the node (failed attempts kept for their logs) go first:
+    a new round of attempts must not count them."""
+    app = current_app()
+    kube = app.kube
     annotation = keys.node_state_key(skyhook)
     failures = []
+    package = key.split("|", maxsplit=1)[0]
+    finished = [
+        pod
+        for pod in kube.list_pods(app.namespace, f"{keys.NAME_LABEL}={skyhook}")
+        if runs_package(pod, package) and (pod.status.phase if pod.status else "") == "Failed"
+    ]
     for node, state in states.items():
+        try:
+            for pod in finished:
+                if pod.spec.node_name == node:
+                    kube.delete_pod(app.namespace, pod.metadata.name)
+        except KubeError as error:
+            failures.append(f"{node}: {error}")
+            continue
         after = rerun_state(state, key, stage)
         value = encode_entries(after) if after else None
         try:
