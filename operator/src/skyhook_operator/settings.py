@@ -369,7 +369,11 @@ class Settings(BaseSettings):
     )
     pod_ttl_succeeded: AtLeastOneMinute = field(
         "SKYHOOK_POD_TTL_SUCCEEDED",
-        _meta("JOB_TTL_SUCCEEDED", "How long a finished, successful stage pod is kept."),
+        _meta(
+            "JOB_TTL_SUCCEEDED",
+            "Accepted and checked for upstream's manifests; a succeeded stage pod is deleted as "
+            "soon as its result is recorded (its idle container would otherwise keep running).",
+        ),
         default=_PLANNER.pod_ttl_succeeded_s,
     )
     pod_ttl_failed: AtLeastOneMinute = field(
