@@ -632,8 +632,7 @@ def test_package_status_and_rerun(
         "image": "ghcr.io/x/aa",
         "stage": "config",
         "state": "in_progress",
-        "restarts": 2,
-    }
+    }  # a fresh retry budget: no failed attempts (restarts 0, left out)
 
     removed = cli(
         "package", "rerun", "aa", "--skyhook", label, "--node", first, "--node", second, "-y"
