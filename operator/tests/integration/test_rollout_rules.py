@@ -1,15 +1,16 @@
 """Rules that hold across a rollout, checked from watches that record every transition:
-the interruption budget, blocking pods before an interrupt, reboots, runtime-required."""
+the interruption budget and runtime-required (the drain before an interrupt, protected pods
+included: test_drain.py)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from skyhook_dev.harness import node_state, wait_until
+from skyhook_dev.harness import node_state
 from skyhook_schemas import keys
 
-from .helpers import SHELLSCRIPT, Cluster, agentless, pod_stage
+from .helpers import Cluster, agentless
 
 RUNTIME_TAINT = {"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}
 
@@ -58,71 +59,6 @@ def test_budget_of_three_is_never_exceeded_on_ten_nodes(cluster: Cluster) -> Non
     assert len(recording.of("pod")) > 0
 
 
-def test_non_interrupt_pod_blocks_the_reboot_until_it_exits(cluster: Cluster) -> None:
-    (node,) = cluster.add_nodes(1)
-    boot_before = cluster.node(node)["status"]["nodeInfo"]["bootID"]
-    blocker = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"critical-{node}",
-            "namespace": "default",
-            "labels": {"app": "critical"},
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "containers": [
-                {"name": "work", "image": "docker.io/library/busybox:1", "command": ["sleep", "8"]}
-            ],
-        },
-    }
-    cluster.kube.request("POST", cluster.kube.namespaced_path("pods", "default"), blocker)
-    wait_until(
-        lambda: _pod_phase(cluster, "default", blocker["metadata"]["name"]) == "Running",
-        30,
-        "blocker running",
-    )
-    recording = cluster.record(
-        "reboot",
-        extra={"blocker": ("/api/v1/namespaces/default/pods", {"labelSelector": "app=critical"})},
-    )
-    reboot_package = {
-        "version": "1.0.0",
-        "image": SHELLSCRIPT,
-        "interrupt": {"type": "reboot"},
-        "configMap": {
-            "apply.sh": "#!/bin/bash\necho applied >> /skyhook-steps\n",
-            "apply_check.sh": "#!/bin/bash\ngrep -q applied /skyhook-steps\n",
-            "post_interrupt.sh": "#!/bin/bash\necho post-interrupt >> /skyhook-steps\n",
-            "post_interrupt_check.sh": "#!/bin/bash\ngrep -q post-interrupt /skyhook-steps\n",
-        },
-    }
-    cluster.skyhook(
-        "reboot",
-        {"kernel": reboot_package},
-        podNonInterruptLabels={"matchLabels": {"app": "critical"}},
-    )
-    cluster.wait_complete("reboot", timeout=180)
-
-    # resourceVersions order all writes in the cluster, whichever watch delivered them.
-    blocker_exit = min(
-        _rv(p)
-        for _, _, p in recording.of("blocker")
-        if p["status"].get("phase") in ("Succeeded", "Failed")
-    )
-    interrupt_created = min(
-        _rv(p) for _, kind, p in recording.of("pod") if pod_stage(p) == "interrupt"
-    )
-    assert interrupt_created > blocker_exit, "the interrupt started while the blocking pod ran"
-    # Reboot detected: the boot ID changed, post-interrupt ran after it, nothing ran twice.
-    assert cluster.node(node)["status"]["nodeInfo"]["bootID"] != boot_before
-    assert cluster.host_file(node, "/skyhook-steps") == "applied\npost-interrupt\n"
-    assert not cluster.node(node)["spec"].get("unschedulable")
-    state = node_state(cluster.node(node), "reboot")
-    assert state["kernel|1.0.0"]["stage"] == "post-interrupt"
-
-
 def test_runtime_required_taint_comes_off_only_when_every_package_is_done(cluster: Cluster) -> None:
     nodes = cluster.add_nodes(2, taints=[RUNTIME_TAINT])
     recording = cluster.record("runtime")
@@ -153,12 +89,3 @@ def _has_runtime_taint(node: dict[str, Any]) -> bool:
         t["key"] == RUNTIME_TAINT["key"] and t["effect"] == RUNTIME_TAINT["effect"]
         for t in node.get("spec", {}).get("taints") or []
     )
-
-
-def _rv(obj: dict[str, Any]) -> int:
-    return int(obj["metadata"]["resourceVersion"])
-
-
-def _pod_phase(cluster: Cluster, namespace: str, name: str) -> str:
-    pod = cluster.kube.request("GET", cluster.kube.namespaced_path("pods", namespace, name))
-    return str(pod.get("status", {}).get("phase", ""))
