@@ -19,13 +19,18 @@ NODE_LABEL_VALUE = "demo"
 Obj = Mapping[str, Any]
 
 
+WORKLOAD_LABEL = f"{GROUP}/e2e-workload"  # a scenario's own pods on a node, by name
+
+
 @dataclass(frozen=True)
 class Recording:
-    """What `Record` kept, in arrival order: Skyhook versions, pods added, node versions."""
+    """What `Record` kept, in arrival order: Skyhook versions, pods added, node versions; and
+    every (watch event type, version) of the scenario's workload pods since the first."""
 
     skyhooks: Sequence[Obj]
     pods: Sequence[Obj]
     nodes: Sequence[Obj]
+    workloads: Sequence[tuple[str, Obj]] = ()
 
 
 def under_test(nodes: Sequence[Obj]) -> list[Obj]:
@@ -441,3 +446,79 @@ def peak_in_progress(scr: str, versions: Sequence[Obj]) -> int:
         running[node["metadata"]["name"]] = labels.get(f"{GROUP}/status_{scr}") == "in_progress"
         peak = max(peak, sum(running.values()))
     return peak
+
+
+# --- drains -------------------------------------------------------------------------------
+
+
+def resource_version(obj: Obj) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def eviction_marked(pod: Obj) -> bool:
+    """This version carries what the eviction subresource writes before it deletes the pod (a
+    plain DELETE writes none)."""
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("reason") == "EvictionByEvictionAPI"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def drain_problems(
+    recording: Recording, node: str, evicted: Sequence[str] = (), kept: Sequence[str] = ()
+) -> list[str]:
+    """On `node`, the first pod of each workload named in `evicted` was evicted, of each in
+    `kept` never (removed by hand instead), and every one was gone before the node's first
+    interrupt pod was created. resourceVersions order the writes across the two watches."""
+    interrupts = [
+        resource_version(p)
+        for p in recording.pods
+        if p["spec"].get("nodeName") == node and pod_stage(p) == "interrupt"
+    ]
+    problems = [] if interrupts else [f"{node}: no interrupt pod"]
+    for name in [*evicted, *kept]:
+        on_node = [
+            (kind, pod)
+            for kind, pod in recording.workloads
+            if (pod["metadata"].get("labels") or {}).get(WORKLOAD_LABEL) == name
+            and pod["spec"].get("nodeName") == node
+        ]
+        if not on_node:
+            problems.append(f"{node}: no pod of {name} recorded there")
+            continue
+        uid = on_node[0][1]["metadata"]["uid"]  # a replacement scheduled back later is not it
+        versions = [(k, p) for k, p in on_node if p["metadata"]["uid"] == uid]
+        was_evicted = any(eviction_marked(p) for _, p in versions)
+        if was_evicted != (name in evicted):
+            problems.append(f"{name}: {'evicted' if was_evicted else 'not evicted'}")
+        gone = [resource_version(p) for k, p in versions if k == "DELETED"]
+        if not gone:
+            problems.append(f"{name}: still on {node}")
+        elif interrupts and min(interrupts) < gone[0]:
+            problems.append(f"{name}: the interrupt pod was created before it was gone")
+    return problems
+
+
+def drain_blocked_problems(scr: Obj, node: Obj, pod: str, reason: str) -> list[str]:
+    """Why the Skyhook does not show `node`'s drain blocked by `pod` (namespace/name) for
+    `reason`: its DrainBlocked condition, and the node's `drainBlocked_<scr>` annotation."""
+    name = scr["metadata"]["name"]
+    problems = condition_problems(scr, "DrainBlocked", reason, (pod,))
+    raw = (node["metadata"].get("annotations") or {}).get(f"{GROUP}/drainBlocked_{name}")
+    listed = [
+        (f"{b.get('namespace')}/{b.get('name')}", b.get("reason")) for b in json.loads(raw or "[]")
+    ]
+    if (pod, reason) not in listed:
+        problems.append(f"{node['metadata']['name']}: drainBlocked_{name} lists {listed}")
+    return problems
+
+
+def no_drain_blocked(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
+    """The DrainBlocked condition and every node's `drainBlocked_<scr>` annotation are gone."""
+    name = scr["metadata"]["name"]
+    key = f"{GROUP}/drainBlocked_{name}"
+    return no_condition(scr, "DrainBlocked") + [
+        f"{n['metadata']['name']}: {key} still set"
+        for n in nodes
+        if key in (n["metadata"].get("annotations") or {})
+    ]

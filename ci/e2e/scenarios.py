@@ -39,16 +39,21 @@ from scenario_judging import (  # the pure judging, beside this file
     GROUP,
     NODE_LABEL,
     NODE_LABEL_VALUE,
+    WORKLOAD_LABEL,
     Obj,
     Recording,
+    by_name,
     completion_problems,
     condition_problems,
     condition_seen,
+    drain_blocked_problems,
+    drain_problems,
     history_problems,
     leftover_problems,
     mirror_problems,
     never_cordoned,
     no_condition,
+    no_drain_blocked,
     node_order_problems,
     node_priority_problems,
     peak_in_progress,
@@ -61,6 +66,9 @@ from scenario_judging import (  # the pure judging, beside this file
 
 API_VERSION = f"{GROUP}/v1alpha1"
 SHELLSCRIPT = "ghcr.io/nvidia/skyhook-packages/shellscript"
+# Workload pods: kind's nodes hold this image already; the sandbox runs it as a pause.
+WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
+WORKLOAD_NAMESPACE = "default"
 REPO = Path(__file__).resolve().parents[2]
 DEMO_SCR = REPO / "dev" / "src" / "skyhook_dev" / "demo-scr.yaml"
 
@@ -223,9 +231,30 @@ class Repair:
     node: int
 
 
+@dataclass(frozen=True)
+class Workload:
+    """A pod labelled `WORKLOAD_LABEL=name` in the default namespace on the `node`-th node
+    under test: a ReplicaSet's (`controller`) or a bare one. The runner binds it there as the
+    scheduler would (a cluster with a scheduler may have done so already) and waits until it
+    runs; from the first `Workload` on every version of these pods is recorded; clean-up
+    deletes them."""
+
+    name: str
+    node: int
+    controller: bool = False
+
+
+@dataclass(frozen=True)
+class Unblock:
+    """Delete the pods of workload `name` by hand (not an eviction)."""
+
+    name: str
+
+
 Step = (
     Apply | Refused | Patch | Record | Complete | OnlyStages | AtMostAtOnce | Delete | Clean
-    | Ran | Started | Expect | Recorded | Gone | Label | Taint | Corrupt | Repair
+    | Ran | Started | Expect | Recorded | Gone | Label | Taint | Corrupt | Repair | Workload
+    | Unblock
 )  # fmt: skip
 
 
@@ -342,6 +371,36 @@ def _gated(version: str, uninstall: Mapping[str, bool]) -> dict[str, Any]:
 
 def _sequenced(name: str, priority: int, **spec: Any) -> dict[str, Any]:
     return skyhook(name, {"hello": package("1.1.1", f"/skyhook-{name}")}, priority=priority, **spec)
+
+
+def workload_manifest(name: str, node: str, controller: bool) -> dict[str, Any]:
+    """A pause pod meant for `node` (its hostname label), bare or as a one-pod ReplicaSet."""
+    labels = {WORKLOAD_LABEL: name}
+    spec = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "pause", "image": WORKLOAD_IMAGE}],
+    }
+    metadata = {"name": name, "namespace": WORKLOAD_NAMESPACE, "labels": labels}
+    if not controller:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    template = {"metadata": {"labels": labels}, "spec": spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": metadata,
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+    }
+
+
+def _interrupt_package(marker: str) -> dict[str, Any]:
+    # A noop interrupt: cordon, drain and interrupt pod as for any other type, without
+    # rebooting a kind node (which would not come back).
+    return package("1.1.1", marker, interrupt={"type": "noop"})
+
+
+def _first_node(nodes: Sequence[Obj]) -> str:
+    return str(by_name(nodes)[0]["metadata"]["name"])
 
 
 def _node_order(recording: Recording, nodes: Sequence[Obj]) -> list[str]:
@@ -641,6 +700,62 @@ UPSTREAM_HEAD: tuple[Scenario, ...] = (
     ),
 )
 
+# --- the drain before an interrupt (upstream's drainConfig and DrainBlocked) -----------------
+
+DRAINS: tuple[Scenario, ...] = (
+    Scenario(
+        "drain-before-interrupt",
+        "an interrupt package's drain evicts a ReplicaSet's pod and a bare pod off the node "
+        "(the eviction API, not a delete), and the interrupt starts only once both are gone",
+        (
+            Workload("e2e-drain-replicated", 0, controller=True),
+            Workload("e2e-drain-bare", 0),
+            Record("e2e-drain"),
+            Apply(skyhook("e2e-drain", {"hello": _interrupt_package("/skyhook-e2e-drain")})),
+            Complete("e2e-drain"),
+            Recorded(
+                "e2e-drain",
+                lambda rec, nodes: drain_problems(
+                    rec, _first_node(nodes), evicted=("e2e-drain-replicated", "e2e-drain-bare")
+                ),
+                "both pods evicted and gone before the interrupt",
+            ),
+        ),
+    ),
+    Scenario(
+        "drain-blocked-by-an-unmanaged-pod",
+        "with drainConfig.force false a bare pod blocks the drain: DrainBlocked UnmanagedPod "
+        "and the node's drainBlocked annotation name it, it is never evicted; deleted by hand, "
+        "both clear and the interrupt runs",
+        (
+            Workload("e2e-unmanaged", 0),
+            Record("e2e-drainblock"),
+            Apply(
+                skyhook(
+                    "e2e-drainblock",
+                    {"hello": _interrupt_package("/skyhook-e2e-drainblock")},
+                    drainConfig={"force": False},
+                )
+            ),
+            Expect(
+                "e2e-drainblock",
+                lambda scr, nodes: drain_blocked_problems(
+                    scr, by_name(nodes)[0], f"{WORKLOAD_NAMESPACE}/e2e-unmanaged", "UnmanagedPod"
+                ),
+                "the drain blocked by the bare pod",
+            ),
+            Unblock("e2e-unmanaged"),
+            Complete("e2e-drainblock"),
+            Expect("e2e-drainblock", no_drain_blocked, "DrainBlocked and its annotation gone"),
+            Recorded(
+                "e2e-drainblock",
+                lambda rec, nodes: drain_problems(rec, _first_node(nodes), kept=("e2e-unmanaged",)),
+                "the bare pod never evicted, gone before the interrupt",
+            ),
+        ),
+    ),
+)
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "demo-rollout",
@@ -724,6 +839,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
     ),
     *UPSTREAM_HEAD,
+    *DRAINS,
 )
 
 
@@ -787,13 +903,17 @@ class Watch:
 
     def objects(self, kinds: tuple[str, ...] = ("ADDED", "MODIFIED")) -> list[Obj]:
         """What arrived so far; fails if the watch ended, since events may be missing."""
+        return [obj for kind, obj in self.versions() if kind in kinds]
+
+    def versions(self) -> list[tuple[str, Obj]]:
+        """(event type, object) of everything that arrived so far; fails as `objects`."""
         if self._process.poll() is not None:
             raise StepFailed(f"the {self.what} ended early")
         with self._lock:
             errors = [obj for kind, obj in self.events if kind == "ERROR"]
             if errors:
                 raise StepFailed(f"the {self.what} reported an error: {errors[0]}")
-            return [obj for kind, obj in self.events if kind in kinds]
+            return list(self.events)
 
     def stop(self) -> None:
         self._process.terminate()
@@ -819,6 +939,7 @@ class Runner:
     pods: dict[str, Watch] = field(default_factory=dict)
     nodes: dict[str, Watch] = field(default_factory=dict)
     skyhooks: dict[str, Watch] = field(default_factory=dict)
+    workloads: Watch | None = None  # from the first Workload step on
     # node edits to undo at clean-up: ("label" | "taint", node, key); annotations Corrupt kept
     edits: list[tuple[str, str, str]] = field(default_factory=list)
     corrupted: dict[tuple[str, str], str | None] = field(default_factory=dict)
@@ -840,6 +961,7 @@ class Runner:
             self.skyhooks[scr].objects(),
             self.pods[scr].objects(("ADDED",)),
             self.nodes[scr].objects(),
+            self.workloads.versions() if self.workloads is not None else (),
         )
 
     def ran(self, scr: str, stages: tuple[str, ...], *, final: bool) -> None:
@@ -914,6 +1036,13 @@ class Runner:
                     self.timeout,
                     f"{scr} gone",
                 )
+            case Workload(name, index, controller):
+                self.workload(name, self.node_names()[index], controller)
+            case Unblock(name):
+                selector = f"{WORKLOAD_LABEL}={name}"
+                self.kubectl.ok(
+                    "delete", "pods", "-n", WORKLOAD_NAMESPACE, "-l", selector, "--wait=false"
+                )
             case _:
                 self.edit_node(step)
 
@@ -938,6 +1067,45 @@ class Runner:
             case Repair(scr, index):
                 node = self.node_names()[index]
                 self.repair(scr, node, self.corrupted.pop((scr, node)))
+
+    def workload(self, name: str, node: str, controller: bool) -> None:
+        if self.workloads is None:
+            path = f"/api/v1/namespaces/{WORKLOAD_NAMESPACE}/pods"
+            self.workloads = Watch(self.kubectl, path, labelSelector=WORKLOAD_LABEL)
+        manifest = workload_manifest(name, node, controller)
+        self.kubectl.ok("create", "-f", "-", stdin=json.dumps(manifest))
+        selector = f"{WORKLOAD_LABEL}={name}"
+
+        def pods() -> list[Obj]:
+            found = self.kubectl.json("get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", selector)
+            return list(found["items"])
+
+        wait_for(lambda: [] if pods() else [f"no pod of {name}"], 60, f"a pod of {name}")
+        (pod,) = pods()
+        if not pod["spec"].get("nodeName"):
+            self.bind(pod["metadata"]["name"], node)
+        wait_for(
+            lambda: [
+                f"{p['metadata']['name']} is {p.get('status', {}).get('phase')}"
+                for p in pods()
+                if p.get("status", {}).get("phase") != "Running"
+            ],
+            self.timeout,
+            f"the pod of {name} running",
+        )
+
+    def bind(self, pod: str, node: str) -> None:
+        """As the scheduler does (pods/binding); a scheduler that bound it first is fine."""
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": WORKLOAD_NAMESPACE},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = f"/api/v1/namespaces/{WORKLOAD_NAMESPACE}/pods/{pod}/binding"
+        result = self.kubectl.run("create", "--raw", path, "-f", "-", stdin=json.dumps(binding))
+        if result.returncode != 0 and "already assigned" not in result.stderr:
+            raise StepFailed(f"binding {pod} to {node}: {result.stderr.strip()}")
 
     def apply(self, manifest: Obj | str) -> None:
         if isinstance(manifest, str):
@@ -1008,6 +1176,13 @@ class Runner:
         Skyhook unpaused and enabled first, so its deletion is not held), and wait."""
         for watch in [*self.pods.values(), *self.nodes.values(), *self.skyhooks.values()]:
             watch.stop()
+        if self.workloads is not None:
+            self.workloads.stop()
+            self.workloads = None
+            self.kubectl.ok(
+                "delete", "replicasets,pods", "-n", WORKLOAD_NAMESPACE, "-l", WORKLOAD_LABEL,
+                "--ignore-not-found", "--wait", f"--timeout={self.timeout}s",
+            )  # fmt: skip
         self.pods.clear()
         self.nodes.clear()
         self.skyhooks.clear()

@@ -367,3 +367,78 @@ def test_node_priority_while_running_and_retired_at_the_end() -> None:
         "no recorded version had a status.nodePriority",
         "ends with nodeOrderOffset None and nodePriority None, want 0 and none",
     ]
+
+
+# --- drains ---------------------------------------------------------------------------------
+
+WORKLOAD = f"{GROUP}/e2e-workload"
+
+
+def workload(name: str, rv: int, *, uid: str = "u1", node_name: str = "w1", **fields: Any) -> Any:
+    evicted = fields.pop("evicted", False)
+    status: dict[str, Any] = {"phase": "Running"}
+    if evicted:
+        status["conditions"] = [{"type": "DisruptionTarget", "reason": "EvictionByEvictionAPI"}]
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "labels": {WORKLOAD: name},
+        },
+        "spec": {"nodeName": node_name},
+        "status": status,
+    }
+
+
+def stage_pod(stage: str, rv: int, node_name: str = "w1") -> dict[str, Any]:
+    annotations = {f"{GROUP}/package": json.dumps({"stage": stage})}
+    return {
+        "metadata": {"name": stage, "resourceVersion": str(rv), "annotations": annotations},
+        "spec": {"nodeName": node_name},
+    }
+
+
+def test_drain_problems_want_evictions_and_every_pod_gone_before_the_interrupt() -> None:
+    evicted = [
+        ("ADDED", workload("web", 1)),
+        ("MODIFIED", workload("web", 5, evicted=True)),
+        ("DELETED", workload("web", 8, evicted=True)),
+        ("ADDED", workload("web", 20, uid="u2")),  # the replacement, back after the interrupt
+    ]
+    deleted = [("ADDED", workload("kept", 2, uid="k")), ("DELETED", workload("kept", 9, uid="k"))]
+    pods = [stage_pod("apply", 3), stage_pod("interrupt", 10)]
+    recording = scenarios.Recording([], pods, [], [*evicted, *deleted])
+    assert scenarios.drain_problems(recording, "w1", evicted=("web",), kept=("kept",)) == []
+    assert scenarios.drain_problems(recording, "w1", evicted=("web", "kept")) == [
+        "kept: not evicted"
+    ]
+    early = scenarios.Recording([], [stage_pod("interrupt", 6)], [], evicted)
+    assert scenarios.drain_problems(early, "w1", evicted=("web",)) == [
+        "web: the interrupt pod was created before it was gone"
+    ]
+    assert scenarios.drain_problems(
+        scenarios.Recording([], [], [], evicted[:2]), "w1", ("web",)
+    ) == [
+        "w1: no interrupt pod",
+        "web: still on w1",
+    ]
+
+
+def test_drain_blocked_wants_the_condition_and_the_node_annotation() -> None:
+    message = "1/2 nodes blocked draining (w1); default/bare on w1: unmanaged"
+    blocked = skyhook(
+        "in_progress", {}, [cond("DrainBlocked", reason="UnmanagedPod", message=message)]
+    )
+    listed = [{"namespace": "default", "name": "bare", "reason": "UnmanagedPod"}]
+    held = node("w1")
+    held["metadata"]["annotations"][f"{GROUP}/drainBlocked_s"] = json.dumps(listed)
+    assert scenarios.drain_blocked_problems(blocked, held, "default/bare", "UnmanagedPod") == []
+    assert scenarios.drain_blocked_problems(
+        blocked, node("w1"), "default/bare", "UnmanagedPod"
+    ) == ["w1: drainBlocked_s lists []"]
+    assert scenarios.no_drain_blocked(blocked, [held]) == [
+        f"s: condition DrainBlocked still True: {message}",
+        f"w1: {GROUP}/drainBlocked_s still set",
+    ]
+    assert scenarios.no_drain_blocked(COMPLETE, [node("w1")]) == []
