@@ -296,3 +296,19 @@ def test_the_pass_over_ends_after_the_wait() -> None:
     assert over.held == {}, "admitted once the wait is over"
     assert drain.defer({NODE: training}, False, {}, None, now).held == {}, "no one else left"
     assert drain.defer({NODE: training}, True, {}, 0, now).held == {}, "0: never passed over"
+
+
+def test_the_interrupt_waits_for_a_pod_still_terminating() -> None:
+    d = Driver(1, {"role": "gpu"})
+    leaving = workload("web")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # evicted, in its grace
+    d.sim.add_pod(leaving)
+    d.sim.add_skyhook("scr", {**SEL, "packages": REBOOT})
+    plans = steps(d, 6)
+    assert not interrupts(d), "no interrupt while an evicted pod is still on the node"
+    assert "draining: 1 pods still to leave the node" in [
+        r.message for r in plans[-1].waiting[("scr", NODE)]
+    ]
+    del d.sim.pods[("default", "web")]
+    d.run()
+    assert interrupts(d)

@@ -60,7 +60,6 @@ class _NodeRun:
         self.images = dict(self.state.images or {})
         self.node_packages = ctx.node_packages(node)
         on_node = ctx.index.pods_on_node.get(node.name, ())
-        self.pods = [p for p in on_node if ctx.live(p)]
         self.ours = ctx.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
         # Failed stage pods kept for their logs, by package label and stage: they hold nothing
@@ -180,9 +179,10 @@ class _NodeRun:
 
     def _drain_check(self) -> drain.Drain:
         ctx = self.ctx
+        on_node = ctx.index.pods_on_node.get(self.node.name, ())
         return drain.check(
             self.node,
-            self.pods,
+            [p for p in on_node if ctx.on_its_node(p)],
             ctx.spec.pod_non_interrupt_labels,
             ctx.index.settings.namespace,
             config=ctx.spec.drain,
@@ -414,6 +414,12 @@ class _NodeRun:
         merged = interrupts.merge(due, updates)
         if merged is None:
             return
+        if merged.interrupt.type != "reboot" and any(
+            (entry := self.entries.get(p.key)) is not None
+            and results.restart_limit_spent(entry, stage, ctx.settings.stage_retries)
+            for p in merged.covered
+        ):
+            return  # its restart budget is spent (passes/learn.py): erroring until rerun or reset
         manifest = podbuilder.build_interrupt_pod(
             ctx.settings,
             ctx.scr,

@@ -232,6 +232,11 @@ class SkyhookContext:
         key = (pod.namespace, pod.name)
         return key in self._so_far.deleted or key in self._earlier.deleted
 
+    def on_its_node(self, pod: PodView) -> bool:
+        """Not deleted by this pass: a pod on its way out is still on its node until it has
+        gone (a drain waits for it)."""
+        return not self._gone(pod)
+
     def present(self, pod: PodView) -> bool:
         """Still there after this pass (finished pods kept for a retry backoff included)."""
         return not (self._gone(pod) or pod.deleting)
