@@ -258,3 +258,66 @@ def test_pause_stops_the_running_stage_and_resume_runs_it_again() -> None:
     assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "complete")}
     assert [s for _, _, s in d.stages_run()] == ["apply", "apply", "config"]
     assert all(pod_stage(p)[2] for p in d.sim.created_pods)
+
+
+def crash_looping_interrupt(kind: dict[str, Any], restart_count: int) -> tuple[Driver, str]:
+    """A node at its interrupt whose interrupt container has failed `restart_count` + 1
+    times (the kubelet backs off before the next run)."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(interrupt=kind)}})
+    for _ in range(20):
+        d.step()
+        pods = [k for k, p in d.sim.pods.items() if keys.INTERRUPT_LABEL in p["metadata"]["labels"]]
+        if pods:
+            break
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0, at=stamp(d))
+        d.now += timedelta(seconds=1)
+    (key,) = pods
+    d.sim.pods[key]["status"] = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            {
+                "name": "interrupt",
+                "restartCount": restart_count,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            }
+        ],
+    }
+    return d, key[1]
+
+
+def test_a_service_interrupt_past_its_restart_limit_is_erroring_and_not_started_again() -> None:
+    d, name = crash_looping_interrupt({"type": "service", "services": ["cron"]}, 3)
+    result = d.step()
+    assert ("skyhook", name) not in d.sim.pods
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
+    assert restarts(d) == 4
+    assert d.node_status("scr", NODE) == "erroring"
+    found = [a for a in result.actions if isinstance(a, EmitEvent) and a.reason == "Interrupt"]
+    assert {(e.kind, e.type) for e in found} == {("Node", "Warning"), ("Skyhook", "Warning")}
+    assert "package [alpha:1.0.0]" in found[0].message
+    assert "failed 4 times" in found[0].message
+    d.now += timedelta(hours=1)
+    for _ in range(3):
+        d.step()
+    assert not d.sim.pods, "parked: no interrupt pod starts again"
+
+
+def test_an_interrupt_within_its_restart_limit_keeps_restarting() -> None:
+    d, name = crash_looping_interrupt({"type": "noop"}, 2)
+    d.step()
+    assert ("skyhook", name) in d.sim.pods
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
+    assert restarts(d) == 2
+
+
+def test_a_reboot_interrupts_restarts_are_never_counted() -> None:
+    d, name = crash_looping_interrupt({"type": "reboot"}, 10)
+    d.step()
+    assert ("skyhook", name) in d.sim.pods
+    assert not any(
+        isinstance(a, EmitEvent) and a.reason == "Interrupt" and "failed" in a.message
+        for p in d.plans
+        for a in p.actions
+    )

@@ -83,6 +83,11 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
         if interrupt and pod.reason == results.DEADLINE_EXCEEDED:
             return _interrupt_timed_out(ctx, pod, node, entries)
         entries = results.record_failure(entries, pkg, result.restarts)
+        retries = ctx.settings.stage_retries
+        if interrupt and pod.phase != "Failed" and result.restarts >= retries:
+            given_up = _restart_limit(ctx, pod, node, entries, result.restarts + 1)
+            if given_up is not None:
+                return given_up
         if entry.state != ERRORING:
             # A Warning: its own Event on the node, never overwritten by the next Apply.
             decision.event(
@@ -207,6 +212,38 @@ def _interrupt_timed_out(
     message = (
         f"Package [{pkg.name}:{pkg.version}] stage [{pkg.stage}] timed out (stageTimeout) on "
         f"node [{node.name}]; its logs: kubectl logs -n {pod.namespace} {pod.name} -c interrupt"
+    )
+    decision.event("Node", node.name, "Interrupt", message, type="Warning")
+    decision.event("Skyhook", ctx.name, "Interrupt", message, type="Warning")
+    return decision
+
+
+def _restart_limit(
+    ctx: SkyhookContext,
+    pod: PodView,
+    node: NodeView,
+    entries: dict[str, PackageEntry],
+    failed: int,
+) -> Decision | None:
+    """A non-reboot interrupt (service, restartAllServices, noop) whose container failed
+    `failed` times, past SKYHOOK_STAGE_RETRIES + 1: its pod goes, the stage stays erroring
+    with the failed runs as restarts (results.restart_limit_spent), Warning Events say so.
+    None for a reboot interrupt: the reboot's own shutdown kills its container, so its
+    restarts are never counted."""
+    pkg = ctx.index.pod_package(pod)
+    assert pkg is not None
+    waiting = [e for e in entries.values() if e.stage == pkg.stage and e.state != COMPLETE]
+    if any(_reboots(ctx, e) for e in waiting):
+        return None
+    decision = Decision()
+    entries[pkg.key] = replace(entries[pkg.key], state=ERRORING, restarts=failed)
+    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.delete_pod(pod, "interrupt restart limit exceeded")
+    message = (
+        f"Interrupt of package [{pkg.name}:{pkg.version}] on node [{node.name}] failed "
+        f"{failed} times (restart limit {ctx.settings.stage_retries + 1}): erroring until the "
+        f"package is rerun or reset; the agent's log is on the node under "
+        f"{ctx.settings.agent_log_root}/{ctx.name}"
     )
     decision.event("Node", node.name, "Interrupt", message, type="Warning")
     decision.event("Skyhook", ctx.name, "Interrupt", message, type="Warning")

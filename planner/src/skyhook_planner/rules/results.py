@@ -130,6 +130,14 @@ def record_failure(
     return result
 
 
+def restart_limit_spent(entry: PackageEntry, stage: str, retries: int) -> bool:
+    """Has a non-reboot interrupt given up? Once its container failed `retries` + 1 times the
+    entry records those failed runs, more than `retries` (while the container still restarts
+    it records its restart count, below `retries`); no interrupt pod starts for it again
+    until a rerun, a reset or a config edit."""
+    return entry.stage == stage and entry.state == ERRORING and entry.restarts > retries
+
+
 def backoff_s(restarts: int, base: float, cap: float) -> float:
     """Wait before retrying a failed pod: base * 2**restarts, capped."""
     return float(min(cap, base * (2 ** min(restarts, 20))))
