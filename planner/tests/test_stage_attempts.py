@@ -321,3 +321,22 @@ def test_a_reboot_interrupts_restarts_are_never_counted() -> None:
         for p in d.plans
         for a in p.actions
     )
+
+
+def test_editing_the_package_while_a_retry_runs_starts_a_new_round() -> None:
+    d = failing(retries=3)
+    d.step()
+    (first,) = fail_pending(d)
+    d.now += timedelta(seconds=5)
+    d.step()
+    d.step()
+    (retry,) = live_pods(d)
+    assert attempt_of(d.sim.pods[retry]) == 1
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["env"] = [{"name": "FIX", "value": "1"}]
+    d.step()  # the running retry goes, and the kept failure of the old spec with it
+    assert retry not in d.sim.pods
+    assert ("skyhook", first) not in d.sim.pods
+    assert restarts(d) == 0
+    d.step()
+    (again,) = live_pods(d)
+    assert again[1] == first  # the first attempt's name: a new round

@@ -464,5 +464,7 @@ def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
         manifest = podbuilder.build_stage_pod(ctx.settings, ctx.scr, wanted, node.name, pkg.stage)
         if not podbuilder.matches(pod, manifest):
             decision.delete_pod(pod, "the package spec changed")
-            decision.work.states[node.name] = state.with_entry(replace(entry, state=IN_PROGRESS))
+            # A new spec, a new round of attempts: the failed ones were of the old spec.
+            restarted = replace(entry, state=IN_PROGRESS, restarts=0)
+            decision.work.states[node.name] = state.with_entry(restarted)
     return decision
