@@ -340,3 +340,40 @@ def test_editing_the_package_while_a_retry_runs_starts_a_new_round() -> None:
     d.step()
     (again,) = live_pods(d)
     assert again[1] == first  # the first attempt's name: a new round
+
+
+def test_an_interrupt_past_its_stage_timeout_stays_erroring_with_its_pod_kept() -> None:
+    """stageTimeout bounds the whole interrupt: the kubelet fails its pod, which stays for its
+    logs while the stage is erroring; nothing interrupts the node again until a rerun."""
+    d, name = crash_looping_interrupt({"type": "reboot"}, 0)
+    pod = d.sim.pods[("skyhook", name)]
+    assert pod["spec"]["activeDeadlineSeconds"] == 3600
+    pod["status"] = {
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "initContainerStatuses": [
+            {
+                "name": "interrupt",
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137, "finishedAt": stamp(d)}},
+            }
+        ],
+    }
+    result = d.step()
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
+    assert d.node_status("scr", NODE) == "erroring"
+    found = [a for a in result.actions if isinstance(a, EmitEvent) and a.reason == "Interrupt"]
+    assert {e.kind for e in found} == {"Node", "Skyhook"}
+    assert f"kubectl logs -n skyhook {name} -c interrupt" in found[0].message
+    d.now += timedelta(minutes=30)
+    for _ in range(3):
+        d.step()
+    assert list(d.sim.pods) == [("skyhook", name)], "kept, and no new interrupt pod"
+    # A rerun from the interrupt stage (the CLI deletes the kept pod): it runs again.
+    node = d.sim.nodes[NODE]["metadata"]["annotations"]
+    state_key = keys.node_state_key("scr")
+    node[state_key] = node[state_key].replace('"state":"erroring"', '"state":"in_progress"')
+    del d.sim.pods[("skyhook", name)]
+    d.step()
+    (again,) = live_pods(d)
+    assert again[1] == name
