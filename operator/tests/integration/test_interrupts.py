@@ -1,13 +1,15 @@
 """Interrupts end to end on the sandbox (real apiserver and controller-manager, simulated nodes,
 the real operator and agent): per-key `configInterrupts`, one merged interrupt for several
-packages, and an uninstall cancelled while its `uninstall-interrupt` runs.
+packages, an uninstall cancelled while its `uninstall-interrupt` runs, and interrupts that keep
+failing: a service restart gives up at its restart limit, a reboot's failed runs never count.
 
 Every assertion is made on recorded watches (the Skyhook's pods and the test's node;
 resourceVersions order writes across them) and on what reached the node's host: the lines the
 package steps append to a file, the sandbox shims' logs (`/var/log/skyhook-sandbox/<cmd>.log`:
 every systemctl and reboot call), the simulated init's unit state and the node host's count of
-reboots it carried out. The sandbox's systemctl shim cannot delay a restart, so the third test's
-package puts a gate ahead of it (`/usr/local/sbin/systemctl`, first in the agent's PATH).
+reboots it carried out. The sandbox's systemctl shim cannot delay or fail a restart, so the third
+and fourth tests' packages put a wrapper ahead of it (`/usr/local/sbin/systemctl`, first in the
+agent's PATH): a gate, a restart that always fails; the fifth's one ahead of `reboot`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from skyhook_dev.harness import node_state, wait_until
+from skyhook_dev.harness import node_state, node_status, wait_until
 from skyhook_operator.kube.client import MERGE_PATCH, Json
 from skyhook_sandbox.shims import LOG_DIR, SYSTEMD_DIR
 from skyhook_schemas import keys
@@ -405,3 +407,205 @@ def test_an_uninstall_cancelled_during_its_interrupt_finishes_it_then_installs_a
         if c["status"] == "True"
     }
     assert keys.CONDITION_UNINSTALL_IN_PROGRESS not in conditions, conditions
+
+
+# --- 4. a service interrupt that never succeeds spends its restart budget -----------------------
+
+BROKEN = "/skyhook-broken"  # on the node's host: every call the failing systemctl received
+# apply leaves a systemctl ahead of the shim in the agent's PATH whose `restart broken` fails,
+# as a unit that cannot start would; every other call goes on to the shim.
+FAILING_SYSTEMCTL = f"""#!/bin/sh
+echo "$*" >> {BROKEN}
+if [ "$1" = restart ] && [ "$2" = broken ]; then
+    echo "Job for broken.service failed because the control process exited with error code." >&2
+    exit 1
+fi
+for d in /usr/sbin /usr/bin /sbin /bin; do
+    if [ -x "$d/systemctl" ]; then exec "$d/systemctl" "$@"; fi
+done
+exit 127
+"""
+
+
+def broken_service_package() -> dict[str, Any]:
+    apply = (
+        f"#!/bin/bash\necho apply >> {STEPS}\nmkdir -p /usr/local/sbin\n"
+        f"cat > /usr/local/sbin/systemctl <<'EOF'\n{FAILING_SYSTEMCTL}EOF\n"
+        "chmod 755 /usr/local/sbin/systemctl\n"
+    )
+    return {
+        "version": "1.0.0",
+        "image": SHELLSCRIPT,
+        "interrupt": {"type": "service", "services": ["broken"]},
+        "configMap": {
+            "apply.sh": apply,
+            "apply_check.sh": "#!/bin/bash\n[ -x /usr/local/sbin/systemctl ]\n",
+            "post_interrupt.sh": step("post-interrupt"),
+            "post_interrupt_check.sh": check("post-interrupt"),
+        },
+    }
+
+
+def failed_runs(recording: Recording, pod: Json) -> tuple[int, int]:
+    """How many runs of the pod's interrupt container ended non-zero (each run's terminated
+    state, current or last, told apart by its container id and times) and the highest
+    restartCount, as the recorded versions show them."""
+    runs: set[tuple[str, str, str]] = set()
+    restarted = 0
+    for version in versions_of(recording, pod):
+        for status in version.get("status", {}).get("initContainerStatuses") or []:
+            restarted = max(restarted, int(status.get("restartCount", 0)))
+            for state in (status.get("state"), status.get("lastState")):
+                ended = (state or {}).get("terminated") or {}
+                if ended.get("exitCode") not in (None, 0):
+                    runs.add((ended["containerID"], ended["startedAt"], ended["finishedAt"]))
+    return len(runs), restarted
+
+
+def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
+    cluster: Cluster,
+) -> None:
+    """PACKAGE_LIFECYCLE.md, Timeouts: "a `service` ... interrupt whose container failed
+    `SKYHOOK_STAGE_RETRIES` + 1 times gives up (erroring, a Warning Event with reason
+    `Interrupt`)". With SKYHOOK_STAGE_RETRIES=1 the interrupt container runs twice, both runs
+    fail at `systemctl restart broken`; then the pod goes, the entry and the node are erroring,
+    Warning Events on the Node and the Skyhook say so, no interrupt pod starts again and the
+    node stays cordoned."""
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="1")
+    (node,) = cluster.add_nodes(1)
+    scr = cluster.label
+    events = ("/api/v1/namespaces/default/events", {"fieldSelector": "reason=Interrupt"})
+    recording = cluster.record(scr, extra={"event": events})
+    cluster.skyhook(scr, {"broken": broken_service_package()})
+
+    def given_up() -> bool:
+        found = node_state(cluster.node(node), scr).get("broken|1.0.0") or {}
+        deleted = [
+            p
+            for _, kind, p in recording.of("pod")
+            if kind == "DELETED" and pod_stage(p) == "interrupt"
+        ]
+        return (found.get("stage"), found.get("state"), found.get("restarts")) == (
+            "interrupt",
+            "erroring",
+            2,
+        ) and bool(deleted)
+
+    wait_until(given_up, 90, "the interrupt to give up after 2 failed runs", interval=0.5)
+    interrupts = [p for p in created(recording) if pod_stage(p) == "interrupt"]
+    assert len(interrupts) == 1, (
+        f"{len(interrupts)} interrupt pods: one started again after the restart limit"
+    )
+    (interrupt,) = interrupts
+    assert payload(interrupt) == {"type": "service_restart", "services": ["broken"]}
+    # The container ran twice (restarted once), both runs failed, then the pod went.
+    assert failed_runs(recording, interrupt) == (2, 1), failed_runs(recording, interrupt)
+    uid = interrupt["metadata"]["uid"]
+    assert any(
+        kind == "DELETED" and p["metadata"]["uid"] == uid for _, kind, p in recording.of("pod")
+    ), "the interrupt pod was not deleted at its restart limit"
+    assert lines(cluster, node, BROKEN) == ["daemon-reload", "restart broken", "restart broken"]
+    assert lines(cluster, node, STEPS) == ["apply"], "post-interrupt ran after a failed interrupt"
+
+    # Warning Events with reason Interrupt on the Node and on the Skyhook, naming the package
+    # and the count.
+    def warnings() -> dict[str, str]:
+        found: dict[str, str] = {}
+        for _, _, event in recording.of("event"):
+            involved = event["involvedObject"]
+            if event["type"] == "Warning" and involved["name"] in {node, scr}:
+                found[involved["kind"]] = event["message"]
+        return found
+
+    wait_until(lambda: set(warnings()) == {"Node", keys.KIND}, 30, "the Interrupt Warnings")
+    for kind, message in warnings().items():
+        assert "package [broken:1.0.0]" in message, (kind, message)
+        assert f"node [{node}]" in message and "failed 2 times (restart limit 2)" in message, (
+            kind,
+            message,
+        )
+
+    # Parked: no interrupt pod starts again; the node stays erroring and cordoned.
+    given = rv(recording.of("pod")[-1][2])
+    time.sleep(5)
+    assert created(recording, given) == [], stages(created(recording, given))
+    assert not cluster.pods(scr), [p["metadata"]["name"] for p in cluster.pods(scr)]
+    nodes = [n for _, _, n in recording.of("node")]
+    cordoned = next(i for i, n in enumerate(nodes) if n["spec"].get("unschedulable"))
+    assert all(n["spec"].get("unschedulable") for n in nodes[cordoned:]), "uncordoned"
+    now = nodes[-1]
+    assert rv(now) == rv(cluster.node(node)), "the recording is behind"
+    assert node_status(now, scr) == "erroring", node_status(now, scr)
+    entry = node_state(now, scr)["broken|1.0.0"]
+    assert (entry["stage"], entry["state"], entry["restarts"]) == ("interrupt", "erroring", 2)
+    assert lines(cluster, node, BROKEN) == ["daemon-reload", "restart broken", "restart broken"]
+
+
+# apply leaves a reboot ahead of the shim that refuses, so the reboot interrupt fails each run.
+REFUSING_REBOOT = f"""#!/bin/sh
+echo "reboot $*" >> {BROKEN}
+echo "reboot: refused" >&2
+exit 1
+"""
+
+
+def refused_reboot_package() -> dict[str, Any]:
+    apply = (
+        f"#!/bin/bash\necho apply >> {STEPS}\nmkdir -p /usr/local/sbin\n"
+        f"cat > /usr/local/sbin/reboot <<'EOF'\n{REFUSING_REBOOT}EOF\n"
+        "chmod 755 /usr/local/sbin/reboot\n"
+    )
+    return {
+        **broken_service_package(),
+        "interrupt": {"type": "reboot"},
+        "configMap": {
+            **broken_service_package()["configMap"],
+            "apply.sh": apply,
+            "apply_check.sh": "#!/bin/bash\n[ -x /usr/local/sbin/reboot ]\n",
+        },
+    }
+
+
+def test_a_reboot_interrupts_failed_runs_are_never_counted(cluster: Cluster) -> None:
+    """The contrast (PACKAGE_LIFECYCLE.md: "a reboot's restarts are never counted"): with the
+    same SKYHOOK_STAGE_RETRIES=1 a reboot interrupt whose container fails runs past the limit
+    of 2 and its pod stays, restarting; no Warning Event with reason Interrupt."""
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="1")
+    (node,) = cluster.add_nodes(1)
+    scr = cluster.label
+    boot = boot_id(cluster, node)
+    events = ("/api/v1/namespaces/default/events", {"fieldSelector": "reason=Interrupt"})
+    recording = cluster.record(scr, extra={"event": events})
+    cluster.skyhook(scr, {"refused": refused_reboot_package()})
+
+    def interrupt_pod() -> Json | None:
+        pods = [p for p in created(recording) if pod_stage(p) == "interrupt"]
+        return pods[0] if pods else None
+
+    def past_the_limit() -> bool:
+        pod = interrupt_pod()
+        return pod is not None and failed_runs(recording, pod)[0] >= 4
+
+    wait_until(past_the_limit, 60, "4 failed runs of the reboot interrupt", interval=0.5)
+    pod = interrupt_pod()
+    assert pod is not None and payload(pod) == {"type": "node_restart"}
+    uid = pod["metadata"]["uid"]
+    assert [p["metadata"]["uid"] for p in cluster.pods(scr) if pod_stage(p) == "interrupt"] == [
+        uid
+    ], "the reboot interrupt's pod did not stay"
+    assert not any(
+        kind == "DELETED" and p["metadata"]["uid"] == uid for _, kind, p in recording.of("pod")
+    )
+    assert lines(cluster, node, BROKEN)[:4] == ["reboot "] * 4
+    assert boot_id(cluster, node) == boot
+    time.sleep(4)  # an Interrupt Warning would be out by now (SKYHOOK_EVENT_INTERVAL 3 s)
+    assert [
+        e["message"]
+        for _, _, e in recording.of("event")
+        if e["involvedObject"]["name"] in {node, scr} and e["type"] == "Warning"
+    ] == []
+    entry = node_state(cluster.node(node), scr)["refused|1.0.0"]
+    assert (entry["stage"], entry["state"]) == ("interrupt", "erroring"), entry
+    assert cluster.node(node)["spec"].get("unschedulable"), "uncordoned during the interrupt"
