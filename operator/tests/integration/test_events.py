@@ -67,7 +67,7 @@ def test_a_repeated_drain_event_is_one_event_with_a_growing_count(cluster: Clust
         )
         assert len(draining()) == 1, "each repeat became an Event of its own"
         (event,) = repeated
-        assert (event["reason"], event["type"]) == ("Interrupt", "Normal")
+        assert (event["reason"], event["type"]) == ("Drain", "Normal")
         assert event["lastTimestamp"] >= event["firstTimestamp"]
         assert event["source"]["component"] == "skyhook-controller"
     finally:
