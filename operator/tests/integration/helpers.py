@@ -10,8 +10,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import urllib3
-
 from skyhook_dev.harness import (
     OperatorProcess,
     WaitTimeout,
@@ -21,7 +19,7 @@ from skyhook_dev.harness import (
     wait_until,
     watch,
 )
-from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube, connect
 from skyhook_sandbox.sandbox import Sandbox
 from skyhook_schemas import keys
 
@@ -80,6 +78,10 @@ class Cluster:
     operator: OperatorProcess | None = None
     nodes: list[str] = field(default_factory=list)
     skyhooks: list[str] = field(default_factory=list)
+    # Each recording's watches have a client of their own, closed with the test: on the shared
+    # client they would hold its pooled connections for their whole timeout, and a session of
+    # tests would run out of them.
+    watch_clients: list[Kube] = field(default_factory=list)
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -129,9 +131,11 @@ class Cluster:
         ]
         synced = [threading.Event() for _ in sources]
         for (what, path, query), flag in zip(sources, synced, strict=True):
+            client = connect(str(self.sandbox.kubeconfig))
+            self.watch_clients.append(client)
             threading.Thread(
                 target=self._pump,
-                args=(recording,),
+                args=(recording, client),
                 kwargs={
                     "what": what,
                     "path": path,
@@ -148,6 +152,7 @@ class Cluster:
     def _pump(
         self,
         recording: Recording,
+        client: Kube,
         *,
         what: str,
         path: str,
@@ -156,12 +161,12 @@ class Cluster:
         synced: threading.Event,
     ) -> None:
         try:
-            for kind, obj in watch(self.kube, path, query, timeout=seconds):
+            for kind, obj in watch(client, path, query, timeout=seconds):
                 if kind == "SYNCED":
                     synced.set()
                 else:
                     recording.add(what, kind, obj)
-        except (ApiError, OSError, urllib3.exceptions.HTTPError):
+        except Exception:  # the watch ended, or the test closed its client
             return
 
     # --- reading ----------------------------------------------------------------------------
@@ -236,6 +241,9 @@ class Cluster:
                 with contextlib.suppress(ApiError):
                     self.kube.request("PATCH", self.kube.skyhook_path(name), body, MERGE_PATCH)
         self.sandbox.remove_nodes(self.nodes)
+        for client in self.watch_clients:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def _gone(self, name: str) -> bool:
         try:
