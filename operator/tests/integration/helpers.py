@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
+
 from skyhook_dev.harness import (
     OperatorProcess,
     WaitTimeout,
@@ -78,10 +80,6 @@ class Cluster:
     operator: OperatorProcess | None = None
     nodes: list[str] = field(default_factory=list)
     skyhooks: list[str] = field(default_factory=list)
-    # Each recording's watches have a client of their own, closed with the test: on the shared
-    # client they would hold its pooled connections for their whole timeout, and a session of
-    # tests would run out of them.
-    watch_clients: list[Kube] = field(default_factory=list)
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -131,8 +129,9 @@ class Cluster:
         ]
         synced = [threading.Event() for _ in sources]
         for (what, path, query), flag in zip(sources, synced, strict=True):
+            # A client of its own: on the shared one a watch would hold a pooled connection for
+            # its whole timeout, after its test, and a session of tests would run out of them.
             client = connect(str(self.sandbox.kubeconfig))
-            self.watch_clients.append(client)
             threading.Thread(
                 target=self._pump,
                 args=(recording, client),
@@ -166,8 +165,10 @@ class Cluster:
                     synced.set()
                 else:
                     recording.add(what, kind, obj)
-        except Exception:  # the watch ended, or the test closed its client
+        except (ApiError, OSError, urllib3.exceptions.HTTPError):
             return
+        finally:
+            client.close()  # the watch is over: its connection and loop go
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -241,9 +242,6 @@ class Cluster:
                 with contextlib.suppress(ApiError):
                     self.kube.request("PATCH", self.kube.skyhook_path(name), body, MERGE_PATCH)
         self.sandbox.remove_nodes(self.nodes)
-        for client in self.watch_clients:
-            with contextlib.suppress(Exception):
-                client.close()
 
     def _gone(self, name: str) -> bool:
         try:
