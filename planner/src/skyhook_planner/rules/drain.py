@@ -117,18 +117,17 @@ def check(
 ) -> Drain:
     """The node's drain gate; `namespace` is ours, whose labelled pods are never drained;
     `refusals` the evictions a PodDisruptionBudget refused, which block until one is accepted."""
-    protected: list[PodView] = []
+    pods = tuple(pods)
+    protected = protected_pods(pods, non_interrupt, namespace)
+    if protected:  # the protected pods go first: removing others now displaces for nothing
+        return Drain(node.unschedulable, protected)
     to_remove: list[PodView] = []
     leaving: list[PodView] = []
     blocked: list[BlockedPod] = []
     config = config or DrainConfig()
     for pod in pods:
-        if is_skyhook_pod(pod, namespace):
-            continue
         if not non_interrupt.empty and non_interrupt.matches(pod.labels):
-            if pod.phase not in FINISHED_PHASES:
-                protected.append(pod)
-            continue
+            continue  # a protected pod that has finished: nothing to drain
         what, why = decide(pod, config, namespace)
         if what == WAIT:
             leaving.append(pod)
@@ -139,8 +138,6 @@ def check(
             refusal = (refusals or {}).get((pod.namespace, pod.name))
             if refusal is not None and what == EVICT:
                 blocked.append(BlockedPod(pod.namespace, pod.name, PDB, refusal.detail))
-    if protected:  # the protected pods go first: removing others now displaces for nothing
-        return Drain(node.unschedulable, tuple(protected))
     return Drain(node.unschedulable, (), tuple(to_remove), tuple(leaving), tuple(blocked))
 
 
