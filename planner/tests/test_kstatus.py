@@ -5,6 +5,7 @@ when it is complete and fails fast when nodes are erroring or the spec is invali
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skyhook_planner.model import status as statuses
-from skyhook_planner.sim.driver import Driver, package
+from skyhook_planner.sim.driver import SETTINGS, Driver, package
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import STATUSES
 
@@ -162,7 +163,7 @@ def test_rollout_is_in_progress_until_complete_then_current() -> None:
 
 
 def test_erroring_node_is_failed_and_named() -> None:
-    d = Driver(1, LABELS)
+    d = Driver(1, LABELS, settings=replace(SETTINGS, stage_retries=0))  # one attempt: it gives up
     d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
     d.step()
     key = d.pending_pods()[0]

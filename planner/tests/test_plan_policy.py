@@ -179,3 +179,35 @@ def test_legacy_skyhooks_keep_the_sliding_window() -> None:
             "progressPercent": 100,
         }
     }
+
+
+def test_a_node_whose_retry_succeeds_is_not_a_failed_node() -> None:
+    """A failureThreshold counts the nodes whose stage gave up, not those with an attempt
+    that failed and was retried."""
+    d = _driver(4)
+    d.sim.add_policy(
+        "p",
+        _policy({"budget": {"percent": 100}, "strategy": {"linear": {"failureThreshold": 1}}}),
+    )
+    d.sim.add_skyhook("scr", {**SEL, "deploymentPolicy": "p", "packages": {"pkg": package()}})
+    first = sorted(d.sim.nodes)[0]
+    failed_once: set[str] = set()
+    for _ in range(100):
+        d.step()
+        for key in d.pending_pods():
+            node = d.sim.pods[key]["spec"]["nodeName"]
+            stamp = d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+            if node == first and node not in failed_once:
+                failed_once.add(node)
+                d.sim.finish_pod(key, 1, at=stamp, failed_phase=True)
+            else:
+                d.sim.finish_pod(key, 0, at=stamp)
+        d.now += timedelta(seconds=1)
+    assert failed_once == {first}
+    status = d.status("scr")
+    assert status["status"] == "complete"
+    state = status["compartmentStatuses"]["__default__"]["batchState"]
+    assert state.get("failedNodes", 0) == 0
+    assert state.get("consecutiveFailures", 0) == 0
+    assert state["completedNodes"] == 4
+    assert not state.get("shouldStop")

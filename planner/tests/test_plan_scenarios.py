@@ -334,9 +334,11 @@ def test_failed_stage_is_erroring_then_retried_with_backoff() -> None:
     key = d.pending_pods()[0]
     d.sim.finish_pod(key, 1, at=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"), restarts=2, failed_phase=True)
     result = d.step()
+    # The package's entry says the attempt failed; the node is still in progress: its stage
+    # has retries left.
     assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("apply", "erroring")}
-    assert d.node_status("scr", "node-0000") == "erroring"
-    assert d.status("scr")["status"] == "erroring"
+    assert d.node_status("scr", "node-0000") == "in_progress"
+    assert d.status("scr")["status"] == "in_progress"
     assert key in d.sim.pods, "kept for its logs"
     assert result.requeue_after == pytest.approx(1.0)  # the first retry: the base backoff
     for _ in range(10):  # well within the failed pod's retention

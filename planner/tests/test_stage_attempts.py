@@ -111,6 +111,22 @@ def test_a_failing_stage_gives_up_after_its_retries_and_stays_parked() -> None:
     assert not [a for a in again.actions if not isinstance(a, EmitEvent)]
 
 
+def test_the_node_reads_in_progress_until_its_stage_gives_up() -> None:
+    """A failed attempt shows on the package's entry; the node turns erroring (its status, the
+    Skyhook's) only when no retry is left."""
+    d = failing(retries=1)
+    d.step()
+    fail_pending(d)
+    d.step()
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("apply", "erroring")}
+    assert d.node_status("scr", NODE) == "in_progress"
+    assert d.status("scr")["status"] == "in_progress"
+    fail_every_attempt(d)
+    assert restarts(d) == 2
+    assert d.node_status("scr", NODE) == "erroring"
+    assert d.status("scr")["status"] == "erroring"
+
+
 def test_no_retries_is_one_attempt() -> None:
     d = failing(retries=0)
     assert len(fail_every_attempt(d)) == 1
@@ -309,13 +325,16 @@ def test_an_interrupt_within_its_restart_limit_keeps_restarting() -> None:
     d.step()
     assert ("skyhook", name) in d.sim.pods
     assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
-    assert restarts(d) == 2
+    assert restarts(d) == 3  # its failed runs: two restarts and the run that just failed
+    assert d.node_status("scr", NODE) == "in_progress"  # one more run is allowed
 
 
 def test_a_reboot_interrupts_restarts_are_never_counted() -> None:
     d, name = crash_looping_interrupt({"type": "reboot"}, 10)
     d.step()
     assert ("skyhook", name) in d.sim.pods
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
+    assert d.node_status("scr", NODE) == "in_progress"  # until its stageTimeout or deadline
     assert not any(
         isinstance(a, EmitEvent) and a.reason == "Interrupt" and "failed" in a.message
         for p in d.plans

@@ -51,6 +51,9 @@ def captured(cluster: Cluster, name: str, status: str) -> dict[str, Any]:
 
 
 def test_captured_skyhooks_are_judged_by_phase(cluster: Cluster) -> None:
+    cluster.operator.stop()  # type: ignore[union-attr]
+    # One attempt per stage: "broken" reads erroring at its first failure, not after retries.
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="0")
     cluster.add_nodes(2)
     cluster.skyhook("health", {"slow": agentless("1.0.0", sleep=4)})
     rolling = captured(cluster, "health", "in_progress")

@@ -4,13 +4,14 @@ runs it, against Skyhook objects whose status the planner wrote at each phase of
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import lupa.lua51 as lua
 import pytest
 
-from skyhook_planner.sim.driver import Driver, package
+from skyhook_planner.sim.driver import SETTINGS, Driver, package
 from skyhook_schemas import keys
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,7 +33,8 @@ def skyhook(d: Driver) -> dict[str, Any]:
 
 
 def started(annotations: dict[str, str] | None = None, version: str = "1.0.0") -> Driver:
-    d = Driver(2, {"role": "gpu"})
+    # One attempt per stage: a failed stage gives up at once, and its node reads erroring.
+    d = Driver(2, {"role": "gpu"}, settings=replace(SETTINGS, stage_retries=0))
     d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(version)}}, annotations)
     d.step()
     return d

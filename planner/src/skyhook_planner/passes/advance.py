@@ -251,7 +251,8 @@ class _NodeRun:
             )
             if not (entry.stage == stage and entry.state == ERRORING):
                 after = soak.describe(config.timeout_s)
-                self.entries[package.key] = replace(entry, stage=stage, state=ERRORING)
+                # No restarts: a stop no retry ends (rules/results.py failed_for_good).
+                self.entries[package.key] = replace(entry, stage=stage, state=ERRORING, restarts=0)
                 message = f"drain timed out after [{after}] for node [{node.name}] package {label}"
                 self.decision.event(
                     "Node", node.name, "Drain", f"{message} from [skyhook:{ctx.name}]", "Warning"

@@ -26,10 +26,16 @@ from skyhook_planner.model.snapshot import (
 from skyhook_planner.model.spec import Package, SkyhookSpec
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import ordering
+from skyhook_planner.rules import interrupts, ordering, results
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import COMPLETE, UNINSTALL_CYCLE, PackageEntry
+from skyhook_schemas.nodestate import (
+    COMPLETE,
+    INTERRUPT,
+    UNINSTALL_CYCLE,
+    UNINSTALL_INTERRUPT,
+    PackageEntry,
+)
 from skyhook_schemas.podpackage import PodPackage
 
 
@@ -131,6 +137,28 @@ class SkyhookContext:
     def entries(self, node: NodeView) -> dict[str, PackageEntry]:
         """A copy of the node's package entries, for a step to change and return."""
         return dict(self.state(node).packages)
+
+    def reboots(self, entry: PackageEntry) -> bool:
+        """Does the package of `entry` interrupt with a reboot (its own or a config edit's)?"""
+        package = self.spec.packages.get(entry.name)
+        if package is None or package.version != entry.version:
+            return False
+        wanted = interrupts.wanted_interrupts(package, self.config_updates.get(entry.name, ()))
+        return any(i.type == "reboot" for i in wanted)
+
+    def failed_for_good(self, state: NodeState) -> bool:
+        """Has a package on the node failed past its retries (rules/results.py): the node
+        reads erroring? A reboot's failed runs are never counted: its own shutdown ends them."""
+        retries = self.settings.stage_retries
+        return any(
+            results.failed_for_good(
+                entry,
+                None
+                if entry.stage in {INTERRUPT, UNINSTALL_INTERRUPT} and self.reboots(entry)
+                else retries,
+            )
+            for entry in state.packages.values()
+        )
 
     def node_packages(self, node: NodeView) -> NodePackages:
         """The packages with the image each package's artifact chooses for `node` (decided

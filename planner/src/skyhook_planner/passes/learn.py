@@ -13,7 +13,7 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import deadlines, interrupts, results
+from skyhook_planner.rules import deadlines, results
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -82,7 +82,8 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     elif result.result == results.FAILED:
         if interrupt and pod.reason == results.DEADLINE_EXCEEDED:
             return _interrupt_timed_out(ctx, pod, node, entries)
-        entries = results.record_failure(entries, pkg, result.restarts)
+        # The container's failed runs: its restarts, and the run that just failed.
+        entries = results.record_failure(entries, pkg, result.restarts + 1)
         retries = ctx.settings.stage_retries
         if interrupt and pod.phase != "Failed" and result.restarts >= retries:
             given_up = _restart_limit(ctx, pod, node, entries, result.restarts + 1)
@@ -207,7 +208,8 @@ def _interrupt_timed_out(
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     entry = entries[pkg.key]
-    entries[pkg.key] = replace(entry, state=ERRORING)
+    # No restarts: a stop, not an attempt to retry (rules/results.py).
+    entries[pkg.key] = replace(entry, state=ERRORING, restarts=0)
     decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
     message = (
         f"Package [{pkg.name}:{pkg.version}] stage [{pkg.stage}] timed out (stageTimeout) on "
@@ -233,7 +235,7 @@ def _restart_limit(
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     waiting = [e for e in entries.values() if e.stage == pkg.stage and e.state != COMPLETE]
-    if any(_reboots(ctx, e) for e in waiting):
+    if any(ctx.reboots(e) for e in waiting):
         return None
     decision = Decision()
     entries[pkg.key] = replace(entries[pkg.key], state=ERRORING, restarts=failed)
@@ -354,7 +356,7 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
         verdict = deadlines.watch(
             node,
             state.packages,
-            rebooting={k: _reboots(ctx, e) for k, e in state.packages.items()},
+            rebooting={k: ctx.reboots(e) for k, e in state.packages.items()},
             interrupt_pod_created=pod.created if pod is not None else None,
             recorded_boot_id=recorded.get(node.name),
             seconds=seconds,
@@ -398,15 +400,6 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
             )
         )
     return decision
-
-
-def _reboots(ctx: SkyhookContext, entry: PackageEntry) -> bool:
-    """Does the package of `entry` interrupt with a reboot (its own or a config edit's)?"""
-    package = ctx.spec.packages.get(entry.name)
-    if package is None or package.version != entry.version:
-        return False
-    wanted = interrupts.wanted_interrupts(package, ctx.config_updates.get(entry.name, ()))
-    return any(i.type == "reboot" for i in wanted)
 
 
 def stop_for_pause(ctx: SkyhookContext) -> Decision:

@@ -26,10 +26,8 @@ from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
     DISABLED,
-    ERRORING,
     IN_PROGRESS,
     PAUSED,
-    UNKNOWN,
     WAITING,
 )
 from skyhook_schemas.status import BatchState
@@ -43,7 +41,7 @@ def finish(
     decided = None
     state = ctx.state(node)
     complete = ctx.complete(ctx.name, node.name, default=False)
-    erroring = any(e.state in {ERRORING, UNKNOWN} for e in state.packages.values())
+    erroring = ctx.failed_for_good(state)
     value = statuses.node_status(
         complete=complete,
         blocked=blocked,

@@ -20,8 +20,6 @@ from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, No
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.rules import blockers, health, ordering, stages
 from skyhook_schemas.nodestate import (
-    ERRORING,
-    IN_PROGRESS,
     UNINSTALL_CYCLE,
 )
 
@@ -176,10 +174,7 @@ def _select_node(
         return NodeSelection(node_work, False, (held, *found), OCCUPIED, failed=False)
     if done:
         return NodeSelection(node_work, done, found, slot="", failed=False)
-    failed = any(
-        e.state == ERRORING or (e.state == IN_PROGRESS and e.restarts)
-        for e in state.packages.values()
-    )
+    failed = ctx.failed_for_good(state)
     slot = ""
     if state.holds_slot or ctx.ours_on(node.name):
         slot = OCCUPIED

@@ -117,12 +117,12 @@ def mark(entries: Mapping[str, PackageEntry], verdict: Verdict) -> dict[str, Pac
     """The entries with the overdue reboot marked erroring; None when they are already."""
     changed = dict(entries)
     for key, entry in entries.items():
+        # No restarts: the node stops here; no retry ends a missed deadline (rules/results.py).
         if verdict.why == NOT_REBOOTED and entry.stage == INTERRUPT and entry.state != COMPLETE:
-            if entry.state != ERRORING:
-                changed[key] = replace(entry, state=ERRORING)
+            changed[key] = replace(entry, state=ERRORING, restarts=0)
         elif verdict.why == NOT_READY and (
             (entry.stage == INTERRUPT and entry.state == COMPLETE)
             or (entry.stage == POST_INTERRUPT and entry.state not in {COMPLETE, ERRORING})
         ):
-            changed[key] = replace(entry, stage=POST_INTERRUPT, state=ERRORING)
+            changed[key] = replace(entry, stage=POST_INTERRUPT, state=ERRORING, restarts=0)
     return None if changed == dict(entries) else changed

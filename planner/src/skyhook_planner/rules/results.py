@@ -3,7 +3,13 @@ applies them).
 
 `outcome(pod)` reads the init container statuses: the first failed container decides, otherwise
 the last one does. `record_success`/`record_failure` fold a finished pod into a node's entries;
-`backoff_s` is how long a failed stage waits before it runs again.
+`backoff_s` is how long a failed stage waits before it runs again; `failed_for_good` tells a
+failure that stops the node from an attempt that will be retried.
+
+An erroring entry's restarts say which it is. A failed attempt records how many attempts have
+failed (at least one), so while that is within the stage's allowance the next attempt is still
+to come, and the node reads in progress. A stop no retry ends (a drain past its timeout, a
+reboot past its deadline, an interrupt past its stageTimeout) records none.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from skyhook_schemas.nodestate import (
     INTERRUPT,
     UNINSTALL,
     UNINSTALL_INTERRUPT,
+    UNKNOWN,
     UPGRADE,
     PackageEntry,
 )
@@ -128,6 +135,17 @@ def record_failure(
         current, stage=pod.stage, state=ERRORING, restarts=max(current.restarts, restarts)
     )
     return result
+
+
+def failed_for_good(entry: PackageEntry, allowance: int | None) -> bool:
+    """Does `entry` stop its node: the node reads erroring, its Erroring condition turns True
+    and a DeploymentPolicy counts it as failed? `allowance`: the failed attempts its stage may
+    retry (None: unbounded, a reboot's). Unknown (unreadable) stops it too."""
+    if entry.state == UNKNOWN:
+        return True
+    if entry.state != ERRORING:
+        return False
+    return entry.restarts == 0 or (allowance is not None and entry.restarts > allowance)
 
 
 def restart_limit_spent(entry: PackageEntry, stage: str, retries: int) -> bool:
