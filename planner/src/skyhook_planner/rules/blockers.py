@@ -33,6 +33,7 @@ from skyhook_planner.model.waiting import (
 )
 from skyhook_planner.rules.drain import NON_INTERRUPT, TIMED_OUT, BlockedPod, Drain
 from skyhook_planner.rules.holds import Hold
+from skyhook_planner.rules.soak import describe
 from skyhook_schemas import keys
 
 # Answers that are the same for every node, made once.
@@ -264,7 +265,7 @@ def drain_timeout_reason(drain: Drain, timeout_s: float) -> Reason:
     left = len(drain.to_remove) + len(drain.leaving) + len(drain.blocked)
     return Reason(
         DRAIN,
-        f"drain timed out after {timeout_s:g}s with {left} pods left on the node; "
+        f"drain timed out after {describe(timeout_s)} with {left} pods left on the node; "
         "the node stays cordoned until they are gone or it is reset",
         hold=TIMED_OUT,
     )

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from skyhook_planner.model.snapshot import EvictionRefusal, NodeView, PodView
 from skyhook_planner.model.spec import DrainConfig
 from skyhook_planner.model.vocabulary import FINISHED_PHASES, LabelSelector
+from skyhook_planner.rules.soak import parse_stamp
 from skyhook_schemas import keys
 
 # How a pod is handled, as `decide` says.
@@ -149,7 +150,7 @@ def blocked_annotation(blocked: Iterable[BlockedPod]) -> str:
 def started_at(node: NodeView, skyhook: str) -> datetime | None:
     """When the drain for `skyhook` began on `node` (its drainStart annotation), or None."""
     # Unreadable: the drain starts its clock again.
-    return _parse_time(node.annotations.get(keys.drain_start_key(skyhook)))
+    return parse_stamp(node.annotations.get(keys.drain_start_key(skyhook)))
 
 
 def stamp(now: datetime) -> str:
@@ -208,7 +209,7 @@ def defer(
     since: dict[str, str] = {}
     recheck: float | None = None
     for node, pods in waiting.items():
-        first = _parse_time(recorded.get(node)) or now
+        first = parse_stamp(recorded.get(node)) or now
         left = None if wait_s is None else wait_s - (now - first).total_seconds()
         if left is not None and left <= 0:
             continue
@@ -217,12 +218,3 @@ def defer(
         if left is not None:
             recheck = left if recheck is None else min(recheck, left)
     return Deferral(held, since, recheck)
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None

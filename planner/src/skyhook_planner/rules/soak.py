@@ -60,8 +60,9 @@ def stamp(at: datetime) -> str:
 
 
 def parse_stamp(text: str | None) -> datetime | None:
-    """A time this module or `stamp` wrote into the status; None for none, or an edited one
-    that does not read (as if nothing had started)."""
+    """A time we wrote (a status field, a node annotation: RFC 3339, with or without fractions
+    of a second); None for none, or an edited one that does not read (as if nothing had
+    started)."""
     if not text:
         return None
     try:
