@@ -10,6 +10,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from skyhook_schemas import keys
@@ -57,6 +58,12 @@ def decode_pod_package(
     raw = annotations.get(keys.PACKAGE_ANNOTATION)
     if keys.NAME_LABEL not in labels or not raw:
         return None
+    return _decode(raw)
+
+
+@lru_cache(maxsize=8192)
+def _decode(raw: str) -> PodPackage | None:
+    """One annotation text decoded once: every pass reads every kept pod's, unchanged."""
     try:
         body = json.loads(raw)
     except ValueError:
