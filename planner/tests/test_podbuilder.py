@@ -123,7 +123,12 @@ def test_stage_pod_shape() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dexter"]["configMap"]["name"] == "simple-skyhook-dexter-1.2.3"
     assert volumes["root-mount"]["hostPath"]["path"] == "/"
-    assert spec["containers"][0]["name"] == "pause"
+    # It ends once its steps pass (the pod Succeeded, kept for its logs): the package image's
+    # shell exits at once.
+    (done,) = spec["containers"]
+    assert done["name"] == "done"
+    assert done["image"] == spec["initContainers"][0]["image"]
+    assert done["command"] == ["/bin/sh", "-c", "exit 0"]
     meta = pod["metadata"]
     assert meta["labels"] == {keys.NAME_LABEL: "simple-skyhook", keys.PACKAGE_LABEL: "dexter-1.2.3"}
     assert meta["annotations"][keys.PACKAGE_ANNOTATION] == (

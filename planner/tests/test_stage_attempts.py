@@ -387,7 +387,10 @@ def test_an_interrupt_past_its_stage_timeout_stays_erroring_with_its_pod_kept() 
     d.now += timedelta(minutes=30)
     for _ in range(3):
         d.step()
-    assert list(d.sim.pods) == [("skyhook", name)], "kept, and no new interrupt pod"
+    interrupts = [
+        k for k, p in d.sim.pods.items() if keys.INTERRUPT_LABEL in p["metadata"]["labels"]
+    ]
+    assert interrupts == [("skyhook", name)], "kept, and no new interrupt pod"
     # A rerun from the interrupt stage (the CLI deletes the kept pod): it runs again.
     node = d.sim.nodes[NODE]["metadata"]["annotations"]
     state_key = keys.node_state_key("scr")
@@ -396,3 +399,82 @@ def test_an_interrupt_past_its_stage_timeout_stays_erroring_with_its_pod_kept() 
     d.step()
     (again,) = live_pods(d)
     assert again[1] == name
+
+
+# --- finished work kept for its logs ------------------------------------------------------------
+
+
+def finish_pending(d: Driver) -> None:
+    for key in d.pending_pods():
+        d.sim.finish_pod(key, 0, at=stamp(d))
+
+
+def phases(d: Driver) -> dict[str, str]:
+    return {key[1]: p["status"]["phase"] for key, p in d.sim.pods.items()}
+
+
+def test_a_succeeded_stage_pod_stays_for_its_logs_then_goes() -> None:
+    """Each succeeded stage pod stays, Succeeded, for SKYHOOK_POD_TTL_SUCCEEDED: it holds
+    nothing back (the node completes) and goes once its retention is over."""
+    d = Driver(1, LABELS, settings=replace(SETTINGS, pod_ttl_succeeded_s=600))
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    for _ in range(6):
+        d.step()
+        finish_pending(d)
+    assert d.node_status("scr", NODE) == "complete"
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config"]
+    assert sorted(phases(d).values()) == ["Succeeded", "Succeeded"]
+    assert not [a for p in d.plans for a in p.actions if isinstance(a, DeletePod)]
+    result = d.step()
+    assert result.requeue_after is not None and result.requeue_after <= 600
+    d.now += timedelta(seconds=599)
+    d.step()
+    assert len(d.sim.pods) == 2, "kept until its retention is over"
+    d.now += timedelta(seconds=2)
+    gone = d.step()
+    assert not d.sim.pods
+    reasons = {a.reason for a in gone.actions if isinstance(a, DeletePod)}
+    assert reasons == {"kept for its logs long enough"}
+    assert d.node_status("scr", NODE) == "complete"
+
+
+def test_a_config_edit_runs_config_again_never_taking_the_kept_pods_result() -> None:
+    """The kept config pod has the name the next config run needs: it goes first, and the
+    stage completes only from the new pod's result."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package(configMap={"a.conf": "1"})}})
+    for _ in range(6):
+        d.step()
+        finish_pending(d)
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "complete")}
+    (old_config,) = [k for k, p in d.sim.pods.items() if pod_stage(p)[2] == "config"]
+    d.sim.skyhooks["scr"]["spec"]["packages"]["alpha"]["configMap"] = {"a.conf": "2"}
+    for _ in range(5):
+        d.step()  # the new config pod never finishes: the stage must stay in progress
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "in_progress")}
+    configs = [p for p in d.sim.created_pods if pod_stage(p)[2] == "config"]
+    assert len(configs) == 2, "config runs again, in a pod of its own"
+    assert d.pending_pods() == [old_config], "the same name, a new pod that has not run"
+    finish_pending(d)
+    d.step()
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "complete")}
+
+
+def test_a_kept_pod_goes_when_its_stage_is_no_longer_recorded_done() -> None:
+    """A reset (the node's state removed) leaves nothing recorded: the kept pods go at once,
+    and the stages run again in new pods."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    for _ in range(6):
+        d.step()
+        finish_pending(d)
+    assert len(d.sim.pods) == 2
+    del d.sim.nodes[NODE]["metadata"]["annotations"][keys.node_state_key("scr")]
+    d.step()
+    reasons = {a.reason for a in d.plans[-1].actions if isinstance(a, DeletePod)}
+    assert reasons == {"no matching package entry (stale pod)"}
+    for _ in range(6):
+        d.step()
+        finish_pending(d)
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config", "apply", "config"]
+    assert d.node_status("scr", NODE) == "complete"

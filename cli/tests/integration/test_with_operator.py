@@ -20,6 +20,16 @@ def node_annotations(core: client.CoreV1Api, node: str) -> dict[str, str]:
     return core.read_node(node).metadata.annotations or {}
 
 
+def apply_pod_uids(core: client.CoreV1Api, label: str) -> set[str]:
+    """The uids of the Skyhook's apply pods (a succeeded one stays for its logs)."""
+    pods = core.list_pod_for_all_namespaces(label_selector=f"{keys.NAME_LABEL}={label}").items
+    return {
+        p.metadata.uid
+        for p in pods
+        if json.loads(p.metadata.annotations[keys.PACKAGE_ANNOTATION])["stage"] == "apply"
+    }
+
+
 def test_rerun_and_reset_are_picked_up_by_the_operator(
     *,
     cli: Callable[..., Result],
@@ -38,6 +48,7 @@ def test_rerun_and_reset_are_picked_up_by_the_operator(
         "the package complete on the node",
     )
 
+    (kept,) = apply_pod_uids(core, label)
     assert cli("package", "rerun", "pkg", "--skyhook", label, "--node", node, "--dry-run").code == 0
     rerun = cli(
         "package",
@@ -62,6 +73,9 @@ def test_rerun_and_reset_are_picked_up_by_the_operator(
         180,
         "the rerun to complete",
     )
+    # Apply ran again in a pod of its own: the kept one's result was not taken for it.
+    rerun_uids = apply_pod_uids(core, label)
+    assert len(rerun_uids) == 1 and kept not in rerun_uids, (kept, rerun_uids)
 
     assert cli("disable", label, "--confirm").code == 0
     reset = cli("reset", label, "--confirm")

@@ -226,7 +226,11 @@ class Settings(BaseSettings):
     )
     pause_image: Image = field(
         "SKYHOOK_PAUSE_IMAGE",
-        _meta("PAUSE_IMAGE", "Image of the idle container each stage pod ends with."),
+        _meta(
+            "PAUSE_IMAGE",
+            "Image of the idle container interrupt and health check pods end with (a stage "
+            "pod ends with `done`, on its package image).",
+        ),
         default=_PLANNER.pause_image,
     )
     copy_dir_root: HostPath = field(
@@ -371,8 +375,8 @@ class Settings(BaseSettings):
         "SKYHOOK_POD_TTL_SUCCEEDED",
         _meta(
             "JOB_TTL_SUCCEEDED",
-            "Accepted and checked for upstream's manifests; a succeeded stage pod is deleted as "
-            "soon as its result is recorded (its idle container would otherwise keep running).",
+            "How long a succeeded stage pod is kept for its logs, while its node still records "
+            "the stage as done (a rerun, a configMap edit or a reset removes it at once).",
         ),
         default=_PLANNER.pod_ttl_succeeded_s,
     )

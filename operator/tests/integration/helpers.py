@@ -55,6 +55,9 @@ def marker_scripts(marker: str = "/skyhook-markers") -> dict[str, str]:
     return scripts
 
 
+EXISTING = "EXISTING"  # a recording's first version of an object that was there when it began
+
+
 @dataclass
 class Recording:
     """Every version of every node and pod a watch delivered, in arrival order."""
@@ -164,7 +167,8 @@ class Cluster:
                 if kind == "SYNCED":
                     synced.set()
                 else:
-                    recording.add(what, kind, obj)
+                    # ADDED means created while recording; what was there before is EXISTING.
+                    recording.add(what, kind if synced.is_set() else EXISTING, obj)
         except (ApiError, OSError, urllib3.exceptions.HTTPError):
             return
         finally:

@@ -50,7 +50,10 @@ def test_install_runs_apply_then_config_and_writes_the_host(cluster: Cluster) ->
     assert sorted(stages) == ["apply", "apply", "config", "config"]
     status = cluster.get_skyhook("install")["status"]
     assert status["completeNodes"] == "2/2"
-    assert cluster.pods("install") == []
+    # Each stage's pod stays, Succeeded, for its logs (SKYHOOK_POD_TTL_SUCCEEDED).
+    kept = cluster.pods("install")
+    assert sorted(pod_stage(p) for p in kept) == ["apply", "apply", "config", "config"]
+    assert {p["status"]["phase"] for p in kept} == {"Succeeded"}
 
 
 def test_config_change_reruns_config_only(cluster: Cluster) -> None:

@@ -113,3 +113,30 @@ def test_pause_stops_the_running_stage_and_resume_runs_it_again(cluster: Cluster
     cluster.wait_complete("pausing", timeout=120)
     found = entry(node_state(cluster.node(node), "pausing"), "pkg", "1.0.0")
     assert found.get("restarts", 0) == 0, json.dumps(found)
+
+
+def test_succeeded_stage_pods_stay_with_their_logs_then_go(cluster: Cluster) -> None:
+    """Each stage's pod ends Succeeded (its `done` container exits) and stays, holding
+    nothing back, with its logs readable, until SKYHOOK_POD_TTL_SUCCEEDED has passed."""
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(SKYHOOK_POD_TTL_SUCCEEDED="60")
+    (node,) = cluster.add_nodes(1)
+    cluster.skyhook("kept", {"kept": agentless("1.0.0", sleep=1)})
+    cluster.wait_complete("kept", timeout=120)
+    completed_at = time.monotonic()
+    pods = cluster.pods("kept")
+    stages = sorted(
+        json.loads(p["metadata"]["annotations"][keys.PACKAGE_ANNOTATION])["stage"] for p in pods
+    )
+    assert stages == ["apply", "config"], stages
+    assert {_phase(p) for p in pods} == {"Succeeded"}
+    assert node_status(cluster.node(node), "kept") == "complete"
+    api = core_v1(cluster.sandbox)
+    for pod in pods:
+        stage = json.loads(pod["metadata"]["annotations"][keys.PACKAGE_ANNOTATION])["stage"]
+        text = api.read_namespaced_pod_log(
+            pod["metadata"]["name"], NAMESPACE, container=f"kept-{stage}"
+        )
+        assert text.startswith(f"agentless: {stage}"), text
+    wait_until(lambda: not cluster.pods("kept"), 120, "the kept pods to go after 60 s")
+    assert time.monotonic() - completed_at >= 60 - 10, "gone before their retention was over"

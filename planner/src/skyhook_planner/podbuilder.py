@@ -34,7 +34,6 @@ OP_ENV_NAMES = (
 # Every variable we set rather than the package: SKYHOOK_DIR (the init container's) carries the
 # SCR generation, so comparing it would restart running stages on any spec edit.
 _OUR_ENV_NAMES = frozenset({*OP_ENV_NAMES, "SKYHOOK_DIR"})
-# CRD interrupt type -> the type string the agent's interrupt payload uses.
 LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 
 
@@ -49,6 +48,13 @@ def stage_pod_name(
     if attempt:
         return keys.safe_name(63, scr, package, version, stage, node, f"retry{attempt}")
     return keys.safe_name(63, scr, package, version, stage, node)
+
+
+def ends_when_done(pod: PodView) -> bool:
+    """Does the stage pod end (Succeeded) once its steps are done, so that it may stay for its
+    logs? Its app container is `done`; a pod an earlier operator built idles in `pause`
+    until deleted, and would hold its node."""
+    return pod.containers == (DONE_CONTAINER,)
 
 
 def pod_attempt(pod: PodView) -> int:
@@ -143,6 +149,23 @@ def _tolerations(settings: PlannerSettings, scr: SkyhookView) -> list[dict[str, 
     if scr.spec is not None:
         tolerations += [t.to_api() for t in scr.spec.additional_tolerations]
     return tolerations
+
+
+DONE_CONTAINER = "done"
+
+
+def _done_container(package: Package) -> dict[str, Any]:
+    """A stage pod's app container: it exits at once, so the pod ends Succeeded when its steps
+    pass and stays, with its logs, for SKYHOOK_POD_TTL_SUCCEEDED. The package image always has
+    the shell (its init container copies with it), and the init container pulled it."""
+    amount = {"cpu": "100m", "memory": "20Mi"}
+    return {
+        "name": DONE_CONTAINER,
+        "image": pull_reference(package),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", "exit 0"],
+        "resources": {"limits": dict(amount), "requests": dict(amount)},
+    }
 
 
 def _pause_container(settings: PlannerSettings) -> dict[str, Any]:
@@ -282,6 +305,7 @@ def build_stage_pod(
     if (deadline := active_deadline_s(settings, package)) is not None:
         pod["spec"]["activeDeadlineSeconds"] = deadline
     pod["spec"]["initContainers"] = init
+    pod["spec"]["containers"] = [_done_container(package)]
     pod["spec"]["volumes"].append(
         {
             "name": metadata_volume_name(node),

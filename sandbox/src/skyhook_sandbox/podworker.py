@@ -227,8 +227,10 @@ class PodWorker:
     async def _fake_run(self, seconds: float) -> None:
         """A fake kubelet's pod: statuses as a real run reports them, no process behind them.
 
-        The init containers share `seconds` evenly, each exiting 0; the app containers then
-        run until the pod is deleted or its node reboots.
+        The init containers share `seconds` evenly, each exiting 0. App containers that run
+        a command of the pod's (a stage pod's `done`) then exit 0 at once and the pod
+        Succeeds, unless restartPolicy is Always; those that run their image's own (pause) run
+        until the pod is deleted or its node reboots.
         """
         self.volumes_ready = True
         pending = [r for r in self.inits if not self._completed(r)]
@@ -240,6 +242,12 @@ class PodWorker:
             self._defer_status()  # the next container starts now and reports both
         for record in self.mains:
             record.run(f"fake://{self.uid}/{record.name}")
+        if self.policy != "Always" and all("command" in self._spec(r) for r in self.mains):
+            for record in self.mains:
+                record.finish(0)
+            self.phase = "Succeeded"
+            await self._write_status()
+            return
         self.phase = "Running"
         await self._write_status()
         await asyncio.Event().wait()  # until cancelled by a deletion or a reboot

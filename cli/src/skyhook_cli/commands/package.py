@@ -204,8 +204,8 @@ def rerun_state(state: Entries, key: str, stage: str) -> Entries:
 def apply_rerun(skyhook: str, states: dict[str, Entries], key: str, stage: str) -> list[str]:
     """Write each node's new state (an empty state removes the annotation); the failures.
 
-    The package's finished pods on the node (failed attempts kept for their logs) go first:
-    a new round of attempts must not count them."""
+    The package's finished pods on the node (kept for their logs) go first: a new round of
+    attempts must neither count a failed one nor take a succeeded one for its own result."""
     app = current_app()
     kube = app.kube
     annotation = keys.node_state_key(skyhook)
@@ -214,7 +214,8 @@ def apply_rerun(skyhook: str, states: dict[str, Entries], key: str, stage: str) 
     finished = [
         pod
         for pod in kube.list_pods(app.namespace, f"{keys.NAME_LABEL}={skyhook}")
-        if runs_package(pod, package) and (pod.status.phase if pod.status else "") == "Failed"
+        if runs_package(pod, package)
+        and (pod.status.phase if pod.status else "") in ("Failed", "Succeeded")
     ]
     for node, state in states.items():
         try:

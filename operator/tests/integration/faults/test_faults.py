@@ -70,15 +70,26 @@ def _pod_event(recording: Recording, kind: str) -> Callable[[int], bool]:
     return happened
 
 
+def _pod_ended(recording: Recording) -> Callable[[int], bool]:
+    def happened(seen: int) -> bool:
+        return any(
+            p.get("status", {}).get("phase") in ("Succeeded", "Failed")
+            for _, _, p in recording.of("pod")[seen:]
+        )
+
+    return happened
+
+
 def test_operator_sigkilled_at_twenty_points_finishes_the_rollout_once(cluster: Cluster) -> None:
     # Long enough that even on a quiet machine 20 kill points come before the end.
     recording = start(cluster, "kills", nodes=12, sleep=3)
     # A kill point is whatever the operator or a node does next after the last restart: a
     # node's state annotation changed (the node patch is written, its pod may not be yet), a
-    # stage pod created, or one deleted (its stage learnt and cleaned up).
+    # stage pod created, one ended (its stage to be learnt) or one deleted.
     triggers = [
         ("node", _annotation_changed(recording, "kills")),
         ("pod", _pod_event(recording, "ADDED")),
+        ("pod", _pod_ended(recording)),
         ("pod", _pod_event(recording, "DELETED")),
     ]
     kills = 0

@@ -28,8 +28,7 @@ class PlannerSettings:
     # limit. A failed stage is tried again at most `stage_retries` times, then left erroring.
     stage_timeout_s: float = 3600.0
     stage_retries: int = 3
-    # How long a failed stage pod is kept for its logs (pod_ttl_failed_s). A succeeded one is
-    # deleted once its result is recorded: pod_ttl_succeeded_s is upstream's, carried as set.
+    # How long a finished stage pod is kept for its logs, after it succeeded or failed.
     pod_ttl_succeeded_s: float = 3600.0
     pod_ttl_failed_s: float = 86400.0
     # The running operator's version, written into the version annotations of nodes and SCRs.

@@ -160,6 +160,7 @@ class PodView:
     phase: str = "Pending"
     init_containers: tuple[ContainerView, ...] = ()
     init_statuses: tuple[ContainerStatusView, ...] = ()
+    containers: tuple[str, ...] = ()  # the app containers' names
     deleting: bool = False
     # What a drain needs to know (rules/drain.py): does the pod tolerate the cordon taint,
     # the kind of its controller ("" when none owns it), an emptyDir volume, a mirror pod.
@@ -193,6 +194,7 @@ class PodView:
             init_statuses=tuple(
                 ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
             ),
+            containers=tuple(c.get("name", "") for c in spec.get("containers") or ()),
             deleting=bool(meta.get("deletionTimestamp")),
             tolerates_unschedulable=any(
                 _toleration(t).tolerates(_CORDON_TAINT) for t in spec.get("tolerations") or ()

@@ -62,12 +62,13 @@ class _NodeRun:
         on_node = ctx.index.pods_on_node.get(node.name, ())
         self.ours = ctx.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
-        # Failed stage pods kept for their logs, by package label and stage: they hold nothing
-        # back, but the last one's end times the next attempt.
+        # Finished stage pods kept for their logs, by package label and stage: they hold
+        # nothing back, but the last failed one's end times the next attempt, and a stage that
+        # runs again needs their names.
         self.kept: dict[tuple[str, str], list[PodView]] = {}
         for p in on_node:
             if (
-                p.phase == "Failed"
+                p.phase in FINISHED_PHASES
                 and p.labels.get(keys.NAME_LABEL) == ctx.name
                 and keys.INTERRUPT_LABEL not in p.labels
                 and ctx.index.is_ours(p)
@@ -364,7 +365,14 @@ class _NodeRun:
             return 0
         if entry.state == IN_PROGRESS:
             return entry.restarts
-        last = next((p for p in kept if podbuilder.pod_attempt(p) == entry.restarts - 1), None)
+        last = next(
+            (
+                p
+                for p in kept
+                if p.phase == "Failed" and podbuilder.pod_attempt(p) == entry.restarts - 1
+            ),
+            None,
+        )
         if last is None:
             return 0
         settings = self.ctx.settings

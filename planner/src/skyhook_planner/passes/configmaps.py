@@ -9,7 +9,7 @@ from dataclasses import replace
 from skyhook_planner import podbuilder
 from skyhook_planner.model.actions import DeleteConfigMap, UpsertConfigMap
 from skyhook_planner.model.nodestate import NodeState
-from skyhook_planner.model.snapshot import ConfigMapView, NodeView
+from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision, SkyhookWork
@@ -74,8 +74,14 @@ def _config_edit(
 
     decision = Decision(work=SkyhookWork(stale_config={package.name}))
     label = podbuilder.package_label(package.name, package.version)
+    kept: list[PodView] = []  # finished pods of the stages that run again
     for pod in ctx.pods():
-        if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.live(pod):
+        if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.present(pod):
+            continue
+        if not ctx.live(pod):
+            pkg = ctx.index.pod_package(pod)
+            if pkg is not None and pkg.stage in _PAST_CONFIG:
+                kept.append(pod)
             continue
         pkg = ctx.index.pod_package(pod)
         failing = results.outcome(pod).result == results.FAILED
@@ -90,6 +96,10 @@ def _config_edit(
     previous = [] if all_done else updates.get(package.name, [])
     updates[package.name] = sorted(set(previous) | set(changed))
     decision.work.config_updates = updates
+    # Their results are of the configuration before: the stages that run again must not take
+    # them for their own, and need their names.
+    for pod in kept:
+        decision.delete_pod(pod, "superseded by a configMap edit")
     for node in ctx.matched:
         entry = state(node).packages.get(package.key)
         if entry is not None and entry.stage in _PAST_CONFIG:

@@ -11,9 +11,10 @@ from dataclasses import replace
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.rules import deadlines, results
+from skyhook_planner.rules import deadlines, results, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
@@ -40,9 +41,8 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
         if ctx.present(pod):
             decision.delete_pod(pod, "node gone" if node is None else "marked invalid")
         return decision
-    entries = ctx.entries(node)
     key = pkg.key
-    entry = entries.get(key)
+    entry = ctx.state(node).packages.get(key)
     interrupt = keys.INTERRUPT_LABEL in pod.labels
     if pod.phase == "Failed" and entry is not None and ctx.present(pod):
         counted = (
@@ -56,6 +56,13 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
         )
         if counted:
             return _kept(ctx, pod, node, entry)
+    if (
+        not interrupt
+        and stages.records_done(entry, pkg.stage)
+        and results.outcome(pod).result == results.SUCCEEDED
+        and podbuilder.ends_when_done(pod)
+    ):
+        return decision  # its result is recorded: it stays for its logs (expire_finished)
     if entry is None or entry.stage != pkg.stage or entry.state == COMPLETE:
         if ctx.present(pod):
             same_stage = entry is not None and entry.stage == pkg.stage
@@ -66,13 +73,15 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
                 else "no matching package entry (stale pod)",
             )
         return decision
+    entries = ctx.entries(node)
     result = results.outcome(pod)
     label = f"[{pkg.name}:{pkg.version}]"
     if result.result == results.SUCCEEDED:
         # A stage pod's restarts are its failed attempts; an interrupt pod's, its container's.
         restarts = result.restarts if interrupt else max(result.restarts, entry.restarts)
         entries = results.record_success(entries, pkg, restarts, ctx.spec.packages)
-        if ctx.present(pod):
+        kept = podbuilder.ends_when_done(pod) and stages.records_done(entries.get(key), pkg.stage)
+        if ctx.present(pod) and not kept:
             decision.delete_pod(pod, "stage complete")
         decision.event(
             "Node", node.name, "Apply", f"Package {label} state complete on [skyhook:{ctx.name}]"
@@ -253,8 +262,8 @@ def _restart_limit(
 
 
 def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry) -> Decision:
-    """A failed pod whose failure is counted: kept for its logs for SKYHOOK_POD_TTL_FAILED,
-    unless a later failed attempt supersedes it (only the first and the last stay) or the
+    """A failed pod whose failure is counted: kept for its logs for SKYHOOK_POD_TTL_FAILED
+    (expire_finished), unless a later failed attempt supersedes it (only the first and the last stay) or the
     package was edited since (its logs no longer tell about what runs)."""
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
@@ -272,14 +281,35 @@ def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry
         if not podbuilder.matches(pod, manifest):
             decision.delete_pod(pod, "the package spec changed")
             return decision
-    finished = results.outcome(pod).finished_at or pod.created
-    if finished is None:
-        return decision
-    left = ctx.settings.pod_ttl_failed_s - (ctx.now - finished).total_seconds()
-    if left <= 0:
-        decision.delete_pod(pod, "kept for its logs long enough")
-    else:
-        decision.wake_in(left)
+    return decision
+
+
+def expire_finished(ctx: SkyhookContext) -> Decision:
+    """Finished pods kept for their logs go when their retention is over:
+    SKYHOOK_POD_TTL_SUCCEEDED after the stage succeeded, SKYHOOK_POD_TTL_FAILED after it
+    failed. Looked at on every pass, whichever nodes the pass memory keeps, with one timer for
+    the next to go: a node waiting only for its pods' retention is not planned again for it."""
+    decision = Decision()
+    settings = ctx.settings
+    soonest: float | None = None
+    for pod in ctx.pods():
+        if pod.phase not in FINISHED_PHASES or keys.PACKAGE_LABEL not in pod.labels:
+            continue
+        if not ctx.present(pod):
+            continue
+        finished = results.outcome(pod).finished_at or pod.created
+        if finished is None:
+            continue
+        kept_for = (
+            settings.pod_ttl_succeeded_s if pod.phase == "Succeeded" else settings.pod_ttl_failed_s
+        )
+        left = kept_for - (ctx.now - finished).total_seconds()
+        if left <= 0:
+            decision.delete_pod(pod, "kept for its logs long enough")
+        else:
+            soonest = left if soonest is None else min(soonest, left)
+    if soonest is not None:
+        decision.wake_in(soonest)
     return decision
 
 

@@ -192,6 +192,7 @@ class _Share:
         if self.rollout.paused:
             self.take(learn.stop_for_pause(ctx))
         self.take(learn.validate_pods(ctx, skip=self.kept))
+        self.take(learn.expire_finished(ctx))
         return boot_ids
 
     def select_nodes(self) -> select.Selection:

@@ -74,6 +74,18 @@ def legal_successor(previous: str | None, stage: str) -> bool:
     )
 
 
+def records_done(entry: PackageEntry | None, stage: str) -> bool:
+    """Does `entry` still record `stage` of its package version as done: completed, or a later
+    stage of the same install reached? A stage pod that succeeded stays for its logs while it
+    does; once it does not (a rerun, a configMap edit, an uninstall, the entry gone) the pod is
+    stale."""
+    if entry is None or entry.stage in UNINSTALL_CYCLE or stage in UNINSTALL_CYCLE:
+        return False
+    if entry.stage == stage:
+        return entry.state == COMPLETE
+    return _RANK[entry.stage] > _RANK[stage]
+
+
 def terminal_stage(package: Package, config_updates: ConfigUpdates) -> str:
     return (
         POST_INTERRUPT if has_interrupt(package, config_updates.get(package.name, ())) else CONFIG

@@ -287,9 +287,12 @@ class SimCluster:
             )
             if code:
                 break
-        # restartPolicy Never (stage pods): a failed container fails the pod, as a kubelet does.
+        # restartPolicy Never (stage pods): a failed container fails the pod, as a kubelet does;
+        # a stage pod's app container (`done`) exits at once after its steps passed.
         never = pod["spec"].get("restartPolicy") == "Never"
+        ends = [c["name"] for c in pod["spec"].get("containers", [])] == ["done"]
+        phase = "Succeeded" if ends and not exit_code else "Running"
         pod["status"] = {
-            "phase": "Failed" if (exit_code and (failed_phase or never)) else "Running",
+            "phase": "Failed" if (exit_code and (failed_phase or never)) else phase,
             "initContainerStatuses": statuses,
         }
