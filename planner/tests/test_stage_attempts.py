@@ -478,3 +478,17 @@ def test_a_kept_pod_goes_when_its_stage_is_no_longer_recorded_done() -> None:
         finish_pending(d)
     assert [s for _, _, s in d.stages_run()] == ["apply", "config", "apply", "config"]
     assert d.node_status("scr", NODE) == "complete"
+
+
+def test_the_next_stage_starts_as_soon_as_the_steps_passed() -> None:
+    """The pod's `done` container may not have ended yet (the pod still Running): its steps
+    passed, so it holds nothing back and the next stage starts in the same pass."""
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    d.step()
+    (key,) = d.pending_pods()
+    d.sim.finish_pod(key, 0, at=stamp(d))
+    d.sim.pods[key]["status"]["phase"] = "Running"  # `done` still to end
+    d.step()
+    assert [s for _, _, s in d.stages_run()] == ["apply", "config"]
+    assert d.entries("scr", NODE) == {"alpha|1.0.0": ("config", "in_progress")}

@@ -468,6 +468,18 @@ def failed_runs(recording: Recording, pod: Json) -> tuple[int, int]:
     return len(runs), restarted
 
 
+def one_retry_and_interrupt_events(cluster: Cluster) -> tuple[str, str, Recording]:
+    """An operator with SKYHOOK_STAGE_RETRIES=1 (a non-reboot interrupt gives up after 2 failed
+    runs), one node, and a recording of the Skyhook's pods and of Events with reason
+    Interrupt: (node, skyhook name, recording)."""
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="1")
+    (node,) = cluster.add_nodes(1)
+    scr = cluster.label
+    events = ("/api/v1/namespaces/default/events", {"fieldSelector": "reason=Interrupt"})
+    return node, scr, cluster.record(scr, extra={"event": events})
+
+
 def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
     cluster: Cluster,
 ) -> None:
@@ -477,12 +489,7 @@ def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
     fail at `systemctl restart broken`; then the pod goes, the entry and the node are erroring,
     Warning Events on the Node and the Skyhook say so, no interrupt pod starts again and the
     node stays cordoned."""
-    cluster.operator.stop()  # type: ignore[union-attr]
-    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="1")
-    (node,) = cluster.add_nodes(1)
-    scr = cluster.label
-    events = ("/api/v1/namespaces/default/events", {"fieldSelector": "reason=Interrupt"})
-    recording = cluster.record(scr, extra={"event": events})
+    node, scr, recording = one_retry_and_interrupt_events(cluster)
     cluster.skyhook(scr, {"broken": broken_service_package()})
 
     def given_up() -> bool:
@@ -578,13 +585,8 @@ def test_a_reboot_interrupts_failed_runs_are_never_counted(cluster: Cluster) -> 
     """The contrast (PACKAGE_LIFECYCLE.md: "a reboot's restarts are never counted"): with the
     same SKYHOOK_STAGE_RETRIES=1 a reboot interrupt whose container fails runs past the limit
     of 2 and its pod stays, restarting; no Warning Event with reason Interrupt."""
-    cluster.operator.stop()  # type: ignore[union-attr]
-    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="1")
-    (node,) = cluster.add_nodes(1)
-    scr = cluster.label
+    node, scr, recording = one_retry_and_interrupt_events(cluster)
     boot = boot_id(cluster, node)
-    events = ("/api/v1/namespaces/default/events", {"fieldSelector": "reason=Interrupt"})
-    recording = cluster.record(scr, extra={"event": events})
     cluster.skyhook(scr, {"refused": refused_reboot_package()})
 
     def interrupt_pod() -> Json | None:
@@ -613,6 +615,9 @@ def test_a_reboot_interrupts_failed_runs_are_never_counted(cluster: Cluster) -> 
         for _, _, e in recording.of("event")
         if e["involvedObject"]["name"] in {node, scr} and e["type"] == "Warning"
     ] == []
-    entry = node_state(cluster.node(node), scr)["refused|1.0.0"]
+    now = cluster.node(node)
+    entry = node_state(now, scr)["refused|1.0.0"]
     assert (entry["stage"], entry["state"]) == ("interrupt", "erroring"), entry
-    assert cluster.node(node)["spec"].get("unschedulable"), "uncordoned during the interrupt"
+    # Still retrying: the node reads in progress, not erroring, until a stageTimeout ends it.
+    assert node_status(now, scr) == "in_progress", node_status(now, scr)
+    assert now["spec"].get("unschedulable"), "uncordoned during the interrupt"

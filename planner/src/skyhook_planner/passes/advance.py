@@ -409,10 +409,9 @@ class _NodeRun:
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
         if any(
             ctx.index.is_ours(p)
-            and ctx.present(p)
             # A finished stage pod kept for its logs holds nothing back; an interrupt pod
             # kept at its stageTimeout is the interrupt given up on.
-            and (p.phase not in FINISHED_PHASES or keys.INTERRUPT_LABEL in p.labels)
+            and (ctx.live(p) or (keys.INTERRUPT_LABEL in p.labels and ctx.present(p)))
             for p in on_node
         ):
             return

@@ -270,8 +270,18 @@ class SkyhookContext:
         return not (self._gone(pod) or pod.deleting)
 
     def live(self, pod: PodView) -> bool:
-        """Present and its containers may still run."""
-        return self.present(pod) and pod.phase not in FINISHED_PHASES
+        """Present and its containers may still run. A stage pod of ours whose steps passed
+        only ends (its `done` container): it holds nothing back, whether or not its phase
+        says Succeeded yet."""
+        return (
+            self.present(pod)
+            and pod.phase not in FINISHED_PHASES
+            and not (
+                podbuilder.ends_when_done(pod)
+                and self.index.is_ours(pod)
+                and results.outcome(pod).result == results.SUCCEEDED
+            )
+        )
 
     def name_taken(self, namespace: str, name: str) -> bool:
         """A pod of that name is on its way out: creating it again now would collide."""
