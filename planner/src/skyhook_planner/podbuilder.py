@@ -21,6 +21,7 @@ from skyhook_schemas.nodestate import INTERRUPT
 from skyhook_schemas.podpackage import AGENT_INTERRUPT_TYPES, PodPackage, encode_interrupt_argument
 
 ROOT_MOUNT = "root-mount"
+DONE_CONTAINER = "done"  # a stage pod's app container, which exits once the steps passed
 PACKAGE_COPY_COMMAND = (
     "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
 )
@@ -149,9 +150,6 @@ def _tolerations(settings: PlannerSettings, scr: SkyhookView) -> list[dict[str, 
     if scr.spec is not None:
         tolerations += [t.to_api() for t in scr.spec.additional_tolerations]
     return tolerations
-
-
-DONE_CONTAINER = "done"
 
 
 def _done_container(package: Package) -> dict[str, Any]:

@@ -263,8 +263,8 @@ def _restart_limit(
 
 def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry) -> Decision:
     """A failed pod whose failure is counted: kept for its logs for SKYHOOK_POD_TTL_FAILED
-    (expire_finished), unless a later failed attempt supersedes it (only the first and the last stay) or the
-    package was edited since (its logs no longer tell about what runs)."""
+    (expire_finished), unless a later failed attempt supersedes it (only the first and the
+    last stay) or the package was edited since (its logs no longer tell about what runs)."""
     decision = Decision()
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
