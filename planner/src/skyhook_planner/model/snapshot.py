@@ -181,15 +181,24 @@ class PodView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        labels = dict(meta.get("labels") or {})
+        phase = status.get("phase") or "Pending"
+        # Only what a pass reads is kept (every pod on every node is held between passes):
+        # annotations of our own pods only, and an init container's spec, which is compared
+        # with what the planner would build, only while one of ours may still run or be
+        # retried; a succeeded pod kept for its logs, or anyone else's, keeps the names.
+        ours = keys.NAME_LABEL in labels
+        detailed = ours and phase != "Succeeded"
         return cls(
             name=meta.get("name", ""),
             namespace=meta.get("namespace", ""),
             node=spec.get("nodeName") or "",
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            phase=status.get("phase") or "Pending",
+            labels=labels,
+            annotations=dict(meta.get("annotations") or {}) if ours else {},
+            phase=phase,
             init_containers=tuple(
-                ContainerView.from_api(c) for c in spec.get("initContainers") or ()
+                ContainerView.from_api(c) if detailed else ContainerView(c.get("name", ""))
+                for c in spec.get("initContainers") or ()
             ),
             init_statuses=tuple(
                 ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
