@@ -393,10 +393,29 @@ def workload_manifest(name: str, node: str, controller: bool) -> dict[str, Any]:
     }
 
 
+REBOOT_STAND_IN = "/usr/local/sbin/reboot"
+
+
 def _interrupt_package(marker: str) -> dict[str, Any]:
-    # A noop interrupt: cordon, drain and interrupt pod as for any other type, without
-    # rebooting a kind node (which would not come back).
-    return package("1.1.1", marker, interrupt={"type": "noop"})
+    """A package with a reboot interrupt whose `reboot` is its own: apply puts a stand-in
+    ahead of the host's on PATH that only records the call in `marker`, so the whole reboot
+    path plays (cordon, drain, the interrupt pod with the reboot payload, post-interrupt) on
+    kind too, where a real reboot would stop the node's container for good. Post-interrupt
+    checks the stand-in was called and removes it; the reboot itself is proven on the
+    sandbox, whose nodes come back."""
+    found = package("1.1.1", marker, interrupt={"type": "reboot"})
+    scripts = found["configMap"]
+    scripts["apply.sh"] += (
+        f"mkdir -p {REBOOT_STAND_IN.rsplit('/', 1)[0]}\n"
+        f"printf '#!/bin/sh\\necho reboot >> {marker}\\n' > {REBOOT_STAND_IN}\n"
+        f"chmod 755 {REBOOT_STAND_IN}\n"
+    )
+    scripts["apply_check.sh"] += f"test -x {REBOOT_STAND_IN}\n"
+    scripts["post_interrupt.sh"] = (
+        f"#!/bin/bash\ngrep -qx reboot {marker} && rm -f {REBOOT_STAND_IN}\n"
+    )
+    scripts["post_interrupt_check.sh"] = f"#!/bin/bash\ntest ! -e {REBOOT_STAND_IN}\n"
+    return found
 
 
 def _first_node(nodes: Sequence[Obj]) -> str:
