@@ -274,7 +274,7 @@ class _NodeRun:
                     pod.name,
                     pod.node,
                     config.grace_period_s,
-                    delete=config.disable_eviction,
+                    delete=drained.removal == drain.DELETE,
                 )
                 for pod in drained.to_remove
             ]

@@ -66,6 +66,7 @@ class Drain:
     to_remove: tuple[PodView, ...] = ()  # to evict (or delete) now; none while any is protected
     leaving: tuple[PodView, ...] = ()  # terminating: wait until they are gone
     blocked: tuple[BlockedPod, ...] = ()  # what the drain cannot remove (none while protected)
+    removal: str = EVICT  # how `to_remove` go, as `decide` said: EVICT, or DELETE
 
     @property
     def open(self) -> bool:
@@ -125,6 +126,7 @@ def check(
     to_remove: list[PodView] = []
     leaving: list[PodView] = []
     blocked: list[BlockedPod] = []
+    removal = EVICT
     config = config or DrainConfig()
     for pod in pods:
         if not non_interrupt.empty and non_interrupt.matches(pod.labels):
@@ -136,10 +138,11 @@ def check(
             blocked.append(BlockedPod(pod.namespace, pod.name, why))
         elif what in {EVICT, DELETE}:
             to_remove.append(pod)
+            removal = what
             refusal = (refusals or {}).get((pod.namespace, pod.name))
             if refusal is not None and what == EVICT:
                 blocked.append(BlockedPod(pod.namespace, pod.name, PDB, refusal.detail))
-    return Drain(node.unschedulable, (), tuple(to_remove), tuple(leaving), tuple(blocked))
+    return Drain(node.unschedulable, (), tuple(to_remove), tuple(leaving), tuple(blocked), removal)
 
 
 def blocked_annotation(blocked: Iterable[BlockedPod]) -> str:
