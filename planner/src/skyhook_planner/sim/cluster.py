@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from skyhook_planner import podbuilder
 from skyhook_planner.model.actions import (
     Action,
     AddFinalizer,
@@ -290,7 +291,7 @@ class SimCluster:
         # restartPolicy Never (stage pods): a failed container fails the pod, as a kubelet does;
         # a stage pod's app container (`done`) exits at once after its steps passed.
         never = pod["spec"].get("restartPolicy") == "Never"
-        ends = [c["name"] for c in pod["spec"].get("containers", [])] == ["done"]
+        ends = [c["name"] for c in pod["spec"].get("containers", [])] == [podbuilder.DONE_CONTAINER]
         phase = "Succeeded" if ends and not exit_code else "Running"
         pod["status"] = {
             "phase": "Failed" if (exit_code and (failed_phase or never)) else phase,
