@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from skyhook_planner.model import status as statuses
-from skyhook_planner.model.actions import PatchNode
 from skyhook_planner.model.snapshot import ContainerStatusView, ContainerView, NodeView, PodView
 from skyhook_planner.model.spec import Budget, Interrupt, Package
-from skyhook_planner.model.vocabulary import LabelSelector, NodeCondition, Taint
+from skyhook_planner.model.vocabulary import LabelSelector
 from skyhook_planner.rules import budget, drain, interrupts, results, stages
 from skyhook_schemas.nodestate import PackageEntry
 
@@ -297,45 +296,3 @@ def test_composed_status_patches_do_what_both_do(
     one = statuses.merge_patched(statuses.merge_patched(target, first), second)
     assert one == statuses.merge_patched(target, composed)
     assert target == untouched  # the patched document is a new one
-
-
-def test_a_node_patch_applied_to_a_view_reads_as_the_apiserver_leaves_the_node() -> None:
-    node = NodeView.from_api(
-        {
-            "metadata": {"name": "n1", "labels": {"pool": "gpu"}, "annotations": {"a": "1"}},
-            "spec": {"taints": [{"key": "x", "effect": "NoSchedule", "value": "1"}]},
-            "status": {
-                "conditions": [
-                    {"type": "Ready", "status": "True"},
-                    {"type": "skyhook.nvidia.com/s/NotReady", "status": "True"},
-                    {"type": "skyhook.nvidia.com/s/Erroring", "status": "False"},
-                ]
-            },
-        }
-    )
-    patch = PatchNode(
-        "n1",
-        annotations={"a": None, "b": "2"},
-        labels={"status": "in_progress"},
-        add_taints=(Taint("x", "NoSchedule", "2"), Taint("y", "NoExecute")),
-        unschedulable=True,
-        conditions=(
-            NodeCondition("skyhook.nvidia.com/s/NotReady", "False", "Complete"),
-            NodeCondition("skyhook.nvidia.com/t/NotReady", "True"),
-        ),
-        remove_conditions=("skyhook.nvidia.com/s/Erroring",),
-    )
-    after = patch.applied_to(node)
-    assert after.annotations == {"b": "2"}
-    assert after.labels == {"pool": "gpu", "status": "in_progress"}
-    assert after.taints == (Taint("x", "NoSchedule", "2"), Taint("y", "NoExecute"))
-    assert after.unschedulable
-    # Upserted in place, new ones last, removed ones gone; Ready is the kubelet's.
-    assert [(c.type, c.status) for c in after.conditions] == [
-        ("Ready", "True"),
-        ("skyhook.nvidia.com/s/NotReady", "False"),
-        ("skyhook.nvidia.com/t/NotReady", "True"),
-    ]
-    assert after.ready
-    assert PatchNode("n1").applied_to(node) == node
-    assert PatchNode("n1", remove_taints=(Taint("x", "NoSchedule"),)).applied_to(node).taints == ()

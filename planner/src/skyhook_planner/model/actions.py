@@ -7,9 +7,8 @@ already reflects it, changes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.vocabulary import JsonDict, NodeCondition, Taint
 from skyhook_planner.model.waiting import Held, Reason
 from skyhook_schemas import keys
@@ -22,7 +21,7 @@ class PatchNode:
     Taints are matched by key + effect: `remove_taints` drops every taint that is the same as
     one listed; `add_taints` adds (or updates the value of) the listed ones. `unschedulable`
     None leaves the field alone. `conditions` are upserted by type in status.conditions and
-    the types in `remove_conditions` dropped.
+    the types in `remove_conditions` dropped. What that leaves: model/effects.py.
     """
 
     name: str
@@ -33,45 +32,6 @@ class PatchNode:
     unschedulable: bool | None = None
     conditions: tuple[NodeCondition, ...] = ()
     remove_conditions: tuple[str, ...] = ()
-
-    def applied_to(self, node: NodeView) -> NodeView:
-        """`node` as it reads once this patch is written (conditions keep their place, new
-        ones go last, as a strategic merge patch leaves them)."""
-        taints = node.taints
-        if self.add_taints or self.remove_taints:
-            replaced = (*self.remove_taints, *self.add_taints)
-            taints = (
-                *(t for t in taints if not any(t.same_as(r) for r in replaced)),
-                *self.add_taints,
-            )
-        conditions = node.conditions
-        if self.conditions or self.remove_conditions:
-            upserted = {c.type: c for c in self.conditions}
-            conditions = tuple(
-                upserted.pop(c.type, c) for c in conditions if c.type not in self.remove_conditions
-            )
-            conditions += tuple(upserted.values())
-        return replace(
-            node,
-            annotations=_merged(node.annotations, self.annotations),
-            labels=_merged(node.labels, self.labels),
-            taints=taints,
-            unschedulable=node.unschedulable if self.unschedulable is None else self.unschedulable,
-            conditions=conditions,
-        )
-
-
-def _merged(current: Mapping[str, str], changes: Mapping[str, str | None]) -> Mapping[str, str]:
-    """`current` with `changes` merged in, None removing a key."""
-    if not changes:
-        return current
-    merged = dict(current)
-    for key, value in changes.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged
 
 
 @dataclass(frozen=True)

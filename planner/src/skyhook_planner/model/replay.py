@@ -26,6 +26,7 @@ from skyhook_planner.model.actions import (
     PatchNode,
     UpsertConfigMap,
 )
+from skyhook_planner.model.effects import node_patched
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
@@ -189,7 +190,7 @@ class NodeReplay:
             if last is None or last[0] is not node or last[1] is not lane:
                 view = node
                 for patch in lane.patches:
-                    view = patch.applied_to(view)
+                    view = node_patched(view, patch)
                 last = (node, lane, view)
             kept[node.name] = last
             replayed[i] = last[2]

@@ -1,9 +1,9 @@
 """An in-memory cluster that applies plans: for planner tests, benchmarks and the forecast
-behind `kubectl skyhook plan` (core/forecast.py).
+behind `kubectl skyhook plan` (sim/forecast.py).
 
 `SimCluster` holds API-shaped dicts for nodes, pods, ConfigMaps, Skyhooks and DeploymentPolicies,
-applies every `Action` the way the writer does against a real API server (idempotently), and can
-play kubelet:
+applies every `Action` idempotently with the rules the writer's requests leave the objects by
+(model/effects.py), and can play kubelet:
 `finish_pod` writes init container statuses as a node would. Deliberately simple: pods start
 the moment they are created and disappear the moment they are deleted.
 """
@@ -30,6 +30,7 @@ from skyhook_planner.model.actions import (
     RemoveFinalizer,
     UpsertConfigMap,
 )
+from skyhook_planner.model.effects import finalizers_after, merged, patch_node_object
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
     ConfigMapView,
@@ -165,7 +166,8 @@ class SimCluster:
 
     def _apply(self, action: Action) -> None:
         if isinstance(action, PatchNode):
-            self._patch_node(action)
+            if action.name in self.nodes:
+                patch_node_object(self.nodes[action.name], action)
         elif isinstance(action, CreatePod):
             key = (action.namespace, action.name)
             if key not in self.pods:
@@ -200,64 +202,20 @@ class SimCluster:
             scr = self.skyhooks.get(action.name)
             if scr is not None:
                 scr["status"] = merge_patched(scr.get("status", {}), action.patch)
-        elif isinstance(action, AddFinalizer):
-            scr = self.skyhooks.get(action.name)
-            if scr is not None and action.finalizer not in scr["metadata"]["finalizers"]:
-                scr["metadata"]["finalizers"].append(action.finalizer)
-        elif isinstance(action, RemoveFinalizer):
+        elif isinstance(action, AddFinalizer | RemoveFinalizer):
             scr = self.skyhooks.get(action.name)
             if scr is not None:
-                scr["metadata"]["finalizers"] = [
-                    f for f in scr["metadata"]["finalizers"] if f != action.finalizer
-                ]
-                if scr["metadata"].get("deletionTimestamp") and not scr["metadata"]["finalizers"]:
+                meta = scr["metadata"]
+                meta["finalizers"] = finalizers_after(meta["finalizers"], action)
+                if meta.get("deletionTimestamp") and not meta["finalizers"]:
                     del self.skyhooks[action.name]
         elif isinstance(action, AnnotateSkyhook):
             scr = self.skyhooks.get(action.name)
             if scr is not None:
                 meta = scr["metadata"]
-                meta["annotations"] = merge_patched(meta.get("annotations", {}), action.annotations)
+                meta["annotations"] = dict(merged(meta.get("annotations", {}), action.annotations))
         elif isinstance(action, EmitEvent):
             self.events.append(action)
-
-    def _patch_node(self, action: PatchNode) -> None:
-        node = self.nodes.get(action.name)
-        if node is None:
-            return
-        meta = node["metadata"]
-        for field, changes in (("annotations", action.annotations), ("labels", action.labels)):
-            store = meta.setdefault(field, {})
-            for key, value in changes.items():
-                if value is None:
-                    store.pop(key, None)
-                else:
-                    store[key] = value
-        taints = [
-            t
-            for t in node["spec"].get("taints", [])
-            if not any(
-                t["key"] == r.key and t["effect"] == r.effect
-                for r in (*action.remove_taints, *action.add_taints)
-            )
-        ]
-        taints += [t.to_api() for t in action.add_taints]
-        node["spec"]["taints"] = taints
-        if action.unschedulable is not None:
-            node["spec"]["unschedulable"] = action.unschedulable
-        conditions = [
-            c
-            for c in node["status"].get("conditions", [])
-            if c["type"] not in action.remove_conditions
-        ]
-        for cond in action.conditions:
-            body = {
-                "type": cond.type,
-                "status": cond.status,
-                "reason": cond.reason,
-                "message": cond.message,
-            }
-            conditions = [c for c in conditions if c["type"] != cond.type] + [body]
-        node["status"]["conditions"] = conditions
 
     # --- the kubelet ----------------------------------------------------------------------------
 
