@@ -15,6 +15,8 @@ from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
+from skyhook_planner.model.lanes import LaneSchedule
+from skyhook_planner.sim.driver import Driver
 
 STATUS_KEY = "skyhook.nvidia.com/status_s"
 
@@ -450,3 +452,11 @@ def test_close_gives_up_on_writes_the_apiserver_never_answers() -> None:
         assert time.monotonic() - started < 2
 
     run(scenario)
+
+
+def test_the_writer_sends_in_the_schedule_the_planners_driver_checks() -> None:
+    """The planner's budget and incremental property tests drive `sim.driver.Driver`: they
+    check what the writer sends only while both take their order from one `LaneSchedule`."""
+    writer = _writer(HeldClient())
+    assert type(writer._schedule) is LaneSchedule
+    assert type(Driver().schedule) is LaneSchedule

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
+from skyhook_planner.model.lanes import Lane, LaneSchedule
 from skyhook_planner.model.replay import NodeReplay
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
@@ -53,43 +54,58 @@ class Driver:
         self.lag: Callable[[Plan], set[str]] | None = None
         # Called while a pass's writes are out and the previous pass's late ones are not yet.
         self.mid_write: Callable[[Driver], None] | None = None
-        self._in_flight: list[Action] = []  # late node writes, in the order they go out
-        self._releasing_in_flight = False
+        self.schedule = LaneSchedule()  # the writer's (model/lanes.py)
+        self._out: list[Lane] = []  # lanes sent and not landed yet: still going out
         self._replay = NodeReplay()
 
     def step(self) -> Plan:
         # As the operator's reconciler: the pass plans from the cluster with the writes still
         # going out replayed onto it.
-        queued: dict[str, list[Action]] = {}
-        for action in self._in_flight:
-            queued.setdefault(lane_of(action) or "", []).append(action)
-        snapshot = self._replay.apply(self.sim.snapshot(self.now), queued)
+        snapshot = self._replay.apply(self.sim.snapshot(self.now), self.schedule.listed())
         result = self.planner(snapshot, self.settings)
-        if result.needs_quiet and self._in_flight:
-            self._land()  # as the reconciler does: wait for the writes in flight, plan again
+        if result.needs_quiet and self.schedule.busy:
+            self._land_all()  # as the reconciler does: wait for the writes in flight, plan again
             return self.step()
         self.plans.append(result)
-        late = self.lag(result) if self.lag and not result.needs_quiet else set()
-        # As the operator's writer: a node's writes go out in order, behind its earlier ones;
-        # a start goes out after every release queued before it.
-        late |= queued.keys()
-        if late & result.releasing or self._releasing_in_flight:
-            late |= result.starting
-        landed, self._in_flight = self._in_flight, []
+        if result.needs_quiet:  # as the writer's `apply`: in order, nothing else in flight
+            self.sim.apply(result.actions)
+            return result
+        # As the operator's writer: the lanes go out in the schedule's order; those of the
+        # nodes `lag` picks are still going out when the next pass plans.
+        late = self.lag(result) if self.lag else set()
+        lanes: dict[str, list[Action]] = {}
         for action in result.actions:
-            if lane_of(action) in late and not isinstance(action, PatchSkyhookStatus | EmitEvent):
-                self._in_flight.append(action)
-            else:
-                self.sim.apply([action])
-        if self.mid_write is not None and landed:
+            if not isinstance(action, PatchSkyhookStatus | EmitEvent):
+                lanes.setdefault(lane_of(action) or "", []).append(action)
+        self.schedule.queue(lanes, result.starting, result.releasing)
+        sent, self._out = self._out, []
+        self._send(late)
+        self.sim.apply(a for a in result.actions if isinstance(a, PatchSkyhookStatus | EmitEvent))
+        if self.mid_write is not None and sent:
             self.mid_write(self)
-        self.sim.apply(landed)  # the previous pass's late writes land while this one is written
-        self._releasing_in_flight = bool(late & result.releasing)
+        for lane in sent:  # the previous pass's late lanes land while this one is written
+            self._land(lane)
+        self._send(late)  # and what they held back (starts behind releases) goes out
         return result
 
-    def _land(self) -> None:
-        self.sim.apply(self._in_flight)
-        self._in_flight, self._releasing_in_flight = [], False
+    def _send(self, late: set[str]) -> None:
+        """Send every lane the schedule has ready: those of `late` nodes stay out, the others
+        land at once (and may let more go)."""
+        while (lane := self.schedule.take()) is not None:
+            if lane.node in late:
+                self._out.append(lane)
+            else:
+                self._land(lane)
+
+    def _land(self, lane: Lane) -> None:
+        self.sim.apply(lane.actions)
+        self.schedule.done(lane, ok=True)
+
+    def _land_all(self) -> None:
+        sent, self._out = self._out, []
+        for lane in sent:
+            self._land(lane)
+        self._send(late=set())
 
     def pending_pods(self) -> list[tuple[str, str]]:
         return [
@@ -114,7 +130,7 @@ class Driver:
                 self.step()
                 on_step(self)
             pending = self.pending_pods()
-            quiet = not (result.actions or pending or self._in_flight)
+            quiet = not (result.actions or pending or self.schedule.busy)
             if quiet:
                 if result.requeue_after is None:
                     return count

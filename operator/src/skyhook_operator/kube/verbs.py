@@ -1,0 +1,272 @@
+"""One action, one write: the apiserver requests that carry out each of a plan's actions.
+
+Idempotent: creating what exists (409) and deleting what is gone (404) count as done, and
+every patch states the end result (a merge patch of keys, a taint list computed from the
+node as it is now), so sending an action twice changes nothing.
+
+Conflict-aware: writes that replace a list (taints, finalizers) are preconditioned on the
+resourceVersion they were computed from and recomputed from a fresh read on conflict.
+Annotation and label writes are per-key merge patches and need no precondition: the planner
+owns those keys. The lists are computed with the planner's own rules (model/effects.py), so
+the replay and the simulator show what is sent.
+
+Every object the API returns is handed to the store's overlays (read-your-writes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from skyhook_operator.kube.client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    AsyncKube,
+    Json,
+)
+from skyhook_operator.store import ClusterStore
+from skyhook_planner.model.actions import (
+    Action,
+    AddFinalizer,
+    AnnotateSkyhook,
+    CreatePod,
+    DeleteConfigMap,
+    DeletePod,
+    PatchNode,
+    PatchSkyhookStatus,
+    RemoveFinalizer,
+    UpsertConfigMap,
+)
+from skyhook_planner.model.effects import finalizers_after, taints_after
+from skyhook_planner.model.spec import normalising_patch
+from skyhook_planner.model.vocabulary import Taint
+
+log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 5
+# A deletion we cannot date hides the watch's copy until the watch drops the object.
+_GONE = 1 << 62
+
+
+class ApiVerbs:
+    """Sends actions to the apiserver (`send`); evictions and Events are not sent here (the
+    evictor and the Event recorder take them)."""
+
+    def __init__(self, kube: AsyncKube, store: ClusterStore) -> None:
+        self._kube = kube
+        self._store = store
+        self._verbs: dict[type, Callable[[Any], Awaitable[None]]] = {
+            PatchNode: self.patch_node,
+            CreatePod: self.create_pod,
+            DeletePod: self.delete_pod,
+            UpsertConfigMap: self.upsert_configmap,
+            DeleteConfigMap: self.delete_configmap,
+            PatchSkyhookStatus: self.patch_skyhook_status,
+            AddFinalizer: self.add_finalizer,
+            RemoveFinalizer: self.remove_finalizer,
+            AnnotateSkyhook: self.annotate_skyhook,
+        }
+
+    async def send(self, action: Action) -> None:
+        await self._verbs[type(action)](action)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    async def patch_node(self, action: PatchNode) -> None:
+        """One request in the common case: metadata and conditions go together through
+        nodes/status (whose patches may change metadata, never spec). A spec change
+        (cordon, uncordon) needs the node itself, and the conditions then follow on /status."""
+        metadata: Json = {}
+        if action.annotations:
+            metadata["annotations"] = dict(action.annotations)
+        if action.labels:
+            metadata["labels"] = dict(action.labels)
+        conditions = _conditions_patch(action)
+        if action.unschedulable is not None:
+            body: Json = {"spec": {"unschedulable": action.unschedulable}}
+            if metadata:
+                body["metadata"] = metadata
+            path = self._kube.node_path(action.name)
+            self._store.nodes.wrote(await self._kube.request("PATCH", path, body, MERGE_PATCH))
+            metadata = {}
+        if metadata or conditions:
+            body = {"metadata": metadata} if metadata else {}
+            if conditions:
+                body["status"] = {"conditions": conditions}
+            path = self._kube.node_path(action.name, "status")
+            # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
+            answer = await self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH)
+            self._store.nodes.wrote(answer)
+        # Taints after the state: a taint removed because the node completed must never be
+        # seen gone while the node still reads incomplete.
+        if action.add_taints or action.remove_taints:
+            taints = await self._patch_taints(self._kube.node_path(action.name), action)
+            self._store.nodes.wrote(taints)
+
+    async def _patch_taints(self, path: str, action: PatchNode) -> Json:
+        """Replace spec.taints with the wanted list, retried on a concurrent change."""
+        for attempt in range(_CONFLICT_RETRIES):
+            node = await self._kube.request("GET", path)
+            current = [Taint.from_api(t) for t in node.get("spec", {}).get("taints") or ()]
+            wanted = taints_after(current, action.add_taints, action.remove_taints)
+            if list(wanted) == current:
+                return node
+            patch = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": node["metadata"]["resourceVersion"],
+                },
+                {"op": "add", "path": "/spec/taints", "value": [t.to_api() for t in wanted]},
+            ]
+            try:
+                return await self._kube.request("PATCH", path, patch, JSON_PATCH)
+            except ApiError as error:
+                if error.status == 422 and attempt == _CONFLICT_RETRIES - 1:
+                    # The `test` of the resourceVersion kept failing: a conflict, not a
+                    # node the apiserver refuses.
+                    raise ApiError(409, error.reason, "PATCH", path) from error
+                if error.status not in (409, 422) or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+                log.debug("taints of %s changed meanwhile, recomputing", path)
+        raise AssertionError("unreachable")
+
+    # --- pods -------------------------------------------------------------------------------
+
+    async def create_pod(self, action: CreatePod) -> None:
+        path = self._kube.namespaced_path("pods", action.namespace)
+        try:
+            self._store.pods.wrote(
+                await self._kube.request("POST", path, action.manifest), created=True
+            )
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    async def delete_pod(self, action: DeletePod) -> None:
+        path = self._kube.namespaced_path("pods", action.namespace, action.name)
+        try:
+            answer = await self._kube.request("DELETE", path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            answer = {"kind": "Status"}
+        if action.reason:
+            log.info("deleted pod %s/%s: %s", action.namespace, action.name, action.reason)
+        if answer.get("kind") == "Pod":
+            self._store.pods.wrote(answer)  # still terminating: deletionTimestamp set
+        else:
+            self._store.pods.deleted(action.namespace, action.name, _GONE)
+
+    # --- configmaps -------------------------------------------------------------------------
+
+    async def upsert_configmap(self, action: UpsertConfigMap) -> None:
+        manifest = {"apiVersion": "v1", "kind": "ConfigMap", **action.manifest}
+        namespace = manifest["metadata"]["namespace"]
+        path = self._kube.namespaced_path("configmaps", namespace, action.name)
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        answer = await self._kube.request("PATCH", path, manifest, APPLY_PATCH, query=query)
+        self._store.configmaps.wrote(answer, created=True)
+
+    async def delete_configmap(self, action: DeleteConfigMap) -> None:
+        path = self._kube.namespaced_path("configmaps", action.namespace, action.name)
+        try:
+            await self._kube.request("DELETE", path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+        self._store.configmaps.deleted(action.namespace, action.name, _GONE)
+
+    # --- skyhooks ---------------------------------------------------------------------------
+
+    async def patch_skyhook_status(self, action: PatchSkyhookStatus) -> None:
+        path = self._kube.skyhook_path(action.name, "status")
+        try:
+            answer = await self._kube.request(
+                "PATCH", path, {"status": dict(action.patch)}, MERGE_PATCH
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return  # deleted meanwhile: nothing left to report on
+            raise
+        self._store.skyhooks.wrote(answer)
+
+    async def annotate_skyhook(self, action: AnnotateSkyhook) -> None:
+        path = self._kube.skyhook_path(action.name)
+        body = {"metadata": {"annotations": dict(action.annotations)}}
+        try:
+            self._store.skyhooks.wrote(await self._kube.request("PATCH", path, body, MERGE_PATCH))
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    async def add_finalizer(self, action: AddFinalizer) -> None:
+        # The first write to a new Skyhook also stores its spec in the form it is read in, as
+        # upstream's operator does: created without the mutating webhook, its generation
+        # becomes 2 here, which upstream's users and checks expect.
+        await self._edit_finalizers(action, normalise=True)
+
+    async def remove_finalizer(self, action: RemoveFinalizer) -> None:
+        await self._edit_finalizers(action)
+
+    async def _edit_finalizers(
+        self, action: AddFinalizer | RemoveFinalizer, *, normalise: bool = False
+    ) -> None:
+        path = self._kube.skyhook_path(action.name)
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                current = await self._kube.request("GET", path)
+            except ApiError as error:
+                if error.status == 404:
+                    return
+                raise
+            finalizers = list(current["metadata"].get("finalizers") or [])
+            wanted = finalizers_after(finalizers, action)
+            if wanted == finalizers:
+                return
+            body: dict[str, Any] = {
+                "metadata": {
+                    "finalizers": wanted,
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                }
+            }
+            spec = normalising_patch(current.get("spec") or {}) if normalise else None
+            if spec is not None:
+                body["spec"] = spec
+            try:
+                self._store.skyhooks.wrote(
+                    await self._kube.request("PATCH", path, body, MERGE_PATCH)
+                )
+                return
+            except ApiError as error:
+                if error.status == 404:
+                    return
+                if error.status != 409 or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions_patch(action: PatchNode) -> list[Json]:
+    """The strategic-merge list for status.conditions: upserts, then `$patch: delete` entries."""
+    now = _now()
+    upserts: list[Json] = [
+        {
+            "type": c.type,
+            "status": c.status,
+            "reason": c.reason,
+            "message": c.message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        for c in action.conditions
+    ]
+    return upserts + [{"type": t, "$patch": "delete"} for t in action.remove_conditions]
