@@ -2,17 +2,18 @@
 
 Every field is filled by rule: `SKYHOOK_<FIELD NAME IN CAPITALS>` wins, then the environment
 name upstream's operator reads (so an existing deployment manifest keeps working), then the
-default. A field's type says how its text is parsed and what it must be, so a value is checked
-(and an address split) once, here. Every invalid value is reported at once, naming its
-variable (the lease timings, checked against each other, once all values are valid); `describe()`
-gives the effective values for the startup log.
+default. pydantic-settings' environment source reads them: a field's aliases are its variables,
+in that order. A field's type says how its text is parsed and what it must be, so a value is
+checked (and an address split) once, here. Every invalid value is reported at once, naming the
+variable it was read from (the lease timings, checked against each other, once all values are
+valid); `describe()` gives the effective values for the startup log.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from importlib import metadata
 from typing import Annotated, Any
 
@@ -24,8 +25,14 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.vocabulary import Taint
@@ -181,6 +188,36 @@ def field(ours: str, meta: tuple[str | None, str], **default: Any) -> Any:
     return Field(validation_alias=AliasChoices(*names), description=doc, **default)
 
 
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source over `environ` (None: os.environ), remembering the
+    variable each field's value was read from, so that a problem names it."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._environ = environ
+        self.read_from: dict[str, str] = {}
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return super()._load_env_vars() if self._environ is None else dict(self._environ)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        value, variable, is_complex = super().get_field_value(field, field_name)
+        if variable == field_name:
+            # Neither of its variables is set. With populate_by_name the source also looks under
+            # the field's own name, which is for arguments only: not read.
+            return None, variable, is_complex
+        if value is not None:
+            self.read_from[field_name] = variable
+        return value, variable, is_complex
+
+
+# The environment source load_settings reads through (its environment, or a test's mapping);
+# None: a fresh one over os.environ.
+_environment: ContextVar[_Environment | None] = ContextVar("environment", default=None)
+
+
 # The planner's defaults are the operator's: written once, in PlannerSettings.
 _PLANNER = PlannerSettings()
 
@@ -193,6 +230,8 @@ class Settings(BaseSettings):
         case_sensitive=True,
         # load_settings' overrides name fields, not variables.
         populate_by_name=True,
+        # Every value is text our types parse (a taint, an address, a duration), never JSON.
+        enable_decoding=False,
         # BindAddress: `Address` constructs it from text (the check), pydantic checks the type.
         arbitrary_types_allowed=True,
     )
@@ -206,9 +245,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # load_settings passes the environment it was given (os.environ, or a test's mapping)
-        # as arguments: pydantic-settings' own reader only sees os.environ.
-        return (init_settings,)
+        # Arguments win over the environment; no .env file, no secrets directory.
+        environment = _environment.get()
+        return init_settings, _Environment(settings_cls) if environment is None else environment
 
     namespace: NonEmpty = field(
         "SKYHOOK_NAMESPACE",
@@ -647,13 +686,17 @@ class Settings(BaseSettings):
         )
 
 
-# Each field's variables in the order they are read, and the field each variable fills.
-_VARIABLES = {
-    name: [choice for choice in info.validation_alias.choices if isinstance(choice, str)]
+# The field each variable fills. pydantic reports a problem under the key its value was passed
+# as: an environment value under one of its field's variables (which one depends on the
+# pydantic-settings version, so the variable read comes from _Environment), an argument under
+# its field's name or first variable.
+_FIELD_OF = {
+    variable: name
     for name, info in Settings.model_fields.items()
     if isinstance(info.validation_alias, AliasChoices)
+    for variable in info.validation_alias.choices
+    if isinstance(variable, str)
 }
-_FIELD_OF = {variable: name for name, names in _VARIABLES.items() for variable in names}
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -661,19 +704,16 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
 
     Raises SettingsError listing every invalid variable.
     """
-    environ = os.environ if environ is None else environ
-    # Where each value comes from: an argument, else the first of the field's variables that
-    # is set. Only that variable is passed (a second alias of the same field would be extra).
-    sources = {name: f"{name} (argument)" for name in overrides}
-    for name, variables in _VARIABLES.items():
-        variable = next((v for v in variables if v in environ), None)
-        if variable is not None and name not in sources:
-            sources[name] = variable
-    given: dict[str, Any] = {v: environ[v] for name, v in sources.items() if name not in overrides}
+    environment = _Environment(Settings, environ)
+    token = _environment.set(environment)
     try:
-        return Settings(**given, **overrides)
+        return Settings(**overrides)
     except ValidationError as error:
+        # Where each value came from: an argument, else the variable read.
+        sources = {**environment.read_from, **{name: f"{name} (argument)" for name in overrides}}
         raise SettingsError([_problem(detail, sources) for detail in error.errors()]) from None
+    finally:
+        _environment.reset(token)
 
 
 def _problem(detail: ErrorDetails, sources: Mapping[str, str]) -> str:
@@ -681,7 +721,5 @@ def _problem(detail: ErrorDetails, sources: Mapping[str, str]) -> str:
     text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
     if not detail["loc"]:
         return text  # a check across settings names its variables itself
-    # A variable, or a field's name: pydantic-settings versions differ in what an argument's
-    # problem is reported under.
     name = _FIELD_OF.get(str(detail["loc"][0]), str(detail["loc"][0]))
     return f"{sources.get(name, name)}: {text}"

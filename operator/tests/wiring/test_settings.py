@@ -297,6 +297,65 @@ def test_a_problem_is_its_variable_then_what_is_wrong(env: dict[str, str], probl
     assert caught.value.problems == [problem]
 
 
+def test_the_process_environment_is_read_when_no_mapping_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What `skyhook-operator run` does: os.environ, ours over upstream's, problems named."""
+    monkeypatch.setenv("SKYHOOK_NAMESPACE", "ours")
+    monkeypatch.setenv("NAMESPACE", "upstream")
+    monkeypatch.setenv("AGENT_IMAGE", "a/b:1.2")
+    settings = load_settings()
+    assert (settings.namespace, settings.agent_image) == ("ours", "a/b:1.2")
+    monkeypatch.setenv("PROBE_PORT", "8080")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert [p.split(":")[0] for p in caught.value.problems] == ["PROBE_PORT"]
+
+
+def test_only_the_variable_read_is_checked_and_named() -> None:
+    """Upstream's name is not read when ours is set, so its bad value goes unnoticed; when it
+    is the one read, its problem names it, not ours."""
+    env = {"SKYHOOK_PROBE_PORT": ":8181", "PROBE_PORT": "nonsense"}
+    assert load_settings(env).probe_port == ":8181"
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"PROBE_PORT": "nonsense", "SKYHOOK_METRICS_PORT": ":9"})
+    assert caught.value.problems == [
+        "PROBE_PORT: 'nonsense' is not [host]:port with a port from 1 to 65535 (or 0: off)"
+    ]
+
+
+def test_a_fields_own_name_is_not_a_variable() -> None:
+    """Only `SKYHOOK_<FIELD>` and upstream's name are read; `namespace=x` is someone else's."""
+    settings = load_settings({"namespace": "x", "log_level": "loud", "write_concurrency": "0"})
+    assert (settings.namespace, settings.log_level, settings.write_concurrency) == (
+        "skyhook",
+        "info",
+        16,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "field", "value"),
+    [
+        pytest.param(
+            {"SKYHOOK_INSECURE_REGISTRIES": '["a:5000"]'},
+            "insecure_registries",
+            '["a:5000"]',
+            id="json-list-is-text",
+        ),
+        pytest.param({"SKYHOOK_NAMESPACE": "null"}, "namespace", "null", id="null-is-text"),
+        pytest.param(
+            {"RUNTIME_REQUIRED_TAINT": "x=y:NoExecute"},
+            "runtime_required_taint",
+            Taint("x", "NoExecute", "y"),
+            id="taint-is-parsed-not-json",
+        ),
+    ],
+)
+def test_values_are_text_never_json(env: dict[str, str], field: str, value: object) -> None:
+    assert getattr(load_settings(env), field) == value
+
+
 def test_overrides_win_and_are_named_as_arguments() -> None:
     env = {"SKYHOOK_NAMESPACE": "env", "NAMESPACE": "upstream"}
     assert load_settings(env, namespace="given").namespace == "given"
