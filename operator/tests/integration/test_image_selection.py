@@ -6,6 +6,7 @@ variants (tags of the shellscript image) all resolve."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from skyhook_operator.kube.artifacts import (
     fetch_for_pod,
     pod_image_patch,
 )
-from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube, connect_async
 from skyhook_planner.model.imagecompat import (
     ENABLED_LABEL,
     IMAGE_REF_ANNOTATION,
@@ -31,6 +32,7 @@ from skyhook_planner.model.imagecompat import (
     TARGET_IMAGE_ANNOTATION,
 )
 from skyhook_planner.model.spec import ImageCompatibility
+from skyhook_sandbox.sandbox import Sandbox
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE
@@ -159,7 +161,7 @@ def test_each_flavour_gets_its_variant_and_an_unmatched_node_is_skipped(
 
 
 def test_artifact_sources_fetch_or_say_why(
-    kube: Kube, registry: LocalRegistry, tmp_path: Path
+    sandbox: Sandbox, kube: Kube, registry: LocalRegistry, tmp_path: Path
 ) -> None:
     body = artifact(FLAVOURS[:1])
     configmap = {
@@ -167,31 +169,47 @@ def test_artifact_sources_fetch_or_say_why(
         "data": {"compat.json": json.dumps(body), "broken.json": "{"},
     }
     kube.request("POST", kube.namespaced_path("configmaps", NAMESPACE), configmap)
-    try:
-        fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=0, insecure=[registry.host])
-        found = fetcher.fetch(ImageCompatibility(config_map=("compat-test", "compat.json")))
-        assert not isinstance(found, str) and found.compatibilities[0].description == "ubuntu 22.04"
-        broken = fetcher.fetch(ImageCompatibility(config_map=("compat-test", "broken.json")))
-        assert broken == f"ConfigMap {NAMESPACE}/compat-test key broken.json: not valid JSON: " + (
-            "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
-        )
-        missing = fetcher.fetch(ImageCompatibility(config_map=("compat-absent", "compat.json")))
-        assert isinstance(missing, str) and missing.startswith(
-            f"ConfigMap {NAMESPACE}/compat-absent key compat.json: "
-        )
-    finally:
-        kube.request("DELETE", kube.namespaced_path("configmaps", NAMESPACE, "compat-test"))
-
     target = f"{registry.host}/compat/pod:v1"
     push(registry, target, body, tmp_path)
-    assert fetch_for_pod(fetcher, target).compatibilities[0].image.endswith("ubuntu22.04")
-    with pytest.raises(
-        FetchError, match=f"OCI artifact {registry.host}/compat/pod:v9: .*Not Found"
-    ):
-        fetch_for_pod(fetcher, f"{registry.host}/compat/pod:v9")
     push(registry, f"{registry.host}/compat/bad:v1", {"version": "v1alpha1"}, tmp_path)
-    with pytest.raises(FetchError, match="compatibilities: required non-empty list"):
-        fetch_for_pod(fetcher, f"{registry.host}/compat/bad:v1")
+
+    async def scenario() -> None:  # the fetcher works on a loop, as in the operator
+        aio = connect_async(str(sandbox.kubeconfig))
+        fetcher = ArtifactFetcher(aio, NAMESPACE, refresh=0, insecure=[registry.host])
+        try:
+            found = await fetcher.fetch(
+                ImageCompatibility(config_map=("compat-test", "compat.json"))
+            )
+            assert not isinstance(found, str)
+            assert found.compatibilities[0].description == "ubuntu 22.04"
+            broken = await fetcher.fetch(
+                ImageCompatibility(config_map=("compat-test", "broken.json"))
+            )
+            assert broken == (
+                f"ConfigMap {NAMESPACE}/compat-test key broken.json: not valid JSON: "
+                "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+            )
+            missing = await fetcher.fetch(
+                ImageCompatibility(config_map=("compat-absent", "compat.json"))
+            )
+            assert isinstance(missing, str) and missing.startswith(
+                f"ConfigMap {NAMESPACE}/compat-absent key compat.json: "
+            )
+            pulled = await fetch_for_pod(fetcher, target)
+            assert pulled.compatibilities[0].image.endswith("ubuntu22.04")
+            with pytest.raises(
+                FetchError, match=f"OCI artifact {registry.host}/compat/pod:v9: .*Not Found"
+            ):
+                await fetch_for_pod(fetcher, f"{registry.host}/compat/pod:v9")
+            with pytest.raises(FetchError, match="compatibilities: required non-empty list"):
+                await fetch_for_pod(fetcher, f"{registry.host}/compat/bad:v1")
+        finally:
+            await aio.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        kube.request("DELETE", kube.namespaced_path("configmaps", NAMESPACE, "compat-test"))
 
 
 def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
@@ -247,10 +265,11 @@ def test_a_labelled_pod_gets_the_image_its_node_flavour_needs(
     assert 'admission webhook "mutate-pod-image.skyhook.nvidia.com" denied' in refused.value.reason
     assert "compat/absent:v1" in refused.value.reason
     # The same decisions, for cluster shapes the sandbox does not have.
-    fetcher = ArtifactFetcher(kube, NAMESPACE, refresh=30, insecure=[registry.host])
+    fetcher = ArtifactFetcher(None, NAMESPACE, refresh=30, insecure=[registry.host])
     del pod["spec"]["nodeSelector"]
     pod["spec"]["containers"][0]["image"] = "placeholder:latest"
     mixed = [flavour, {OS_ID: "ubuntu", OS_VERSION: "22.04"}]
-    assert "cluster is not homogeneous" in pod_image_patch(fetcher, pod, mixed).refusal
+    decision = asyncio.run(pod_image_patch(fetcher, pod, mixed))
+    assert "cluster is not homogeneous" in decision.refusal
     pod["metadata"]["annotations"][IMAGE_REF_ANNOTATION] = f"{registry.host}/compat/absent:v1"
-    assert "compat/absent:v1" in pod_image_patch(fetcher, pod, mixed).refusal
+    assert "compat/absent:v1" in asyncio.run(pod_image_patch(fetcher, pod, mixed)).refusal

@@ -8,11 +8,9 @@ type they are and answers stay the dicts the planner's views decode.
 
 `AsyncKube` is the client. Several views of one session differ only in their write fence
 (leader election fences the main view; the Lease, access reviews and webhook certificates use
-unfenced ones) and share its connections and request counts. `Kube` is the same client for
-blocking code in a worker thread (the webhook certificate round, whose key generation is CPU
-work, and the ORAS artifact fetches): each call runs on the client's loop and the thread waits
-for the answer. `connect()` gives a `Kube` with a loop of its own, for tools and tests that
-have none.
+unfenced ones) and share its connections and request counts. The operator calls it only from
+its loop. `connect()` gives `Kube`, the same client with a loop of its own in a daemon thread,
+for tools and tests that have no loop: each call runs there and the caller waits.
 """
 
 from __future__ import annotations
@@ -351,35 +349,22 @@ def _api_error(status: int, http_reason: str, text: str, method: str, path: str)
 
 
 class Kube(Paths):
-    """The client for code running in a worker thread: each call runs on the client's loop
-    and this thread waits for its answer. Never call it on that loop (it would wait for
-    itself): there, use the `AsyncKube` in `.aio`."""
+    """The blocking client of tools and tests that have no event loop (`connect`): an
+    `AsyncKube` on a loop of its own, in a daemon thread; each call runs there and the caller
+    waits for its answer. The operator does not use it."""
 
-    def __init__(
-        self, aio: AsyncKube, loop: asyncio.AbstractEventLoop, *, owns_loop: bool = False
-    ) -> None:
+    def __init__(self, aio: AsyncKube, loop: asyncio.AbstractEventLoop) -> None:
         self.aio = aio
-        self._loop = loop
-        self._owns_loop = owns_loop  # `connect`'s own loop, stopped by `close`
+        self._loop = loop  # the client's own, stopped by `close`
 
     @property
     def configuration(self) -> client.Configuration:
         return self.aio.configuration
 
-    def fence(self, may_write: Callable[[], bool]) -> None:
-        self.aio.fence(may_write)
-
-    def request_counts(self) -> str:
-        return self.aio.request_counts()
-
-    def request_totals(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str, str], int]]:
-        return self.aio.request_totals()
-
     def close(self) -> None:
-        """Close the session's connections (and stop `connect`'s loop)."""
+        """Close the session's connections and stop the client's loop."""
         self._wait(self.aio.close())
-        if self._owns_loop:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
     def request(
         self,
@@ -454,7 +439,7 @@ def connect(kubeconfig: str | None = None) -> Kube:
     tests that have no loop."""
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="kube-client", daemon=True).start()
-    return Kube(connect_async(kubeconfig), loop, owns_loop=True)
+    return Kube(connect_async(kubeconfig), loop)
 
 
 def _tls_context(configuration: client.Configuration) -> ssl.SSLContext:

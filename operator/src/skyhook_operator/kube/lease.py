@@ -10,7 +10,7 @@ replicas racing for the Lease one wins and the other gets a 409.
 
 Fencing: the leader counts itself leading only until `renew_deadline` after the start of its
 last successful renewal, a deadline shorter than the lease duration, so it stops writing
-before anyone else may take over even if its renewals hang. `Kube.fence` makes every write
+before anyone else may take over even if its renewals hang. `AsyncKube.fence` makes every write
 of the operator's client check that (the elector's own view of the session is unfenced).
 
 `decide` is the pure part: what one attempt does, given what was last seen of the Lease.
