@@ -81,12 +81,13 @@ def test_a_node_patch_reads_the_same_in_the_replay_and_in_the_simulator() -> Non
     assert view.labels == {"pool": "gpu", "status": "in_progress"}
     assert view.taints == (Taint("skyhook.nvidia.com", "NoSchedule", "v2"), Taint("y", "NoExecute"))
     assert view.unschedulable
-    # Updated in place, new ones last, removed ones gone; Ready is the kubelet's.
+    # Updated in place, a new one after the patch's other one (as the apiserver merges a
+    # list), removed ones gone; Ready is the kubelet's.
     assert [(c.type, c.status) for c in view.conditions] == [
         ("Ready", "True"),
         ("skyhook.nvidia.com/s/NotReady", "False"),
-        ("MemoryPressure", "False"),
         ("skyhook.nvidia.com/t/NotReady", "True"),
+        ("MemoryPressure", "False"),
     ]
     sim = SimCluster.from_objects(nodes=[NODE])
     sim.apply([PATCH])

@@ -7,8 +7,7 @@ a write is out, what the simulator's tests see and what the writer sends are one
 a test holds it to what the apiserver leaves (operator/tests/integration/test_node_patch.py).
 
 Where the apiserver decides the result (a strategic merge of conditions, a JSON merge of
-annotations), the rule here is the apiserver's: an updated entry stays where it is, a new one
-goes last.
+annotations), the rule here is the apiserver's.
 """
 
 from __future__ import annotations
@@ -66,12 +65,30 @@ def conditions_after(
     type_of: Callable[[Entry], str],
 ) -> tuple[Entry, ...]:
     """status.conditions once a strategic merge patch upserts `upserts` by type and deletes the
-    `removed` types: an updated condition stays where it was, a new one goes last."""
+    `removed` types, ordered as the apiserver orders a merged list: the patch's entries keep
+    their order, the others theirs, and the two are interleaved by where each stood before (an
+    updated condition stays in place; a new one goes before the next one that was there)."""
     if not upserts and not removed:
         return tuple(current)
-    upserted = {type_of(c): c for c in upserts}
-    kept = [upserted.pop(type_of(c), c) for c in current if type_of(c) not in removed]
-    return (*kept, *upserted.values())
+    was_at = {type_of(c): i for i, c in enumerate(current)}
+    upserted = {type_of(c) for c in upserts}
+    others = [c for c in current if type_of(c) not in upserted and type_of(c) not in removed]
+    result: list[Entry] = []
+    i = j = 0
+    while i < len(others) or j < len(upserts):
+        if j == len(upserts):
+            result.append(others[i])
+            i += 1
+            continue
+        if i < len(others):
+            patched_at = was_at.get(type_of(upserts[j]))
+            if patched_at is not None and was_at[type_of(others[i])] < patched_at:
+                result.append(others[i])
+                i += 1
+                continue
+        result.append(upserts[j])
+        j += 1
+    return tuple(result)
 
 
 def node_patched(node: NodeView, patch: PatchNode) -> NodeView:

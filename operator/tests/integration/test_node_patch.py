@@ -1,0 +1,143 @@
+"""A node patch leaves the apiserver's Node as the planner's replay and the in-memory cluster
+show it (model/effects.py): annotations and labels merged, the cordon, taints (one set again
+keeps its place, a new one goes last) and conditions (an updated one keeps its place, a new one
+goes where the apiserver's merge of the two lists puts it, a removed one goes). The writer sends the patch; the Node is read back."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from dataclasses import replace
+from typing import Any
+
+from skyhook_dev.harness import wait_until
+from skyhook_operator.kube.client import STRATEGIC_MERGE_PATCH, Kube, connect_async
+from skyhook_operator.kube.writer import Writer
+from skyhook_operator.store import ClusterStore
+from skyhook_planner.model.actions import PatchNode, Plan
+from skyhook_planner.model.effects import node_patched
+from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.vocabulary import NodeCondition, Taint
+from skyhook_planner.sim.cluster import SimCluster
+from skyhook_sandbox.sandbox import Sandbox
+
+NAME = "node-patch-effects"
+RUNTIME = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
+GPU = Taint("gpu", "NoExecute", "true")
+SPOT = Taint("spot", "PreferNoSchedule")
+NOT_READY = "skyhook.nvidia.com/s/NotReady"
+ERRORING = "skyhook.nvidia.com/s/Erroring"
+OTHER_NOT_READY = "skyhook.nvidia.com/t/NotReady"
+# Keys the control plane's own controllers set on a node on their own time.
+THEIRS = ("node.alpha.kubernetes.io/ttl",)
+
+PATCHES = (
+    PatchNode(
+        NAME,
+        annotations={"a": None, "b": "2"},
+        labels={"skyhook.nvidia.com/status_s": "in_progress"},
+        add_taints=(Taint("skyhook.nvidia.com", "NoSchedule", "v2"), Taint("y", "NoExecute")),
+        remove_taints=(GPU,),
+        unschedulable=True,
+        conditions=(
+            NodeCondition(NOT_READY, "False", "Complete", "all packages complete"),
+            NodeCondition(OTHER_NOT_READY, "True", "InProgress", "1 package left"),
+        ),
+        remove_conditions=(ERRORING,),
+    ),
+    PatchNode(
+        NAME,
+        add_taints=(Taint("skyhook.nvidia.com", "NoSchedule", "v3"),),
+        remove_taints=(Taint("skyhook.nvidia.com", "NoSchedule"),),
+        unschedulable=False,
+        conditions=(NodeCondition(NOT_READY, "True", "InProgress", "a new version"),),
+    ),
+)
+
+
+def test_the_writers_patch_leaves_the_node_as_the_replay_and_the_simulator_show(
+    sandbox: Sandbox, kube: Kube
+) -> None:
+    _create_node(kube)
+    try:
+        for patch in PATCHES:
+            before = _settled(kube)
+            asyncio.run(_write(str(sandbox.kubeconfig), patch))
+            after = kube.request("GET", kube.node_path(NAME))
+            replayed = node_patched(_view(before), patch)
+            simulated = SimCluster.from_objects(nodes=[before])
+            simulated.apply([patch])
+            assert _view(after) == replayed, "the replay shows what the apiserver left"
+            assert _view(simulated.nodes[NAME]) == replayed, "the simulator leaves the same"
+        # What the two patches did, spelled out.
+        last = _view(after)
+        assert last.taints == (
+            Taint("skyhook.nvidia.com", "NoSchedule", "v3"),
+            SPOT,
+            Taint("y", "NoExecute"),
+        )
+        assert [c.type for c in last.conditions] == [
+            "Ready",
+            NOT_READY,
+            OTHER_NOT_READY,
+            "MemoryPressure",
+        ]
+        assert not last.unschedulable
+    finally:
+        kube.request("DELETE", kube.node_path(NAME))
+
+
+def _create_node(kube: Kube) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NAME, "labels": {"pool": "gpu"}, "annotations": {"a": "1"}},
+        "spec": {"taints": [RUNTIME.to_api(), GPU.to_api(), SPOT.to_api()]},
+    }
+    kube.request("POST", "/api/v1/nodes", body)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"},
+        {"type": NOT_READY, "status": "True", "reason": "InProgress", "message": "started"},
+        {"type": ERRORING, "status": "False", "reason": "NotErroring", "message": "fine"},
+        {"type": "MemoryPressure", "status": "False", "reason": "Sufficient", "message": "ok"},
+    ]
+    for condition in conditions:
+        condition |= {"lastHeartbeatTime": now, "lastTransitionTime": now}
+    kube.request(
+        "PATCH",
+        kube.node_path(NAME, "status"),
+        {"status": {"conditions": conditions}},
+        STRATEGIC_MERGE_PATCH,
+    )
+
+
+def _settled(kube: Kube) -> dict[str, Any]:
+    """The node once the control plane has lifted the not-ready taint it sets on a new node
+    (the node reads Ready): nothing but the writer changes it during the test after that."""
+
+    def ready() -> dict[str, Any] | None:
+        node = kube.request("GET", kube.node_path(NAME))
+        taints = node["spec"].get("taints") or ()
+        return None if any(t["key"].startswith("node.kubernetes.io/") for t in taints) else node
+
+    return wait_until(ready, 60, "the control plane lifts the new node's not-ready taint")
+
+
+def _view(node: dict[str, Any]) -> NodeView:
+    view = NodeView.from_api(node)
+    return replace(view, annotations={k: v for k, v in view.annotations.items() if k not in THEIRS})
+
+
+async def _write(kubeconfig: str, patch: PatchNode) -> None:
+    client = connect_async(kubeconfig)
+    try:
+        writer = Writer(client, ClusterStore(), lambda action: None)
+        failed: list[bool] = []
+        writer.on_written = failed.append
+        assert writer.submit(Plan((patch,))).queued == 1
+        await writer.drain()
+        assert failed == [False], "the patch went through"
+        assert await writer.close(timeout=10)
+    finally:
+        await client.close()
