@@ -171,7 +171,7 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
     elif event == "clock":
         d.now += timedelta(seconds=data.draw(st.sampled_from([1, 5, 30, 300])))
     elif event == "not-ready" and node:
-        ready = d.sim.nodes[node]["status"]["conditions"][0]
+        ready = d.sim.ready_condition(node)
         ready["status"] = "False" if ready["status"] == "True" else "True"
     elif event == "ignore" and node:
         labels = d.sim.nodes[node]["metadata"]["labels"]

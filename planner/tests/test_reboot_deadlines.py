@@ -103,7 +103,7 @@ def test_a_node_that_stays_not_ready_after_its_reboot_is_marked_erroring() -> No
         if d.entries("scr", "node-0000").get("kernel|1.0.0") == ("interrupt", "complete"):
             break
     # Rebooted, and the node does not come back Ready.
-    ready = d.sim.nodes["node-0000"]["status"]["conditions"][0]
+    ready = d.sim.ready_condition("node-0000")
     ready.update(status="False", lastTransitionTime=d.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     _passes(d, 30)
     assert d.entries("scr", "node-0000")["kernel|1.0.0"][1] != "erroring"

@@ -28,6 +28,7 @@ SPOT = Taint("spot", "PreferNoSchedule")
 NOT_READY = "skyhook.nvidia.com/s/NotReady"
 ERRORING = "skyhook.nvidia.com/s/Erroring"
 OTHER_NOT_READY = "skyhook.nvidia.com/t/NotReady"
+THIRD_NOT_READY = "skyhook.nvidia.com/u/NotReady"
 # Keys the control plane's own controllers set on a node on their own time.
 THEIRS = ("node.alpha.kubernetes.io/ttl",)
 
@@ -52,6 +53,7 @@ PATCHES = (
         unschedulable=False,
         conditions=(NodeCondition(NOT_READY, "True", "InProgress", "a new version"),),
     ),
+    PatchNode(NAME, conditions=(NodeCondition(THIRD_NOT_READY, "True", "InProgress", "new"),)),
 )
 
 
@@ -77,6 +79,7 @@ def test_the_writers_patch_leaves_the_node_as_the_replay_and_the_simulator_show(
             Taint("y", "NoExecute"),
         )
         assert [c.type for c in last.conditions] == [
+            THIRD_NOT_READY,
             "Ready",
             NOT_READY,
             OTHER_NOT_READY,

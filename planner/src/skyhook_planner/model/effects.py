@@ -66,8 +66,9 @@ def conditions_after(
 ) -> tuple[Entry, ...]:
     """status.conditions once a strategic merge patch upserts `upserts` by type and deletes the
     `removed` types, ordered as the apiserver orders a merged list: the patch's entries keep
-    their order, the others theirs, and the two are interleaved by where each stood before (an
-    updated condition stays in place; a new one goes before the next one that was there)."""
+    their order, the others theirs, and the two are interleaved by where each stood before: an
+    updated condition stays in place, a new one follows the patch's entry before it (or goes
+    first)."""
     if not upserts and not removed:
         return tuple(current)
     was_at = {type_of(c): i for i, c in enumerate(current)}

@@ -219,6 +219,11 @@ class SimCluster:
 
     # --- the kubelet ----------------------------------------------------------------------------
 
+    def ready_condition(self, name: str) -> dict[str, Any]:
+        """The node's Ready condition, as the kubelet keeps it (change it in place)."""
+        conditions = self.nodes[name]["status"]["conditions"]
+        return next(c for c in conditions if c["type"] == "Ready")
+
     def reboot(self, name: str, boot_id: str) -> None:
         """The node comes back with a new boot id (its interrupt pod never reports an exit)."""
         self.nodes[name]["status"].setdefault("nodeInfo", {})["bootID"] = boot_id
