@@ -197,9 +197,12 @@ class Reconciler:
             plan = self._writer.without_held(plan, generations)
             planned = time.monotonic()
             if plan.needs_quiet and in_flight:
-                # Planned on writes still queued: wait for them and plan again at once.
+                # Planned on writes still queued, as if written: once they are, the plan holds
+                # unless one of them failed (then plan again at once, from what landed).
+                failures = self._writer.failures
                 await self._writer.drain()
-                return 0.0
+                if self._writer.failures != failures:
+                    return 0.0
             if plan.needs_quiet:
                 result = await self._writer.apply(plan)
             else:

@@ -95,11 +95,12 @@ class Writer:
         self._concurrency = concurrency  # lanes going out at once
         self._sending: set[asyncio.Task[None]] = set()
         self._queued = 0  # actions of queued lanes that have not been attempted yet
+        self._failures = 0  # lanes and status writes that failed or were dropped so far
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = asyncio.Event()
         self._statuses = StatusWriter(
-            self._send_status, self._closing, self._update_idle, lambda: self._report(True)
+            self._send_status, self._closing, self._update_idle, self._status_failed
         )
         # Called when a node's lanes are all written (False) or a write failed (True).
         self.on_written: Callable[[bool], None] = lambda failed: None
@@ -108,6 +109,12 @@ class Writer:
     def queue_depth(self) -> int:
         """Actions handed to the writer that have not been attempted yet."""
         return self._queued + self._statuses.unsent
+
+    @property
+    def failures(self) -> int:
+        """Lanes and status writes that failed or were dropped so far: a plan made while
+        writes were in flight still holds once they are written if this did not change."""
+        return self._failures
 
     @property
     def in_flight(self) -> bool:
@@ -228,6 +235,7 @@ class Writer:
             self._sending.discard(asyncio.current_task())
             run.lane_done()
             if not ok:
+                self._failures += 1
                 log.info("node %s: a write failed, the next pass re-plans it", lane.node)
             for dropped in self._schedule.done(lane, ok):
                 self._dropped(dropped)
@@ -239,6 +247,7 @@ class Writer:
     def _dropped(self, lane: Lane) -> None:
         """A lane dropped unsent: planned on top of a write that did not land."""
         log.info("node %s: lane dropped, planned on top of a write that failed", lane.node)
+        self._failures += 1
         self._queued = max(0, self._queued - len(lane.actions))
         run = self._runs.pop(lane, None)
         if run is not None:
@@ -279,6 +288,10 @@ class Writer:
 
     async def _send_status(self, action: PatchSkyhookStatus) -> bool:
         return await self._send(action, _Run())
+
+    def _status_failed(self) -> None:
+        self._failures += 1
+        self._report(failed=True)
 
     def _report(self, failed: bool) -> None:
         try:

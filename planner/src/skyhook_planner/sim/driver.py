@@ -63,9 +63,8 @@ class Driver:
         # going out replayed onto it.
         snapshot = self._replay.apply(self.sim.snapshot(self.now), self.schedule.listed())
         result = self.planner(snapshot, self.settings)
-        if result.needs_quiet and self.schedule.busy:
-            self._land_all()  # as the reconciler does: wait for the writes in flight, plan again
-            return self.step()
+        if result.needs_quiet:
+            self._land_all()  # as the reconciler does: wait for the writes in flight first
         self.plans.append(result)
         if result.needs_quiet:  # as the writer's `apply`: in order, nothing else in flight
             self.sim.apply(result.actions)
