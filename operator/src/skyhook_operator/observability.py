@@ -1,7 +1,7 @@
 """Metrics and probes: the Prometheus endpoint and `/healthz`, `/readyz`.
 
 After each pass the reconciler hands its snapshot and plan to `Telemetry.record_pass`, which
-computes upstream's gauges with the pure `core.telemetry` and replaces every Skyhook series
+computes upstream's gauges with the pure `skyhook_planner.telemetry` and replaces every Skyhook series
 at once, so series of deleted Skyhooks, removed package versions and compartments vanish.
 Our own `skyhook_operator_*` metrics (pass duration, API requests and errors, write queue
 depth, stage hand-off delay) and `skyhook_held_*` (nodes waiting on a maintenance window or an

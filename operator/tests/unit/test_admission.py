@@ -1,4 +1,4 @@
-"""What the admission webhooks answer, decided without a cluster (core/admission.py)."""
+"""What the admission webhooks answer, decided without a cluster (skyhook_planner.admission)."""
 
 from __future__ import annotations
 

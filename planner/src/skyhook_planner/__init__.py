@@ -9,9 +9,9 @@ nodes it starts and releases, and every node it holds back with the reasons the 
 the planner knows nothing of the writer, which keeps each node's writes in order and a start
 behind the releases queued before it.
 
-Nothing is kept in memory between passes: node annotations (nodeState, status, cordon), pods
-and ConfigMaps are the whole state, so a restarted operator resumes exactly where the last one
-stopped. Every step returns a `Decision` (passes/decision.py) that its caller merges; the
+The cluster holds the whole state: node annotations (nodeState, status, cordon), pods and
+ConfigMaps, so a restarted operator resumes exactly where the last one stopped. What one pass
+keeps for the next (passes/memory.py) only spares work: a pass without it plans the same. Every step returns a `Decision` (passes/decision.py) that its caller merges; the
 steps of one Skyhook's share are in passes/rollout.py, in the order they run.
 
 Invariants (hypothesis, planner/tests): a Skyhook never has more nodes in progress than its

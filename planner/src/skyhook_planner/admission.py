@@ -1,6 +1,6 @@
 """Admission decisions, pure: what the webhooks answer for a Skyhook or DeploymentPolicy.
 
-The rules are the decoders' (core/spec.py, core/policy.py), so a spec the webhook admits is
+The rules are the decoders' (model/spec.py, model/policy.py), so a spec the webhook admits is
 one the planner runs, and one it refuses is reported in status the same way when the webhook
 was off. On top of them, admission adds what only makes sense at the door:
 - a Skyhook's name must leave room for the node keys built from it;

@@ -5,7 +5,7 @@ read again, so a burst of passes costs one request. One aiohttp session, opened 
 read, serves every read (Prometheus is not the apiserver: its TLS and credentials are not the
 API client's). A read that fails (no answer, a timeout,
 an HTTP error, a body that is not Prometheus's answer) becomes an `AlertReading` with `error`
-set: the planner holds interrupts on it (core/holds.py), it never raises here.
+set: the planner holds interrupts on it (rules/holds.py), it never raises here.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ class SkyhookSpec:
     # Spellings upstream's operator runs but that are not what we would write (a shorthand
     # version, a tag on the image): `path: note` lines for an admission warning and an Event.
     warnings: tuple[str, ...] = ()
-    # Our additions (core/windows.py, core/alerts.py); a DeploymentPolicy may set them too.
+    # Our additions (model/windows.py, model/alerts.py); a DeploymentPolicy may set them too.
     maintenance_window: MaintenanceWindow | None = None
     alert_gate: AlertGate | None = None
     # Ours (docs/fleet-safety.md): seconds between batch starts (without a policy, between

@@ -1,5 +1,5 @@
 """`plan(snapshot, settings) -> Plan`: one planning pass (the steps are described in
-core/__init__.py). Pure: the same snapshot always gives the same plan.
+passes/rollout.py). Pure: the same snapshot always gives the same plan.
 
 The pass asks each step for its `Decision` (auto-taint, each Skyhook's share or cleanup, the
 runtime-required taint), merges them in order, and turns the result into the ordered actions
