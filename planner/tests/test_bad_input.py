@@ -208,3 +208,19 @@ def test_planner_on_a_bad_spec_reports_and_touches_no_node(raw: dict[str, Any]) 
         assert not touched, touched
         conditions = driver.status("fuzz").get("conditions") or []
         assert any(c["type"].endswith("SpecInvalid") for c in conditions), conditions
+
+
+def test_a_spec_made_valid_runs_and_no_longer_reads_invalid() -> None:
+    driver = Driver(nodes=1)
+    driver.sim.add_skyhook("scr", {"packages": {"t": package()}})  # a name of one letter
+    driver.step()
+    (invalid,) = [
+        c for c in driver.status("scr")["conditions"] if c["type"].endswith("SpecInvalid")
+    ]
+    assert invalid["status"] == "True" and "spec.packages.t" in invalid["message"]
+    driver.sim.skyhooks["scr"]["spec"]["packages"] = {"tools": package()}
+    driver.sim.skyhooks["scr"]["metadata"]["generation"] = 2
+    driver.run()
+    assert driver.node_status("scr", "node-0000") == "complete"
+    types = [c["type"] for c in driver.status("scr")["conditions"]]
+    assert not any(t.endswith("SpecInvalid") for t in types), types

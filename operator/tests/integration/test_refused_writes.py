@@ -22,31 +22,35 @@ from .helpers import SHELLSCRIPT, Cluster
 
 NAME = "refused-" + "x" * 60  # a valid object name, too long for a label value
 CONDITION = f"{keys.GROUP}/WriteRefused"
+SPEC_INVALID = f"{keys.GROUP}/SpecInvalid"
 WATCHED_S = 30.0
 
 
-def refused_applies(kube: Kube) -> int:
-    """ConfigMap applies the apiserver answered 422 so far (its own request counter)."""
+def refused_applies(kube: Kube, resource: str = "configmaps", verb: str = "APPLY") -> int:
+    """Writes of `resource` the apiserver answered 422 so far (its own request counter)."""
     text = kube.get_text("/metrics")
     total = 0
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{") and all(
             f'{label}="{value}"' in line
-            for label, value in (("code", "422"), ("resource", "configmaps"), ("verb", "APPLY"))
+            for label, value in (("code", "422"), ("resource", resource), ("verb", verb))
         ):
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
 
 
-def refused_events(kube: Kube) -> list[dict[str, Any]]:
-    query = {"fieldSelector": f"involvedObject.kind=Skyhook,involvedObject.name={NAME}"}
+def refused_events(kube: Kube, name: str = NAME) -> list[dict[str, Any]]:
+    query = {"fieldSelector": f"involvedObject.kind=Skyhook,involvedObject.name={name}"}
     events = kube.request("GET", kube.namespaced_path("events", "default"), query=query)
     return [e for e in events["items"] if e["reason"] == "WriteRefused"]
 
 
-def condition(cluster: Cluster) -> dict[str, Any] | None:
-    status = cluster.get_skyhook(NAME).get("status") or {}
-    return next((c for c in status.get("conditions") or () if c["type"] == CONDITION), None)
+def condition(cluster: Cluster, name: str = NAME, kind: str = CONDITION) -> dict[str, Any] | None:
+    status = cluster.get_skyhook(name).get("status") or {}
+    found = (
+        c for c in status.get("conditions") or () if c["type"] == kind and c["status"] == "True"
+    )
+    return next(found, None)
 
 
 def test_a_configmap_the_apiserver_refuses_is_reported_once_and_not_retried(
@@ -87,3 +91,47 @@ def test_a_configmap_the_apiserver_refuses_is_reported_once_and_not_retried(
     )
     assert cluster.get_skyhook(NAME)["metadata"]["generation"] == generation
     assert condition(cluster) == found  # still reported, unchanged
+
+
+def test_a_spec_whose_stored_form_is_refused_touches_no_node_and_is_not_retried(
+    cluster: Cluster,
+) -> None:
+    """With the webhooks off, a package key of one letter passes the CRD, but the operator
+    stores the spec with each package's name filled in (with its finalizer, as upstream does),
+    and the CRD's pattern refuses a one-letter name. The finalizer patch is refused once and
+    said once, not sent every pass; the status names the field, and no node is touched until
+    the spec changes."""
+    assert cluster.operator is not None
+    cluster.operator.stop()
+    cluster.operator = cluster.start_operator(ENABLE_WEBHOOKS="false")
+    (node,) = cluster.add_nodes(1)
+    name = "short-key"
+    before = refused_applies(cluster.kube, "skyhooks", "PATCH")
+    package = {"version": "1.0.0", "image": SHELLSCRIPT}
+    cluster.skyhook(name, {"t": package})
+    created = time.monotonic()
+
+    invalid = wait_until(lambda: condition(cluster, name, SPEC_INVALID), 60, "SpecInvalid")
+    assert invalid["status"] == "True" and "spec.packages.t" in invalid["message"]
+    time.sleep(max(0.0, created + WATCHED_S - time.monotonic()))
+    attempts = refused_applies(cluster.kube, "skyhooks", "PATCH") - before
+    print(f"{attempts} refused finalizer writes in {WATCHED_S:.0f} s")
+    assert 1 <= attempts <= 2, f"{attempts} refused finalizer writes in {WATCHED_S:.0f} s"
+    skyhook = cluster.get_skyhook(name)
+    assert skyhook["status"]["status"] == "blocked"
+    assert keys.FINALIZER not in (skyhook["metadata"].get("finalizers") or [])
+    assert cluster.pods(name) == []
+    annotations = cluster.node(node)["metadata"].get("annotations") or {}
+    assert keys.node_state_key(name) not in annotations, "the node is not touched"
+    (event,) = refused_events(cluster.kube, name)
+    assert event["type"] == "Warning" and "spec.packages.t.name" in event["message"]
+
+    cluster.patch_skyhook(name, {"spec": {"packages": {"t": None, "tools": package}}})
+    wait_until(
+        lambda: keys.FINALIZER in (cluster.get_skyhook(name)["metadata"].get("finalizers") or []),
+        60,
+        "the finalizer once the spec changed",
+    )
+    wait_until(
+        lambda: condition(cluster, name, SPEC_INVALID) is None, 60, "the SpecInvalid condition gone"
+    )

@@ -28,6 +28,8 @@ CONDITION_POLICY_INVALID = f"{keys.GROUP}/DeploymentPolicyInvalid"
 CONDITION_IMAGE_COMPATIBILITY = f"{keys.GROUP}/ImageCompatibilityUnavailable"
 # Ours: nodes skipped because no candidate image of an artifact matches them.
 CONDITION_NO_COMPATIBLE_IMAGE = f"{keys.GROUP}/NoCompatibleImage"
+# Ours: the apiserver refused one of the operator's writes for the current spec as invalid.
+CONDITION_WRITE_REFUSED = f"{keys.GROUP}/WriteRefused"
 # Conditions written under a bare type as well as under our group's prefix (the prefixed types
 # are the older spelling, kept for readers that know only them); Ready's copy is prefixed.
 BARE_TYPES = {
@@ -37,8 +39,9 @@ BARE_TYPES = {
     CONDITION_POLICY_NOT_FOUND: "DeploymentPolicyNotFound",
 }
 PREFIXED_READY = f"{keys.GROUP}/Ready"
-# Removed as soon as the Skyhook runs again.
-POLICY_BLOCKED_CONDITIONS = (
+# Why a Skyhook cannot run at all (passes/prepare.py); removed as soon as it runs again.
+UNRUNNABLE_CONDITIONS = (
+    CONDITION_SPEC_INVALID,
     CONDITION_POLICY_NOT_FOUND,
     BARE_TYPES[CONDITION_POLICY_NOT_FOUND],
     CONDITION_POLICY_INVALID,

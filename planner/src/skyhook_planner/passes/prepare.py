@@ -67,6 +67,9 @@ def prepare(
         )
     selected = ordering.selected_nodes(index.snap.nodes, index.nodes, spec.node_selector, last)
     matched = selected.matched
+    refused = _finalizer_refused(index, scr)
+    if refused:
+        return Unrunnable(statuses.CONDITION_WRITE_REFUSED, "WriteRefused", refused, matched)
     policy: Policy | None = None
     if spec.deployment_policy:
         found = index.policies.get(spec.deployment_policy)
@@ -118,6 +121,27 @@ def prepare(
     )
 
 
+def _finalizer_refused(index: PassIndex, scr: SkyhookView) -> str:
+    """Why our finalizer cannot be added ("" unless the apiserver refused it for this spec):
+    no node is touched without it, or deleting the Skyhook would leave them as they are."""
+    if keys.FINALIZER in scr.finalizers:
+        return ""
+    refusal = next(
+        (
+            r
+            for r in index.snap.refusals
+            if (r.skyhook, r.kind, r.generation) == (scr.name, "Skyhook", scr.generation)
+        ),
+        None,
+    )
+    if refusal is None:
+        return ""
+    return (
+        "the apiserver refused the spec in the form the operator stores it in, so its "
+        f"finalizer is not added and no node is touched until the spec changes: {refusal.message}"
+    )
+
+
 def _unavailable_artifacts(index: PassIndex, spec: SkyhookSpec) -> str:
     """Why some package's image compatibility artifact cannot be used ("" when all can): no
     node gets a guessed image, so the Skyhook waits until every artifact is readable."""
@@ -132,6 +156,14 @@ def _unavailable_artifacts(index: PassIndex, spec: SkyhookSpec) -> str:
         elif isinstance(found, str):
             problems.append(f"package {name}: {found}")
     return "; ".join(problems)
+
+
+# How `kubectl skyhook plan` names what holds the nodes of a Skyhook that cannot run.
+_WAITING_LABELS = {
+    statuses.CONDITION_SPEC_INVALID: "spec",
+    statuses.CONDITION_IMAGE_COMPATIBILITY: "image",
+    statuses.CONDITION_WRITE_REFUSED: "refused",
+}
 
 
 def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
@@ -171,7 +203,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
     patch = statuses.merge_patch({k: stored.get(k) for k in wanted}, wanted)
     if patch:
         decided.last.append(PatchSkyhookStatus(scr.name, patch))
-    label = "policy" if why.condition in statuses.POLICY_BLOCKED_CONDITIONS else "image"
+    label = _WAITING_LABELS.get(why.condition, "policy")
     reason = Reason(waiting.SKYHOOK, f"{label}: {why.message}")
     for node in why.matched:
         decided.wait(scr.name, node.name, (reason,))

@@ -311,7 +311,7 @@ def status(
     dropped |= set(statuses.WHILE_TRUE_CONDITIONS) - {c["type"] for c in conditions}
     refused = write_refused(ctx)  # only while a write for this spec is refused
     found += refused
-    dropped |= {CONDITION_WRITE_REFUSED} - {c["type"] for c in refused}
+    dropped |= {statuses.CONDITION_WRITE_REFUSED} - {c["type"] for c in refused}
     dropped |= {CONDITION_ADMIN_CORDONS} - {c["type"] for c in conditions}  # only while any
     dropped |= {deadlines.CONDITION_DEADLINE} - {c["type"] for c in conditions}
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
@@ -355,7 +355,7 @@ def status(
             [
                 c
                 for c in current.get("conditions") or []
-                if c.get("type") not in statuses.POLICY_BLOCKED_CONDITIONS
+                if c.get("type") not in statuses.UNRUNNABLE_CONDITIONS
                 and c.get("type") not in dropped
             ],
             found,
@@ -434,7 +434,6 @@ def compartment_statuses(
     return result
 
 
-CONDITION_WRITE_REFUSED = f"{keys.GROUP}/WriteRefused"
 _REFUSALS_LISTED = 3
 
 
@@ -453,7 +452,7 @@ def write_refused(ctx: SkyhookContext) -> list[dict[str, Any]]:
     more = len(refused) - _REFUSALS_LISTED
     return [
         statuses.condition(
-            CONDITION_WRITE_REFUSED,
+            statuses.CONDITION_WRITE_REFUSED,
             True,
             "WriteRefused",
             f"The apiserver refused {len(refused)} write(s) as invalid, not sent again until "
