@@ -159,6 +159,11 @@ def diff(node: NodeView, scr: str, before: NodeState, after: NodeState) -> NodeC
 _CORDON_PREFIX = keys.cordon_key("")
 
 
+def is_cordon_key(key: str) -> bool:
+    """Is `key` some Skyhook's cordon marker?"""
+    return key.startswith(_CORDON_PREFIX)
+
+
 def cordoned_by(annotations: Mapping[str, str | None]) -> frozenset[str]:
     """The Skyhooks whose cordon marker (`cordon_<scr>: "true"`) is in `annotations`. A node
     that is cordoned with no marker was cordoned by someone else (an administrator): no

@@ -181,7 +181,6 @@ def admit(
             and not ctx.complete(ctx.name, node.name, default=False)
         ):
             decided.work.picked[node.name] = picked
-    decided.running[ctx.name] = frozenset(running)
     if shared:  # only a shared limit gives the reasons these conditions report
         decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:

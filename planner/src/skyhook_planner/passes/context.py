@@ -26,6 +26,7 @@ from skyhook_planner.model.snapshot import (
 from skyhook_planner.model.spec import Package, SkyhookSpec
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.rules import interrupts, ordering, results
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
@@ -101,7 +102,7 @@ class SkyhookContext:
         *,
         spec: SkyhookSpec,
         matched: Sequence[NodeView],
-        earlier: Decision,
+        earlier: Earlier,
         so_far: Decision,
         holds: Holds = NO_HOLDS,
         known: Mapping[str, NodeState] | None = None,
@@ -113,7 +114,7 @@ class SkyhookContext:
         self.settings = index.settings
         self.now = index.now
         self.matched = matched
-        self._earlier = earlier
+        self.earlier = earlier  # what the Skyhooks before this one decided: a value
         self._so_far = so_far
         self.holds = holds  # what a closed window or a firing alert holds back this pass
         # Node states decoded by an earlier pass from the same annotations (passes/memory.py).
@@ -207,22 +208,18 @@ class SkyhookContext:
 
     def running_for(self, scr: str) -> frozenset[str] | None:
         """The nodes an earlier Skyhook of this pass runs; None for one not planned yet."""
-        return self._earlier.running.get(scr)
+        return self.earlier.running_for(scr)
 
     def cordon_of(self, node: NodeView) -> tuple[bool, frozenset[str]]:
         """Whether `node` is cordoned and which Skyhooks' cordon markers are on it, once the
         Skyhooks before this one in the pass have written theirs. Cordoned with no marker is
         someone else's cordon (an administrator's), which no Skyhook takes or lifts."""
-        out = self._earlier.nodes.get(node.name)
-        if out is None:
-            return node.unschedulable, nodestate.cordoned_by(node.annotations)
-        unschedulable = node.unschedulable if out.unschedulable is None else out.unschedulable
-        return unschedulable, nodestate.cordoned_by({**node.annotations, **out.changes.annotations})
+        return self.earlier.cordon_of(node)
 
     def admin_cordoned(self, node: NodeView) -> bool:
         """Cordoned by someone else (no Skyhook's marker on it), once the Skyhooks before
         this one in the pass have written theirs."""
-        if not node.unschedulable and node.name not in self._earlier.nodes:
+        if not node.unschedulable and not self.earlier.touched(node.name):
             return False  # the common case, answered without reading the annotations
         return self.cordon_of(node) == (True, frozenset())
 
@@ -247,7 +244,7 @@ class SkyhookContext:
         """Has `scr` (this Skyhook or an earlier one) nothing left to do on `node`?"""
         found = self._so_far.complete.get((scr, node))
         if found is None:
-            found = self._earlier.complete.get((scr, node))
+            found = self.earlier.is_complete(scr, node)
         return default if found is None else found
 
     # --- pods -----------------------------------------------------------------------------
@@ -258,7 +255,7 @@ class SkyhookContext:
 
     def _gone(self, pod: PodView) -> bool:
         key = (pod.namespace, pod.name)
-        return key in self._so_far.deleted or key in self._earlier.deleted
+        return key in self._so_far.deleted or key in self.earlier.deleted
 
     def on_its_node(self, pod: PodView) -> bool:
         """Not deleted by this pass: a pod on its way out is still on its node until it has
@@ -288,7 +285,7 @@ class SkyhookContext:
         key = (namespace, name)
         return (
             key in self._so_far.deleted
-            or key in self._earlier.deleted
+            or key in self.earlier.deleted
             or key in self.index.terminating
         )
 

@@ -1,11 +1,11 @@
 """What a step of a pass decides, as a value: every step returns a `Decision` and its caller
 merges it into its own with `Decision.merge`. No step writes into its caller's state.
 
-A decision carries two kinds of things:
+A decision carries two kinds of things (what the Skyhooks before one decided reaches it as a
+value, passes/earlier.py; what a share keeps for the next pass is its own, passes/memory.py):
 - output for the plan: per-node work (`NodeOut`), actions that go first or last, events, pods
   deleted, when to plan again, nodes that start and release, which (Skyhook, node) pairs are
   complete, which nodes wait and why;
-- `remembered`, what each Skyhook's share keeps for the next pass (passes/memory.py);
 - `work`, one Skyhook's working state as the step changed it (`SkyhookWork`): node states,
   config updates, packages whose ConfigMap must be rewritten first, status conditions. The
   Skyhook's share of the pass reads it back (through its context) in its next steps, and
@@ -22,7 +22,6 @@ from skyhook_planner.model.nodestate import NodeChanges, NodeState
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
 from skyhook_planner.model.waiting import Reason
-from skyhook_planner.passes.memory import SkyhookMemory
 from skyhook_planner.rules.drain import Drain
 
 PodKey = tuple[str, str]
@@ -90,11 +89,6 @@ class Decision:
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
     work: SkyhookWork = field(default_factory=SkyhookWork)
-    # The nodes each Skyhook planned so far runs (in progress or admitted), for the limits
-    # shared by the Skyhooks of one DeploymentPolicy (rules/sharing.py)
-    running: dict[str, frozenset[str]] = field(default_factory=dict)
-    # What each Skyhook's share keeps for the next pass (passes/memory.py)
-    remembered: dict[str, SkyhookMemory] = field(default_factory=dict)
 
     def node(self, name: str) -> NodeOut:
         """This decision's work on `name` (created empty on first use)."""
@@ -125,7 +119,7 @@ class Decision:
     def released(self) -> Decision:
         """This decision without the working state of the Skyhook that made it: by the end of
         a Skyhook's share that state has become node changes and status, and what the next
-        Skyhook may read of it is `complete` and `deleted`."""
+        Skyhook may read of the decision is in `Earlier` (passes/earlier.py)."""
         return replace(self, work=SkyhookWork())
 
     def merge(self, other: Decision) -> Decision:
@@ -147,6 +141,4 @@ class Decision:
             for (skyhook, node), reasons in other.waiting.items():
                 self.wait(skyhook, node, reasons)
         self.work.merge(other.work)
-        self.running.update(other.running)
-        self.remembered.update(other.remembered)
         return self

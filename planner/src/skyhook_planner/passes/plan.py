@@ -24,7 +24,8 @@ from skyhook_planner.passes import rollout, uninstall
 from skyhook_planner.passes.cleanup import cleanup
 from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
-from skyhook_planner.passes.memory import PassMemory
+from skyhook_planner.passes.earlier import Earlier
+from skyhook_planner.passes.memory import PassMemory, SkyhookMemory
 from skyhook_planner.rules import ordering
 from skyhook_schemas import keys
 
@@ -41,8 +42,8 @@ def replan(
     as `plan(snapshot, settings)`, for the cost of the nodes whose inputs changed. Returns what
     this pass keeps for the next."""
     index = PassIndex(snapshot, settings)
-    decision = decide(index, memory or PassMemory())
-    return assemble(index, decision), PassMemory(decision.remembered)
+    decision, kept = decide(index, memory or PassMemory())
+    return assemble(index, decision), kept
 
 
 class Replanner:
@@ -57,17 +58,29 @@ class Replanner:
         return result
 
 
-def decide(index: PassIndex, memory: PassMemory) -> Decision:
-    """Every step's decision, merged in order: later Skyhooks see what earlier ones decided."""
+def decide(index: PassIndex, memory: PassMemory) -> tuple[Decision, PassMemory]:
+    """Every step's decision, merged in order, and what the pass keeps for the next one. Each
+    Skyhook reads what the ones before it decided as a value (`Earlier`), built from their
+    decisions between Skyhooks."""
     ordered = ordering.skyhook_order(index.snap.skyhooks)
     decision = auto_taint(index, ordered)
+    earlier = Earlier().after(decision)
+    remembered: dict[str, SkyhookMemory] = {}
     for scr in ordered:
+        running = None
         if scr.deleting and not uninstall.deletion_pending(index, scr):
-            decision.merge(cleanup(index, scr, decision.deleted, decision.nodes))
+            decided = cleanup(index, scr, earlier)
         else:
-            remembered = memory.skyhooks.get(scr.name)
-            decision.merge(rollout.decide(index, scr, decision, remembered))
-    return decision.merge(runtime_required(index, ordered, decision.complete))
+            share = rollout.decide(index, scr, earlier, memory.skyhooks.get(scr.name))
+            decided = share.decided
+            if share.memory is not None:
+                remembered[scr.name] = share.memory
+            if share.running is not None:
+                running = {scr.name: share.running}
+        decision.merge(decided)
+        earlier = earlier.after(decided, running)
+    decision.merge(runtime_required(index, ordered, earlier))
+    return decision, PassMemory(remembered)
 
 
 def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
@@ -97,7 +110,7 @@ def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
 
 
 def runtime_required(
-    index: PassIndex, skyhooks: Sequence[SkyhookView], complete: Mapping[tuple[str, str], bool]
+    index: PassIndex, skyhooks: Sequence[SkyhookView], earlier: Earlier
 ) -> Decision:
     """Drop the runtime-required taint where every runtimeRequired Skyhook is complete."""
     decision = Decision()
@@ -113,7 +126,7 @@ def runtime_required(
             and s.spec.node_selector.matches(node.labels)
         ]
         live = [s for s in wanting if not s.deleting]
-        if wanting and all(complete.get((s.name, node.name), False) for s in live):
+        if wanting and all(earlier.is_complete(s.name, node.name) for s in live):
             decision.node(node.name).remove_taints.append(taint)
     return decision
 

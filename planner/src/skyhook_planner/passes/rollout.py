@@ -15,6 +15,7 @@ the earlier ones decided (through the `SkyhookContext`):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from skyhook_planner.model.snapshot import SkyhookView
@@ -31,6 +32,7 @@ from skyhook_planner.passes import (
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision, NodeOut, SkyhookWork
+from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.memory import (
     NodeInputs,
     NodeVerdict,
@@ -42,9 +44,20 @@ from skyhook_planner.rules import health as health_rules
 from skyhook_schemas import keys
 
 
+@dataclass(frozen=True)
+class Share:
+    """What one Skyhook's share of the pass returns: its output for the plan, the nodes it
+    runs (None when it could not run), which the Skyhooks after it read (passes/earlier.py),
+    and what it keeps for the next pass (None: nothing)."""
+
+    decided: Decision
+    running: frozenset[str] | None = None
+    memory: SkyhookMemory | None = None
+
+
 def decide(
-    index: PassIndex, scr: SkyhookView, earlier: Decision, memory: SkyhookMemory | None = None
-) -> Decision:
+    index: PassIndex, scr: SkyhookView, earlier: Earlier, memory: SkyhookMemory | None = None
+) -> Share:
     """What the pass does for `scr`, given what the Skyhooks before it decided and what the last
     pass kept (`memory`: quiet nodes whose inputs are unchanged are not looked at again)."""
     decided = Decision(
@@ -53,16 +66,16 @@ def decide(
     decided.merge(prepare.bookkeeping(index, scr))
     prepared = prepare.prepare(index, scr, memory.selected if memory is not None else None)
     if isinstance(prepared, prepare.Unrunnable):
-        return decided.merge(prepare.unrunnable(index, scr, prepared)).released()
+        return Share(decided.merge(prepare.unrunnable(index, scr, prepared)).released())
     decided.merge(prepared.decided)
     if scr.deleting:  # only here while its uninstall-enabled packages remain (plan.py)
         prepared = uninstall.for_deletion(prepared)
-    return _Share(
+    return _ShareRun(
         index, scr, rollout=prepared, earlier=earlier, decided=decided, memory=memory
     ).run()
 
 
-class _Share:
+class _ShareRun:
     """One runnable Skyhook's share of the pass. `decided` is its working decision, which the
     steps read back through the context; `run` returns it."""
 
@@ -72,7 +85,7 @@ class _Share:
         scr: SkyhookView,
         *,
         rollout: prepare.Rollout,
-        earlier: Decision,
+        earlier: Earlier,
         decided: Decision,
         memory: SkyhookMemory | None,
     ) -> None:
@@ -81,7 +94,7 @@ class _Share:
         self.closed_gates = blockers.closed_gates(
             _ahead(index, scr),
             index.snap.nodes,
-            lambda other, node: earlier.complete.get((other, node), False),
+            lambda other, node: earlier.is_complete(other, node) or False,
         )
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         self.node_inputs = _node_inputs(index, scr, rollout, earlier)
@@ -104,7 +117,7 @@ class _Share:
             self.noisy.update(_touched(self.ctx, step, node))
             self.decided.merge(step)
 
-    def run(self) -> Decision:
+    def run(self) -> Share:
         ctx, decided = self.ctx, self.decided
         boot_ids = self.learn_from_pods()
         selection = self.select_nodes()
@@ -174,10 +187,8 @@ class _Share:
             for n in quiet
         }
         node_inputs = {n.name: self.node_inputs[n.name] for n in quiet}
-        decided.remembered[ctx.name] = SkyhookMemory(
-            self.inputs, self.rollout.selected, node_inputs, verdicts
-        )
-        return decided.released()
+        memory = SkyhookMemory(self.inputs, self.rollout.selected, node_inputs, verdicts)
+        return Share(decided.released(), admission.running, memory)
 
     def learn_from_pods(self) -> dict[str, str]:
         """Learn from pods and reboots; returns the boot ids to record."""
@@ -303,17 +314,16 @@ def _skyhook_inputs(
 
 
 def _node_inputs(
-    index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout, earlier: Decision
+    index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout, earlier: Earlier
 ) -> dict[str, NodeInputs]:
-    ahead = [s.name for s in _ahead(index, scr)]
+    ahead = [earlier.complete.get(s.name, {}) for s in _ahead(index, scr)]
     recorded = scr.status.node_boot_ids
     pods_on_node = index.pods_on_node
-    complete = earlier.complete
     return {
         node.name: NodeInputs(
             node,
             pods_on_node.get(node.name, ()),
-            tuple(complete.get((s, node.name)) for s in ahead) if ahead else (),
+            tuple(complete.get(node.name) for complete in ahead) if ahead else (),
             recorded.get(node.name),
         )
         for node in rollout.matched
