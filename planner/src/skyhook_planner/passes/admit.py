@@ -14,9 +14,9 @@ from skyhook_planner.model.policy import Compartment
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import (
     batches,
     blockers,
@@ -48,7 +48,7 @@ class CompartmentRun:
 @dataclass(frozen=True)
 class Compartments:
     runs: Mapping[str, CompartmentRun]
-    decided: Decision
+    decided: Step
 
     def blocker(self) -> blockers.Batches:
         return blockers.Batches(
@@ -64,7 +64,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
     """Each compartment evaluates its finished batch and sizes the next (rules/batches.py)."""
     assert rollout.policy is not None
     scr = ctx.scr
-    decided = Decision()
+    decided = Step()
     previous = scr.status.compartment_statuses
     occupied = {n.name for n in selection.occupied}
     runs: dict[str, CompartmentRun] = {}
@@ -76,7 +76,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
             stored = previous.get(compartment.name)
             before = (stored.batch_state if stored else None) or BatchState()
         found = batches.Found(
-            complete=sum(ctx.complete(ctx.name, n, default=False) for n in members),
+            complete=sum(selection.nodes[n].done for n in members),
             failed=len(members & selection.failed),
             active=len((members & occupied) - selection.failed),
             occupied=len(members & occupied),
@@ -107,22 +107,24 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
 @dataclass(frozen=True)
 class Admission:
     running: frozenset[str]  # occupied before this pass, or admitted by it
-    decided: Decision
+    decided: Step
     batch_starts: Mapping[str, str] | None = None  # status.batchStarts; None without a soak
     deferred: Mapping[str, str] | None = None  # status.interruptDeferred
 
 
 def admit(
     ctx: SkyhookContext,
+    work: SkyhookWork,
     rollout: Rollout,
     selection: Selection,
+    *,
     groups: Compartments | None,
     halt: health.Halt | None = None,
 ) -> Admission:
     """The candidates that start now. Each is asked of the holds, the pause and the health gate's
     halt first, then of the capacity (the policy's batches, else the budget) in order: nodes left half-way (a pause,
     an external status edit) before fresh ones, then node order."""
-    decided = Decision()
+    decided = Step()
     capacity: blockers.Blocker
     if groups is not None:
         capacity = groups.blocker()
@@ -137,7 +139,7 @@ def admit(
     running = {n.name for n in selection.occupied}
     shared = _shared_limits(ctx, rollout, selection)
     soaking = _soak(ctx, rollout, groups)
-    deferral = _deferral(ctx, rollout, selection)
+    deferral = _deferral(ctx, work, rollout, selection)
     decided.merge(_passed_over(ctx, deferral))
     candidates = tuple(n for n in selection.candidates if n.name not in deferral.held)
     # The holds, the pause and the halt answer alike for every node: asked once.
@@ -147,10 +149,10 @@ def admit(
         # A full budget turns every candidate away alike: no order to find, nothing to ask
         # (most of a large fleet's candidates in most passes).
         turned_away = (full_budget.full,)
-        decided.waiting.update(((ctx.name, node.name), turned_away) for node in candidates)
+        decided.out.waiting.update(((ctx.name, node.name), turned_away) for node in candidates)
         started: list[NodeView] = []
     else:
-        started = sorted(candidates, key=lambda n: not ctx.state(n).started)
+        started = sorted(candidates, key=lambda n: not work.state(n).started)
     recorded = ctx.scr.status.node_priority
     for node in started:
         found = held
@@ -167,9 +169,11 @@ def admit(
         running.add(node.name)
         for shared_limit in shared:
             shared_limit.take(node)
-        state = ctx.state(node)
+        state = work.state(node)
         if state.version is None:
-            decided.work.states[node.name] = replace(state, version=ctx.settings.operator_version)
+            decided.changes.states[node.name] = replace(
+                state, version=ctx.settings.operator_version
+            )
     if rollout.holds.stages is not None and candidates:
         decided.wake_in(rollout.holds.stages.recheck_s)
     # Every node that runs is recorded once, with the time it was picked (rules/ordering.py).
@@ -178,9 +182,9 @@ def admit(
         if (
             node.name in running
             and node.name not in recorded
-            and not ctx.complete(ctx.name, node.name, default=False)
+            and not selection.nodes[node.name].done
         ):
-            decided.work.picked[node.name] = picked
+            decided.changes.picked[node.name] = picked
     if shared:  # only a shared limit gives the reasons these conditions report
         decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:
@@ -189,8 +193,8 @@ def admit(
     return Admission(frozenset(running), decided, soaking.starts(), deferral.since)
 
 
-def _passed_over(ctx: SkyhookContext, deferral: drain.Deferral) -> Decision:
-    decided = Decision()
+def _passed_over(ctx: SkyhookContext, deferral: drain.Deferral) -> Step:
+    decided = Step()
     for name, pods in deferral.held.items():
         names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
         reason = f"passed over, uncordoned, while non-interrupt pods run: {names}"
@@ -200,14 +204,16 @@ def _passed_over(ctx: SkyhookContext, deferral: drain.Deferral) -> Decision:
     return decided
 
 
-def _deferral(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> drain.Deferral:
+def _deferral(
+    ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout, selection: Selection
+) -> drain.Deferral:
     """The candidates passed over because protected pods run on them (rules/drain.py `defer`):
     only nodes whose remaining work includes an interrupt."""
     spec = rollout.spec
     if spec.pod_non_interrupt_labels.empty or spec.non_interrupt_wait_s == 0:
         return drain.Deferral({}, {})
     namespace = ctx.index.settings.namespace
-    updates = ctx.config_updates
+    updates = work.config_updates
     found: dict[str, tuple[PodView, ...]] = {}
     for node in selection.candidates:
         packages = ctx.node_packages(node).packages
@@ -219,7 +225,7 @@ def _deferral(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> dr
             continue
         on_node = ctx.index.pods_on_node.get(node.name, ())
         pods = drain.protected_pods(
-            (p for p in on_node if ctx.live(p)), spec.pod_non_interrupt_labels, namespace
+            (p for p in on_node if work.live(p)), spec.pod_non_interrupt_labels, namespace
         )
         if pods:
             found[node.name] = pods
@@ -255,13 +261,13 @@ _SHARED_CONDITIONS = (
 )
 
 
-def _shared_conditions(ctx: SkyhookContext, admitted: Decision) -> Decision:
+def _shared_conditions(ctx: SkyhookContext, admitted: Step) -> Step:
     """A condition (and, when it is new, an Event) for each shared limit holding nodes back."""
-    decided = Decision()
+    decided = Step()
     for blocker, kind, reason in _SHARED_CONDITIONS:
         held = sorted(
             (node, r)
-            for (scr, node), found in admitted.waiting.items()
+            for (scr, node), found in admitted.out.waiting.items()
             for r in found
             if scr == ctx.name and r.blocker == blocker
         )
@@ -270,7 +276,7 @@ def _shared_conditions(ctx: SkyhookContext, admitted: Decision) -> Decision:
         first = held[0][1]
         holders = ", ".join(first.nodes[:10]) + (" ..." if len(first.nodes) > 10 else "")
         message = f"{len(held)} node(s) wait: {first.message} (in progress: {holders})"
-        decided.work.conditions.append(statuses.condition(kind, True, reason, message, ctx.now))
+        decided.changes.conditions.append(statuses.condition(kind, True, reason, message, ctx.now))
         if ctx.scr.status.condition(kind) is None:
             decided.event("Skyhook", ctx.name, reason, message)
     return decided
@@ -288,10 +294,10 @@ def _soak(ctx: SkyhookContext, rollout: Rollout, groups: Compartments | None) ->
     return Soak(seconds, ctx.now, recorded, compartment_of.__getitem__, per_node=False)
 
 
-def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Decision:
+def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Step:
     """The soak's condition, an Event per batch (or node) start, and a timer for its end."""
-    decided = Decision()
-    decided.work.conditions.append(soaking.condition(ctx.scr.generation))
+    decided = Step()
+    decided.changes.conditions.append(soaking.condition(ctx.scr.generation))
     for group in sorted(soaking.started):
         decided.event("Skyhook", ctx.name, "SoakStarted", soaking.start_message(group))
     wake = soaking.wake_in()

@@ -20,7 +20,7 @@ from skyhook_planner.model.spec import Package
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, soak, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
@@ -41,26 +41,31 @@ from skyhook_schemas.nodestate import (
 DRAIN_POLL_S = 5.0  # re-check a drain or a blocking pod at least this often
 
 
-def advance(ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> Decision:
+def advance(
+    ctx: SkyhookContext, work: SkyhookWork, node: NodeView, node_work: stages.NodeWork
+) -> Step:
     """Start the stages that may start on `node` now; returns what that decides."""
-    return _NodeRun(ctx, node, work).run()
+    return _NodeRun(ctx, work, node, node_work).run()
 
 
 class _NodeRun:
     """One node's advance. Its fields are its own working copy; `run` returns them as a
-    Decision."""
+    `Step`."""
 
-    def __init__(self, ctx: SkyhookContext, node: NodeView, work: stages.NodeWork) -> None:
+    def __init__(
+        self, ctx: SkyhookContext, work: SkyhookWork, node: NodeView, node_work: stages.NodeWork
+    ) -> None:
         self.ctx = ctx
         self.node = node
         self.work = work
-        self.decision = Decision()
-        self.state = ctx.state(node)
+        self.node_work = node_work
+        self.decision = Step()
+        self.state = work.state(node)
         self.entries = dict(self.state.packages)
         self.images = dict(self.state.images or {})
         self.node_packages = ctx.node_packages(node)
         on_node = ctx.index.pods_on_node.get(node.name, ())
-        self.ours = ctx.ours_on(node.name)
+        self.ours = work.ours_on(node.name)
         self.running_packages = {p.labels.get(keys.PACKAGE_LABEL) for p in self.ours}
         # Finished stage pods kept for their logs, by package label and stage: they hold
         # nothing back, but the last failed one's end times the next attempt, and a stage that
@@ -72,7 +77,7 @@ class _NodeRun:
                 and p.labels.get(keys.NAME_LABEL) == ctx.name
                 and keys.INTERRUPT_LABEL not in p.labels
                 and ctx.index.is_ours(p)
-                and ctx.present(p)
+                and work.present(p)
                 and (found := ctx.index.pod_package(p)) is not None
             ):
                 label = p.labels.get(keys.PACKAGE_LABEL, "")
@@ -85,23 +90,23 @@ class _NodeRun:
             for p in on_node
             if p.labels.get(keys.NAME_LABEL) == ctx.name
             and ctx.index.is_ours(p)
-            and not ctx.present(p)
+            and not work.present(p)
             and p.phase not in FINISHED_PHASES
             and results.outcome(p).result in {results.RUNNING, results.WAITING}
             and (pkg := ctx.index.pod_package(p)) is not None
         }
         self.created = 0
 
-    def run(self) -> Decision:
+    def run(self) -> Step:
         stage_hold = self.ctx.holds.stages
         if stage_hold is not None:
             # A closed window that holds every stage: what runs finishes, nothing new starts.
-            if self.work.due:
+            if self.node_work.due:
                 self._hold(stage_hold)
         else:
             self._spec_work()
         images = self.images if self.images or self.state.images is not None else None
-        self.decision.work.states[self.node.name] = replace(
+        self.decision.changes.states[self.node.name] = replace(
             self.state, entries=self.entries, error="", images=images
         )
         return self.decision
@@ -109,12 +114,12 @@ class _NodeRun:
     def _spec_work(self) -> None:
         ctx = self.ctx
         packages = self.node_packages.packages
-        removing = {n: s for n, s in self.work.due.items() if s in UNINSTALL_CYCLE}
+        removing = {n: s for n, s in self.node_work.due.items() if s in UNINSTALL_CYCLE}
         if removing:
             self._uninstall_work(removing)
             return
-        updates = ctx.config_updates
-        due = {n: s for n, s in self.work.due.items() if n not in ctx.stale_config}
+        updates = self.work.config_updates
+        due = {n: s for n, s in self.node_work.due.items() if n not in self.work.stale_config}
         ready = ordering.runnable(
             packages,
             due,
@@ -183,7 +188,7 @@ class _NodeRun:
         on_node = ctx.index.pods_on_node.get(self.node.name, ())
         return drain.check(
             self.node,
-            [p for p in on_node if ctx.on_its_node(p)],
+            [p for p in on_node if self.work.on_its_node(p)],
             ctx.spec.pod_non_interrupt_labels,
             ctx.index.settings.namespace,
             config=ctx.spec.drain,
@@ -246,7 +251,7 @@ class _NodeRun:
         label = f"[{package.name}:{package.version}]"
         if drain.timed_out(started, config, ctx.now):
             assert config.timeout_s is not None
-            stage = self.work.due[package.name]
+            stage = self.node_work.due[package.name]
             entry = self.entries.get(package.key) or PackageEntry(
                 package.name, package.version, package.image, stage
             )
@@ -282,7 +287,7 @@ class _NodeRun:
 
     def _drain_held(self, drained: drain.Drain, reason: Reason | None) -> None:
         if drained.protected or drained.blocked:
-            self.decision.work.drains[self.node.name] = drained
+            self.decision.changes.drains[self.node.name] = drained
         if reason is not None:
             self.decision.wait(self.ctx.name, self.node.name, (reason,))
             self.decision.wake_in(DRAIN_POLL_S)
@@ -310,7 +315,7 @@ class _NodeRun:
             package,
             self.node.name,
             stage,
-            node_order=ctx.node_order(self.node.name),
+            node_order=self.work.node_order(self.node.name),
             attempt=attempt,
         )
         if stale or not self._create(manifest):
@@ -341,7 +346,7 @@ class _NodeRun:
             "Apply",
             f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
         )
-        self.decision.work.conditions.append(
+        self.decision.changes.conditions.append(
             status.condition(
                 keys.CONDITION_APPLY_PACKAGE,
                 True,
@@ -390,7 +395,7 @@ class _NodeRun:
 
     def _create(self, manifest: dict[str, Any]) -> bool:
         meta = manifest["metadata"]
-        if self.ctx.name_taken(meta["namespace"], meta["name"]):
+        if self.work.name_taken(meta["namespace"], meta["name"]):
             self.decision.wake_in(1.0)
             return False
         out = self.decision.node(self.node.name)
@@ -411,14 +416,14 @@ class _NodeRun:
             ctx.index.is_ours(p)
             # A finished stage pod kept for its logs holds nothing back; an interrupt pod
             # kept at its stageTimeout is the interrupt given up on.
-            and (ctx.live(p) or (keys.INTERRUPT_LABEL in p.labels and ctx.present(p)))
+            and (self.work.live(p) or (keys.INTERRUPT_LABEL in p.labels and self.work.present(p)))
             for p in on_node
         ):
             return
         if self.created or not drained.open:
             return
         # An uninstall's interrupt is the package's own, whatever config edit is pending.
-        updates = ctx.config_updates if stage == INTERRUPT else {}
+        updates = self.work.config_updates if stage == INTERRUPT else {}
         merged = interrupts.merge(due, updates)
         if merged is None:
             return
@@ -435,7 +440,7 @@ class _NodeRun:
             self.node.name,
             merged.interrupt,
             stage=stage,
-            node_order=ctx.node_order(self.node.name),
+            node_order=self.work.node_order(self.node.name),
         )
         if not self._create(manifest):
             return

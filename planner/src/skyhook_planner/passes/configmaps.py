@@ -12,7 +12,7 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision, SkyhookWork
+from skyhook_planner.passes.work import SkyhookWork, Step, WorkChanges
 from skyhook_planner.rules import results, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTERRUPT
@@ -20,11 +20,11 @@ from skyhook_schemas.nodestate import CONFIG, IN_PROGRESS, INTERRUPT, POST_INTER
 _PAST_CONFIG = {CONFIG, INTERRUPT, POST_INTERRUPT}
 
 
-def reconcile(ctx: SkyhookContext) -> Decision:
+def reconcile(ctx: SkyhookContext, work: SkyhookWork) -> Step:
     """Create missing package ConfigMaps, take in configMap edits, delete ConfigMaps of
     packages and nodes this Skyhook no longer has."""
-    decision = Decision(
-        work=SkyhookWork(config_updates={k: list(v) for k, v in ctx.config_updates.items()})
+    decision = Step(
+        changes=WorkChanges(config_updates={k: list(v) for k, v in work.config_updates.items()})
     )
     wanted_names = set()
     for package in ctx.spec.packages.values():
@@ -34,15 +34,15 @@ def reconcile(ctx: SkyhookContext) -> Decision:
         wanted_names.add(name)
         current = ctx.index.configmaps.get(name)
         if current is None:
-            decision.first.append(
+            decision.out.first.append(
                 UpsertConfigMap(podbuilder.build_package_configmap(ctx.settings, ctx.scr, package))
             )
         elif dict(current.data) != dict(package.config_map):
-            decision.merge(_config_edit(ctx, package, current, decision))
+            decision.merge(_config_edit(ctx, work, package, current, decision))
     configmaps = ctx.index.snap.configmaps
     for cm in configmaps:
         if cm.labels.get(keys.NAME_LABEL) == ctx.name and cm.name not in wanted_names:
-            decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
+            decision.out.last.append(DeleteConfigMap(cm.namespace, cm.name))
     selected = {n.name for n in ctx.matched}
     expected: set[str] | None = None  # every selected node's ConfigMap name, built if needed
     for cm in configmaps:
@@ -54,31 +54,31 @@ def reconcile(ctx: SkyhookContext) -> Decision:
         if expected is None:
             expected = {keys.node_metadata_configmap_name(ctx.name, n) for n in selected}
         if cm.name not in expected:
-            decision.last.append(DeleteConfigMap(cm.namespace, cm.name))
+            decision.out.last.append(DeleteConfigMap(cm.namespace, cm.name))
     return decision
 
 
 def _config_edit(
-    ctx: SkyhookContext, package: Package, current: ConfigMapView, so_far: Decision
-) -> Decision:
+    ctx: SkyhookContext, work: SkyhookWork, package: Package, current: ConfigMapView, so_far: Step
+) -> Step:
     """A configMap edit is accepted once no pod of the package is running: every node past
     its config stage goes back to config, and the ConfigMap is rewritten after the nodes.
     `so_far` is what `reconcile` decided for the packages before this one."""
 
     def state(node: NodeView) -> NodeState:
         return (
-            decision.work.states.get(node.name)
-            or so_far.work.states.get(node.name)
-            or ctx.state(node)
+            decision.changes.states.get(node.name)
+            or so_far.changes.states.get(node.name)
+            or work.state(node)
         )
 
-    decision = Decision(work=SkyhookWork(stale_config={package.name}))
+    decision = Step(changes=WorkChanges(stale_config={package.name}))
     label = podbuilder.package_label(package.name, package.version)
     kept: list[PodView] = []  # finished pods of the stages that run again
     for pod in ctx.pods():
-        if pod.labels.get(keys.PACKAGE_LABEL) != label or not ctx.present(pod):
+        if pod.labels.get(keys.PACKAGE_LABEL) != label or not work.present(pod):
             continue
-        if not ctx.live(pod):
+        if not work.live(pod):
             pkg = ctx.index.pod_package(pod)
             if pkg is not None and pkg.stage in _PAST_CONFIG:
                 kept.append(pod)
@@ -89,13 +89,13 @@ def _config_edit(
             decision.delete_pod(pod, "superseded by a configMap edit")
         else:
             return decision  # wait for it: the edit must not change files under a running stage
-    updates = dict(so_far.work.config_updates or {})
+    updates = dict(so_far.changes.config_updates or {})
     old = dict(current.data)
     changed = sorted(k for k, v in package.config_map.items() if old.get(k) != v)
     all_done = all(stages.is_complete(package, state(n).packages, updates) for n in ctx.matched)
     previous = [] if all_done else updates.get(package.name, [])
     updates[package.name] = sorted(set(previous) | set(changed))
-    decision.work.config_updates = updates
+    decision.changes.config_updates = updates
     # Their results are of the configuration before: the stages that run again must not take
     # them for their own, and need their names.
     for pod in kept:
@@ -104,29 +104,29 @@ def _config_edit(
         entry = state(node).packages.get(package.key)
         if entry is not None and entry.stage in _PAST_CONFIG:
             restarted = replace(entry, stage=CONFIG, state=IN_PROGRESS, restarts=0)
-            decision.work.states[node.name] = replace(
+            decision.changes.states[node.name] = replace(
                 state(node), entries={**state(node).packages, package.key: restarted}, error=""
             )
-    decision.last.append(
+    decision.out.last.append(
         UpsertConfigMap(podbuilder.build_package_configmap(ctx.settings, ctx.scr, package))
     )
     return decision
 
 
-def clear_on_version_change(ctx: SkyhookContext) -> Decision:
+def clear_on_version_change(ctx: SkyhookContext, work: SkyhookWork) -> Step:
     """Forget the config updates of packages that are gone or whose version changed: a node
     records another version and not yet the spec's (an older version's entry kept beside the
     spec's after a downgrade is no change)."""
-    updates = dict(ctx.config_updates)
+    updates = dict(work.config_updates)
     for name in list(updates):
         package = ctx.spec.packages.get(name)
         if package is None or any(
-            package.key not in ctx.state(n).packages
+            package.key not in work.state(n).packages
             and any(
                 e.name == name and e.version != package.version
-                for e in ctx.state(n).packages.values()
+                for e in work.state(n).packages.values()
             )
             for n in ctx.matched
         ):
             del updates[name]
-    return Decision(work=SkyhookWork(config_updates=updates))
+    return Step(changes=WorkChanges(config_updates=updates))

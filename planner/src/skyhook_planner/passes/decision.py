@@ -1,28 +1,23 @@
-"""What a step of a pass decides, as a value: every step returns a `Decision` and its caller
+"""A pass's output for the plan, as a value: each step returns what it decides and its caller
 merges it into its own with `Decision.merge`. No step writes into its caller's state.
 
-A decision carries two kinds of things (what the Skyhooks before one decided reaches it as a
-value, passes/earlier.py; what a share keeps for the next pass is its own, passes/memory.py):
-- output for the plan: per-node work (`NodeOut`), actions that go first or last, events, pods
-  deleted, when to plan again, nodes that start and release, which (Skyhook, node) pairs are
-  complete, which nodes wait and why;
-- `work`, one Skyhook's working state as the step changed it (`SkyhookWork`): node states,
-  config updates, packages whose ConfigMap must be rewritten first, status conditions. The
-  Skyhook's share of the pass reads it back (through its context) in its next steps, and
-  drops it once it has become node changes and status (`released`).
+A decision holds per-node work (`NodeOut`), actions that go first or last, events, pods
+deleted, when to plan again, nodes that start and release, which (Skyhook, node) pairs are
+complete, and which nodes wait and why: all of it becomes the `Plan` (plan.py `assemble`).
+What else a pass carries lives apart: one Skyhook's working state (passes/work.py), what the
+Skyhooks before one decided (passes/earlier.py), and what a pass keeps for the next one
+(passes/memory.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 from skyhook_planner.model.actions import Action, DeletePod, EmitEvent
-from skyhook_planner.model.nodestate import NodeChanges, NodeState
+from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
 from skyhook_planner.model.waiting import Reason
-from skyhook_planner.rules.drain import Drain
 
 PodKey = tuple[str, str]
 
@@ -53,29 +48,6 @@ class NodeOut:
 
 
 @dataclass
-class SkyhookWork:
-    """One Skyhook's working state in a pass, as its steps leave it."""
-
-    states: dict[str, NodeState] = field(default_factory=dict)
-    config_updates: dict[str, list[str]] | None = None  # replaces the whole map when set
-    stale_config: set[str] = field(default_factory=set)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
-    picked: dict[str, str] = field(default_factory=dict)  # nodes first picked now: pick time
-    # Nodes whose drain is held this pass (protected pods, blocked pods): what the Skyhook's
-    # Blocked and DrainBlocked conditions say (passes/report.py)
-    drains: dict[str, Drain] = field(default_factory=dict)
-
-    def merge(self, other: SkyhookWork) -> None:
-        self.states.update(other.states)
-        self.picked.update(other.picked)
-        self.drains.update(other.drains)
-        if other.config_updates is not None:
-            self.config_updates = other.config_updates
-        self.stale_config |= other.stale_config
-        self.conditions += other.conditions
-
-
-@dataclass
 class Decision:
     nodes: dict[str, NodeOut] = field(default_factory=dict)
     first: list[Action] = field(default_factory=list)  # finalizers, new package ConfigMaps
@@ -88,7 +60,6 @@ class Decision:
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
-    work: SkyhookWork = field(default_factory=SkyhookWork)
 
     def node(self, name: str) -> NodeOut:
         """This decision's work on `name` (created empty on first use)."""
@@ -116,12 +87,6 @@ class Decision:
         current = self.requeue_after
         self.requeue_after = seconds if current is None else min(current, seconds)
 
-    def released(self) -> Decision:
-        """This decision without the working state of the Skyhook that made it: by the end of
-        a Skyhook's share that state has become node changes and status, and what the next
-        Skyhook may read of the decision is in `Earlier` (passes/earlier.py)."""
-        return replace(self, work=SkyhookWork())
-
     def merge(self, other: Decision) -> Decision:
         """Fold `other` (a later step's decision) into this one; returns self."""
         for name, out in other.nodes.items():
@@ -140,5 +105,4 @@ class Decision:
         else:
             for (skyhook, node), reasons in other.waiting.items():
                 self.wait(skyhook, node, reasons)
-        self.work.merge(other.work)
         return self

@@ -14,9 +14,9 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.actions import CreatePod
 from skyhook_planner.model.health import HealthGate
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import health
 from skyhook_schemas import keys
 
@@ -25,24 +25,24 @@ from skyhook_schemas import keys
 class Gate:
     halt: health.Halt = field(default_factory=lambda: health.Halt(()))
     waiting: Mapping[str, str] | None = None  # status.healthGateWaiting; None without a gate
-    decided: Decision = field(default_factory=Decision)
+    decided: Step = field(default_factory=Step)
 
 
-def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
+def check(ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout, selection: Selection) -> Gate:
     """The gate over `selection` (select.py marks the nodes that wait at it); without a gate,
     only the removal of check pods left from an earlier one."""
     gate = health.gate_of(rollout.spec, rollout.policy)
     if gate is None:
-        return Gate(decided=_check_pods(ctx, None, {}))
+        return Gate(decided=_check_pods(ctx, work, None, {}))
     nodes: dict[str, health.AtGate] = {}
     for node in rollout.matched:
         found = selection.nodes[node.name]
         waits = any(r.hold == health.WAITING for r in found.reasons)
         if waits or found.done:
-            nodes[node.name] = health.AtGate(node, waits, found.done, ctx.check_pod(node.name))
+            nodes[node.name] = health.AtGate(node, waits, found.done, work.check_pod(node.name))
     recorded = ctx.scr.status.health_gate_waiting
     verdict = health.judge(gate, nodes, recorded, ctx.now)
-    decided = _check_pods(ctx, gate, nodes).merge(_report(ctx, verdict))
+    decided = _check_pods(ctx, work, gate, nodes).merge(_report(ctx, verdict))
     for name in sorted(set(recorded) - set(verdict.waiting_since)):
         if name in nodes and nodes[name].complete:
             decided.event("Node", name, health.PASSED, _passed(ctx.name, gate))
@@ -52,18 +52,21 @@ def check(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Gate:
 
 
 def _check_pods(
-    ctx: SkyhookContext, gate: HealthGate | None, nodes: Mapping[str, health.AtGate]
-) -> Decision:
+    ctx: SkyhookContext,
+    work: SkyhookWork,
+    gate: HealthGate | None,
+    nodes: Mapping[str, health.AtGate],
+) -> Step:
     """A check pod for each node that waits without one; a check pod on a node that no longer
     waits is deleted (a failed one on a node that waits is kept for its logs: deleting it runs
     the check again)."""
-    decided = Decision()
+    decided = Step()
     check = gate.check_pod if gate is not None else None
     waiting = {name for name, at in nodes.items() if at.waits}
     for pod in ctx.pods():
         if (
             keys.HEALTH_CHECK_LABEL in pod.labels
-            and ctx.present(pod)
+            and work.present(pod)
             and (check is None or pod.node not in waiting)
         ):
             decided.delete_pod(pod, "health check no longer needed")
@@ -74,24 +77,24 @@ def _check_pods(
         if at.check is not None:
             continue
         manifest = podbuilder.build_check_pod(ctx.settings, ctx.scr, name, check)
-        if ctx.name_taken(ctx.settings.namespace, manifest["metadata"]["name"]):
+        if work.name_taken(ctx.settings.namespace, manifest["metadata"]["name"]):
             decided.wake_in(1.0)  # the last check pod is still going away
             continue
         decided.node(name).actions.append(CreatePod(manifest))
     return decided
 
 
-def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Decision:
+def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Step:
     """The conditions while nodes wait or fail, and a Warning Event on the node and the
     Skyhook for each node that newly fails."""
-    decided = Decision()
+    decided = Step()
     generation = ctx.scr.generation
     waiting = sorted(verdict.waiting_since)
     if waiting:
         listed = ", ".join(waiting[: health.MAX_NAMED]) + (
             " ..." if len(waiting) > health.MAX_NAMED else ""
         )
-        decided.work.conditions.append(
+        decided.changes.conditions.append(
             statuses.condition(
                 health.CONDITION_WAITING,
                 True,
@@ -105,7 +108,7 @@ def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Decision:
     if not verdict.failures:
         return decided
     message = f"No new node starts: {health.named(verdict.failures)}"
-    decided.work.conditions.append(
+    decided.changes.conditions.append(
         statuses.condition(
             health.CONDITION_FAILED, True, health.FAILED, message, ctx.now, generation=generation
         )

@@ -1,6 +1,6 @@
 """What happened since the last pass, for one Skyhook: finished pods (learned into node
 entries), reboots (boot id changes) and running pods that no longer match the spec. Each
-function returns its `Decision`.
+function reads the Skyhook's working state (`SkyhookWork`) and returns its `Step`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import deadlines, results, stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -28,23 +28,23 @@ from skyhook_schemas.nodestate import (
 )
 
 
-def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
+def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
     """Fold one of our pods into its node's entries: a finished stage completes or errors, a
     pod with nothing to report any more is deleted. A failed stage pod is kept for its logs
     (`_failed_attempt`); one whose failure is already counted is only looked after (`_kept`)."""
-    decision = Decision()
+    decision = Step()
     pkg = ctx.index.pod_package(pod)
     node = ctx.index.nodes.get(pod.node)
     if pkg is None or pod.deleting:
         return decision
     if node is None or pkg.invalid:
-        if ctx.present(pod):
+        if work.present(pod):
             decision.delete_pod(pod, "node gone" if node is None else "marked invalid")
         return decision
     key = pkg.key
-    entry = ctx.state(node).packages.get(key)
+    entry = work.state(node).packages.get(key)
     interrupt = keys.INTERRUPT_LABEL in pod.labels
-    if pod.phase == "Failed" and entry is not None and ctx.present(pod):
+    if pod.phase == "Failed" and entry is not None and work.present(pod):
         counted = (
             _interrupt_parked(pod, pkg.stage, entry)
             if interrupt
@@ -64,7 +64,7 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
     ):
         return decision  # its result is recorded: it stays for its logs (expire_finished)
     if entry is None or entry.stage != pkg.stage or entry.state == COMPLETE:
-        if ctx.present(pod):
+        if work.present(pod):
             same_stage = entry is not None and entry.stage == pkg.stage
             decision.delete_pod(
                 pod,
@@ -73,7 +73,7 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
                 else "no matching package entry (stale pod)",
             )
         return decision
-    entries = ctx.entries(node)
+    entries = work.entries(node)
     result = results.outcome(pod)
     label = f"[{pkg.name}:{pkg.version}]"
     if result.result == results.SUCCEEDED:
@@ -81,21 +81,21 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
         restarts = result.restarts if interrupt else max(result.restarts, entry.restarts)
         entries = results.record_success(entries, pkg, restarts, ctx.spec.packages)
         kept = podbuilder.ends_when_done(pod) and stages.records_done(entries.get(key), pkg.stage)
-        if ctx.present(pod) and not kept:
+        if work.present(pod) and not kept:
             decision.delete_pod(pod, "stage complete")
         decision.event(
             "Node", node.name, "Apply", f"Package {label} state complete on [skyhook:{ctx.name}]"
         )
     elif result.result == results.FAILED and pod.phase == "Failed" and not interrupt:
-        return _failed_attempt(ctx, pod, node, entries, result)
+        return _failed_attempt(ctx, work, pod, node, entries, result=result)
     elif result.result == results.FAILED:
         if interrupt and pod.reason == results.DEADLINE_EXCEEDED:
-            return _interrupt_timed_out(ctx, pod, node, entries)
+            return _interrupt_timed_out(ctx, work, pod, node, entries)
         # The container's failed runs: its restarts, and the run that just failed.
         entries = results.record_failure(entries, pkg, result.restarts + 1)
         retries = ctx.settings.stage_retries
         if interrupt and pod.phase != "Failed" and result.restarts >= retries:
-            given_up = _restart_limit(ctx, pod, node, entries, result.restarts + 1)
+            given_up = _restart_limit(ctx, work, pod, node, entries, failed=result.restarts + 1)
             if given_up is not None:
                 return given_up
         if entry.state != ERRORING:
@@ -116,23 +116,25 @@ def from_pod(ctx: SkyhookContext, pod: PodView) -> Decision:
             since = (ctx.now - result.finished_at).total_seconds() if result.finished_at else wait
             if since >= wait:
                 entries[key] = replace(entries[key], restarts=entries[key].restarts + 1)
-                if ctx.present(pod):
+                if work.present(pod):
                     decision.delete_pod(pod, "retrying failed stage")
             else:
                 decision.wake_in(wait - since)
     else:
         return decision
-    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
     return decision
 
 
 def _failed_attempt(
     ctx: SkyhookContext,
+    work: SkyhookWork,
     pod: PodView,
     node: NodeView,
     entries: dict[str, PackageEntry],
+    *,
     result: results.Outcome,
-) -> Decision:
+) -> Step:
     """A stage pod failed (restartPolicy Never: the pod is the attempt). The failure is
     counted once: the entry's restarts become the number of failed attempts, which the next
     attempt's number is (passes/advance.py starts it after the backoff). After
@@ -140,7 +142,7 @@ def _failed_attempt(
     is edited, rerun or reset. The pod stays for its logs; of the failed attempts only the
     first and the last are kept. A pod its node lost counts for nothing: it goes, and the same
     attempt runs again."""
-    decision = Decision()
+    decision = Step()
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     key = pkg.key
@@ -149,11 +151,11 @@ def _failed_attempt(
     if not results.spent_an_attempt(pod):
         decision.delete_pod(pod, "lost by its node: the attempt runs again")
         entries[key] = replace(entry, state=IN_PROGRESS)
-        decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+        decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
         return decision
     failed = podbuilder.pod_attempt(pod) + 1
     entries[key] = replace(entry, stage=pkg.stage, state=ERRORING, restarts=failed)
-    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
     why = "timed out (stageTimeout)" if pod.reason == results.DEADLINE_EXCEEDED else "failed"
     retries = ctx.settings.stage_retries
     if failed > retries:
@@ -177,14 +179,16 @@ def _failed_attempt(
             f"{retries + 1} at stage [{pkg.stage}] {why} (pod {pod.name})",
             type="Warning",
         )
-    for other in _failed_pods(ctx, node, pod):
+    for other in _failed_pods(ctx, work, node, pod):
         attempt = podbuilder.pod_attempt(other)
         if 0 < attempt < failed - 1:
             decision.delete_pod(other, "a failed attempt between the first and the last")
     return decision
 
 
-def _failed_pods(ctx: SkyhookContext, node: NodeView, pod: PodView) -> list[PodView]:
+def _failed_pods(
+    ctx: SkyhookContext, work: SkyhookWork, node: NodeView, pod: PodView
+) -> list[PodView]:
     """The failed pods kept on `node` for the package version and stage of `pod`."""
     pkg = ctx.index.pod_package(pod)
     return [
@@ -194,7 +198,7 @@ def _failed_pods(ctx: SkyhookContext, node: NodeView, pod: PodView) -> list[PodV
         and p.labels.get(keys.PACKAGE_LABEL) == pod.labels.get(keys.PACKAGE_LABEL)
         and p.labels.get(keys.NAME_LABEL) == ctx.name
         and ctx.index.is_ours(p)
-        and ctx.present(p)
+        and work.present(p)
         and (found := ctx.index.pod_package(p)) is not None
         and pkg is not None
         and found.stage == pkg.stage
@@ -209,17 +213,21 @@ def _interrupt_parked(pod: PodView, stage: str, entry: PackageEntry) -> bool:
 
 
 def _interrupt_timed_out(
-    ctx: SkyhookContext, pod: PodView, node: NodeView, entries: dict[str, PackageEntry]
-) -> Decision:
+    ctx: SkyhookContext,
+    work: SkyhookWork,
+    pod: PodView,
+    node: NodeView,
+    entries: dict[str, PackageEntry],
+) -> Step:
     """stageTimeout bounds a whole interrupt: past it, the stage is erroring and stays so, its
     pod kept for its logs, until the package is edited, rerun or reset."""
-    decision = Decision()
+    decision = Step()
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     entry = entries[pkg.key]
     # No restarts: a stop, not an attempt to retry (rules/results.py).
     entries[pkg.key] = replace(entry, state=ERRORING, restarts=0)
-    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
     message = (
         f"Package [{pkg.name}:{pkg.version}] stage [{pkg.stage}] timed out (stageTimeout) on "
         f"node [{node.name}]; its logs: kubectl logs -n {pod.namespace} {pod.name} -c interrupt"
@@ -231,11 +239,13 @@ def _interrupt_timed_out(
 
 def _restart_limit(
     ctx: SkyhookContext,
+    work: SkyhookWork,
     pod: PodView,
     node: NodeView,
     entries: dict[str, PackageEntry],
+    *,
     failed: int,
-) -> Decision | None:
+) -> Step | None:
     """A non-reboot interrupt (service, restartAllServices, noop) whose container failed
     `failed` times, past SKYHOOK_STAGE_RETRIES + 1: its pod goes, the stage stays erroring
     with the failed runs as restarts (results.restart_limit_spent), Warning Events say so.
@@ -244,11 +254,11 @@ def _restart_limit(
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     waiting = [e for e in entries.values() if e.stage == pkg.stage and e.state != COMPLETE]
-    if any(ctx.reboots(e) for e in waiting):
+    if any(work.reboots(e) for e in waiting):
         return None
-    decision = Decision()
+    decision = Step()
     entries[pkg.key] = replace(entries[pkg.key], state=ERRORING, restarts=failed)
-    decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
+    decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
     decision.delete_pod(pod, "interrupt restart limit exceeded")
     message = (
         f"Interrupt of package [{pkg.name}:{pkg.version}] on node [{node.name}] failed "
@@ -261,11 +271,11 @@ def _restart_limit(
     return decision
 
 
-def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry) -> Decision:
+def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry) -> Step:
     """A failed pod whose failure is counted: kept for its logs for SKYHOOK_POD_TTL_FAILED
     (expire_finished), unless a later failed attempt supersedes it (only the first and the
     last stay) or the package was edited since (its logs no longer tell about what runs)."""
-    decision = Decision()
+    decision = Step()
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     attempt = podbuilder.pod_attempt(pod)
@@ -284,18 +294,18 @@ def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry
     return decision
 
 
-def expire_finished(ctx: SkyhookContext) -> Decision:
+def expire_finished(ctx: SkyhookContext, work: SkyhookWork) -> Step:
     """Finished pods kept for their logs go when their retention is over:
     SKYHOOK_POD_TTL_SUCCEEDED after the stage succeeded, SKYHOOK_POD_TTL_FAILED after it
     failed. Looked at on every pass, whichever nodes the pass memory keeps, with one timer for
     the next to go: a node waiting only for its pods' retention is not planned again for it."""
-    decision = Decision()
+    decision = Step()
     settings = ctx.settings
     soonest: float | None = None
     for pod in ctx.pods():
         if pod.phase not in FINISHED_PHASES or keys.PACKAGE_LABEL not in pod.labels:
             continue
-        if not ctx.present(pod):
+        if not work.present(pod):
             continue
         finished = results.outcome(pod).finished_at or pod.created
         if finished is None:
@@ -313,10 +323,10 @@ def expire_finished(ctx: SkyhookContext) -> Decision:
     return decision
 
 
-def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
+def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str], Step]:
     """The boot ids to record, and what a reboot decides: a new boot id completes the interrupt
     a node was waiting on (or, with REAPPLY_ON_REBOOT, starts the node over)."""
-    decision = Decision()
+    decision = Step()
     recorded = ctx.scr.status.node_boot_ids
     boot_ids: dict[str, str] = {}
     for node in ctx.matched:
@@ -325,7 +335,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
             boot_ids[node.name] = node.boot_id
         if not before or not node.boot_id or before == node.boot_id:
             continue
-        entries = ctx.entries(node)
+        entries = work.entries(node)
         waiting = {
             k: e
             for k, e in entries.items()
@@ -334,7 +344,7 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
         # Our own reboot interrupt never counts as "a reboot to reapply after": that would
         # reinstall, reboot again, and loop.
         if ctx.settings.reapply_on_reboot and not waiting:
-            decision.work.states[node.name] = replace(ctx.state(node), entries={}, error="")
+            decision.changes.states[node.name] = replace(work.state(node), entries={}, error="")
             decision.event(
                 "Node",
                 node.name,
@@ -355,8 +365,8 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
                 del entries[key]  # its uninstall is over: no entry
             else:
                 entries[key] = replace(entry, state=COMPLETE)
-        decision.work.states[node.name] = replace(ctx.state(node), entries=entries, error="")
-        for pod in ctx.ours_on(node.name):
+        decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
+        for pod in work.ours_on(node.name):
             if keys.INTERRUPT_LABEL in pod.labels:
                 decision.delete_pod(pod, "reboot detected: interrupt done")
         decision.event(
@@ -368,25 +378,25 @@ def track_reboots(ctx: SkyhookContext) -> tuple[dict[str, str], Decision]:
     return boot_ids, decision
 
 
-def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
+def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | None) -> Step:
     """Reboots past the Skyhook's rebootDeadline (rules/deadlines.py): the node's entries turn
     erroring, with a Warning Event on the node and the Skyhook the first time; the node waits
     with the reason and the status condition names it. A reboot still within its deadline asks
     for a timer then."""
-    decision = Decision()
+    decision = Step()
     if seconds is None:
         return decision
     overdue: list[str] = []
     recorded = ctx.scr.status.node_boot_ids
     for node in ctx.matched:
-        state = ctx.state(node)
+        state = work.state(node)
         if not any(e.stage in {INTERRUPT, POST_INTERRUPT} for e in state.packages.values()):
             continue
-        pod = next((p for p in ctx.ours_on(node.name) if keys.INTERRUPT_LABEL in p.labels), None)
+        pod = next((p for p in work.ours_on(node.name) if keys.INTERRUPT_LABEL in p.labels), None)
         verdict = deadlines.watch(
             node,
             state.packages,
-            rebooting={k: ctx.reboots(e) for k, e in state.packages.items()},
+            rebooting={k: work.reboots(e) for k, e in state.packages.items()},
             interrupt_pod_created=pod.created if pod is not None else None,
             recorded_boot_id=recorded.get(node.name),
             seconds=seconds,
@@ -401,7 +411,7 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
         marked = deadlines.mark(state.packages, verdict)
         if marked is None:
             continue
-        decision.work.states[node.name] = replace(state, entries=marked, error="")
+        decision.changes.states[node.name] = replace(state, entries=marked, error="")
         message = verdict.message(seconds)
         decision.event(
             "Node",
@@ -418,7 +428,7 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
             type="Warning",
         )
     if overdue:
-        decision.work.conditions.append(
+        decision.changes.conditions.append(
             statuses.condition(
                 deadlines.CONDITION_DEADLINE,
                 True,
@@ -432,15 +442,15 @@ def reboot_deadlines(ctx: SkyhookContext, seconds: float | None) -> Decision:
     return decision
 
 
-def stop_for_pause(ctx: SkyhookContext) -> Decision:
+def stop_for_pause(ctx: SkyhookContext, work: SkyhookWork) -> Step:
     """A paused Skyhook runs nothing: its stage and interrupt pods that still run are deleted.
     The agent finishes the step it is in on SIGTERM and stops; the entry stays as it is (in
     progress), so the deletion spends no attempt, and on resume the stage runs again from its
     beginning (the agent skips the steps already done)."""
-    decision = Decision()
+    decision = Step()
     stopped = []
     for pod in ctx.pods():
-        if ctx.live(pod) and ctx.index.pod_package(pod) is not None:
+        if work.live(pod) and ctx.index.pod_package(pod) is not None:
             decision.delete_pod(pod, "the Skyhook is paused")
             stopped.append(pod.node)
     if stopped:
@@ -456,21 +466,21 @@ def stop_for_pause(ctx: SkyhookContext) -> Decision:
     return decision
 
 
-def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
+def validate_pods(ctx: SkyhookContext, work: SkyhookWork, skip: Collection[str] = ()) -> Step:
     """Delete running pods that no longer do what the spec asks: a node that records another
     stage, a cancelled uninstall, or a changed package spec (image, env, resources), which
     restarts the stage (an uninstall pod too: a fix to a failing uninstall rolls forward). Pods on
     the nodes in `skip` were found valid by an earlier pass from the same inputs."""
-    decision = Decision()
+    decision = Step()
     for pod in ctx.pods():
-        if pod.node in skip or not ctx.live(pod):
+        if pod.node in skip or not work.live(pod):
             continue
         pkg = ctx.index.pod_package(pod)
         node = ctx.index.nodes.get(pod.node)
         if pkg is None or node is None:
             continue
         key = pkg.key
-        state = decision.work.states.get(node.name) or ctx.state(node)
+        state = decision.changes.states.get(node.name) or work.state(node)
         entry = state.packages.get(key)
         if entry is None or entry.stage != pkg.stage:
             decision.delete_pod(pod, "stale: the node records another stage")
@@ -489,5 +499,5 @@ def validate_pods(ctx: SkyhookContext, skip: Collection[str] = ()) -> Decision:
             decision.delete_pod(pod, "the package spec changed")
             # A new spec, a new round of attempts: the failed ones were of the old spec.
             restarted = replace(entry, state=IN_PROGRESS, restarts=0)
-            decision.work.states[node.name] = state.with_entry(restarted)
+            decision.changes.states[node.name] = state.with_entry(restarted)
     return decision

@@ -16,6 +16,7 @@ from skyhook_planner.model.spec import SkyhookSpec
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
+from skyhook_planner.passes.work import Step
 from skyhook_planner.rules import holds, ordering
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import BLOCKED, UNKNOWN
@@ -52,7 +53,7 @@ class Rollout:
     paused: bool
     disabled: bool
     matched: tuple[NodeView, ...]  # selected nodes, in node order
-    decided: Decision  # the spec warning and hold conditions found while preparing
+    decided: Step  # the spec warning and hold conditions found while preparing
     selected: ordering.Selected  # `matched` with what it was decided from, for the next pass
 
 
@@ -108,7 +109,7 @@ def prepare(
         alert_recheck_s=index.settings.alert_recheck_s,
         generation=scr.generation,
     )
-    decided.work.conditions += found_holds.conditions
+    decided.changes.conditions += found_holds.conditions
     return Rollout(
         spec=spec,
         policy=policy,
@@ -210,17 +211,17 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
     return decided
 
 
-def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Decision:
+def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Step:
     """Spellings upstream runs that we read differently are reported in a condition, and in a
     Warning Event when they change."""
-    decided = Decision()
+    decided = Step()
     previous = scr.status.condition(statuses.CONDITION_SPEC_WARNING)
     message = "; ".join(spec.warnings)
     if not message and (previous is None or previous.get("status") == "False"):
         return decided
     if message and (previous is None or previous.get("message") != message):
         decided.event("Skyhook", scr.name, "SpecWarning", message, type="Warning")
-    decided.work.conditions.append(
+    decided.changes.conditions.append(
         statuses.condition(
             statuses.CONDITION_SPEC_WARNING,
             bool(message),

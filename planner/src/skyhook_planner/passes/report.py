@@ -17,9 +17,9 @@ from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import Budget
 from skyhook_planner.passes.admit import Compartments
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.select import Selection
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import batches, budget, deadlines, drain, health, holds, soak
 from skyhook_planner.rules.drain import Drain
 from skyhook_schemas import keys
@@ -34,14 +34,20 @@ from skyhook_schemas.status import BatchState
 
 
 def finish(
-    ctx: SkyhookContext, rollout: Rollout, node: NodeView, *, running: bool, blocked: bool
-) -> tuple[str, Decision | None]:
+    ctx: SkyhookContext,
+    work: SkyhookWork,
+    rollout: Rollout,
+    node: NodeView,
+    *,
+    complete: bool,
+    running: bool,
+    blocked: bool,
+) -> tuple[str, Step | None]:
     """The node's status for this Skyhook after the pass, and what that decides (None for
     most nodes: nothing): its conditions, its state, its cordon given back once complete."""
     decided = None
-    state = ctx.state(node)
-    complete = ctx.complete(ctx.name, node.name, default=False)
-    erroring = ctx.failed_for_good(state)
+    state = work.state(node)
+    erroring = work.failed_for_good(state)
     value = statuses.node_status(
         complete=complete,
         blocked=blocked,
@@ -51,14 +57,14 @@ def finish(
         disabled=rollout.disabled,
     )
     if complete and state.cordoned:
-        decided = decided or Decision()
+        decided = decided or Step()
         _uncordon(ctx, node, decided)
         state = replace(state, cordoned=False)
     if complete and (state.drain_start or state.drain_blocked):
         # A drain no interrupt needs any more (its package left the spec) leaves no trace.
         state = replace(state, drain_start=None, drain_blocked=None)
     if complete and state.status != COMPLETE and state.entries is not None:
-        decided = decided or Decision()
+        decided = decided or Step()
         decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
         cordoned, holders = ctx.cordon_of(node)
         if cordoned and not holders:
@@ -69,12 +75,12 @@ def finish(
         and state.status == value
         and node.labels.get(keys.node_status_key(ctx.name)) == value
     ):
-        decided = decided or Decision()
-        decided.work.states[node.name] = replace(state, status=value)
+        decided = decided or Step()
+        decided.changes.states[node.name] = replace(state, status=value)
     wanted = nodestate.conditions_for(ctx.name, complete, erroring)
     stale = nodestate.stale_conditions(node, wanted)
     if stale:
-        decided = decided or Decision()
+        decided = decided or Step()
         decided.node(node.name).conditions += stale
     return value, decided
 
@@ -87,18 +93,18 @@ def mirrored(state: NodeState) -> dict[str, Any] | None:
     return {k: e.to_json() for k, e in sorted(state.packages.items())}
 
 
-def release_unselected(ctx: SkyhookContext, node: NodeView) -> Decision | None:
+def release_unselected(ctx: SkyhookContext, work: SkyhookWork, node: NodeView) -> Step | None:
     """A node the Skyhook no longer selects gets back the cordon we put on it, once no pod of
     ours runs there; None when there is nothing to give back."""
-    state = ctx.state(node)
+    state = work.state(node)
     if not state.cordoned or any(
-        p.labels.get(keys.NAME_LABEL) == ctx.name and ctx.index.is_ours(p) and ctx.live(p)
+        p.labels.get(keys.NAME_LABEL) == ctx.name and ctx.index.is_ours(p) and work.live(p)
         for p in ctx.index.pods_on_node.get(node.name, ())
     ):
         return None
-    decided = Decision()
+    decided = Step()
     _uncordon(ctx, node, decided)
-    decided.work.states[node.name] = replace(state, cordoned=False)
+    decided.changes.states[node.name] = replace(state, cordoned=False)
     return decided
 
 
@@ -117,7 +123,7 @@ def _named(nodes: Sequence[str]) -> str:
     return f"Node [{', '.join(nodes)}] " + ("was" if len(nodes) == 1 else "were")
 
 
-def _uncordon(ctx: SkyhookContext, node: NodeView, decided: Decision) -> None:
+def _uncordon(ctx: SkyhookContext, node: NodeView, decided: Step) -> None:
     """Lift our cordon (the caller drops our marker), unless another Skyhook's marker is still
     on the node: the last Skyhook to let go of a shared cordon lifts it."""
     _, holders = ctx.cordon_of(node)
@@ -125,13 +131,13 @@ def _uncordon(ctx: SkyhookContext, node: NodeView, decided: Decision) -> None:
         decided.node(node.name).unschedulable = False
 
 
-def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Decision:
+def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Step:
     """A condition naming the selected nodes someone else cordoned (no Skyhook's marker on
     them), while there are any: the rollout runs there and leaves them cordoned."""
-    decided = Decision()
+    decided = Step()
     kept = [n.name for n in rollout.matched if ctx.admin_cordoned(n)]
     if kept:
-        decided.work.conditions.append(
+        decided.changes.conditions.append(
             statuses.condition(
                 CONDITION_ADMIN_CORDONS,
                 True,
@@ -145,14 +151,14 @@ def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Decision:
     return decided
 
 
-def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Decision:
+def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selection) -> Step:
     """The status conditions naming ignored, untolerating and unmatched nodes, and nodes whose
     state annotation cannot be read (only while there are any)."""
-    decided = Decision()
+    decided = Step()
     now = ctx.now
     malformed = selection.with_reason(waiting.STATE)
     if malformed:
-        decided.work.conditions.append(
+        decided.changes.conditions.append(
             statuses.condition(
                 statuses.CONDITION_NODE_STATE_MALFORMED,
                 True,
@@ -164,7 +170,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
     ignored = sorted(selection.with_reason(waiting.IGNORED))
     untolerated = sorted(selection.with_reason(waiting.TAINTS))
     unmatched = selection.with_reason(waiting.IMAGE)
-    decided.work.conditions.append(
+    decided.changes.conditions.append(
         statuses.condition(
             keys.CONDITION_NODES_IGNORED,
             bool(ignored),
@@ -175,7 +181,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
             now,
         )
     )
-    decided.work.conditions.append(
+    decided.changes.conditions.append(
         statuses.condition(
             keys.CONDITION_TAINT_NOT_TOLERABLE,
             bool(untolerated),
@@ -191,7 +197,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
         )
     )
     if unmatched or any(p.image_compatibility for p in rollout.spec.packages.values()):
-        decided.work.conditions.append(
+        decided.changes.conditions.append(
             statuses.condition(
                 statuses.CONDITION_NO_COMPATIBLE_IMAGE,
                 bool(unmatched),
@@ -218,12 +224,12 @@ def _skipping(nodes: Sequence[str], one: str, many: str) -> str:
 
 def drain_conditions(
     ctx: SkyhookContext, rollout: Rollout, drains: Mapping[str, Drain], blocked_already: bool
-) -> Decision:
+) -> Step:
     """`Blocked` (reason NonInterruptPodsRunning) while protected pods hold nodes' interrupts,
     unless another Blocked reason (`blocked_already`) is up; `DrainBlocked` while drains
     cannot go on. Each with a Warning Event when it comes up; both are dropped when they no
     longer hold (statuses.WHILE_TRUE_CONDITIONS)."""
-    decided = Decision()
+    decided = Step()
     held = sorted(n for n, d in drains.items() if d.protected)
     if held and not blocked_already:
         count = f"{len(held)} node{'s' if len(held) != 1 else ''}"
@@ -251,30 +257,30 @@ def _listed(nodes: Sequence[str]) -> str:
     return shown if len(nodes) <= statuses.SUMMARY_NAMES_MAX else f"{shown}, ... (list truncated)"
 
 
-def _raise(ctx: SkyhookContext, decided: Decision, kind: str, reason: str, message: str) -> None:
+def _raise(ctx: SkyhookContext, decided: Step, kind: str, reason: str, message: str) -> None:
     """Report condition `kind`, with a Warning Event when it was not up (or had another
     reason) before this pass."""
     before = ctx.scr.status.condition(kind)
     if before is None or before.get("reason") != reason or before.get("status") != "True":
         decided.event("Skyhook", ctx.name, "Drain", message, type="Warning")
-    decided.work.conditions.append(
+    decided.changes.conditions.append(
         statuses.condition(kind, True, reason, message, ctx.now, generation=ctx.scr.generation)
     )
 
 
-def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Decision:
+def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Step:
     """Node states become annotation and label changes; a node whose status turns in_progress
     from anything else is one this pass starts, one that stops holding a budget slot one it
     releases."""
-    decided = Decision()
+    decided = Step()
     for name, after in states.items():
         node = ctx.index.nodes[name]
         before = ctx.before(node)
         decided.node(name).changes.merge(nodestate.diff(node, ctx.name, before, after))
         if after.status == IN_PROGRESS and before.status != IN_PROGRESS:
-            decided.starting.add(name)
+            decided.out.starting.add(name)
         if before.holds_slot and not after.holds_slot:
-            decided.releasing.add(name)
+            decided.out.releasing.add(name)
     return decided
 
 
@@ -293,10 +299,10 @@ def status(
     batch_starts: Mapping[str, str] | None = None,
     health_waiting: Mapping[str, str] | None = None,
     deferred: Mapping[str, str] | None = None,
-) -> Decision:
+) -> Step:
     """The Skyhook's status as a merge patch, with a Transition condition and Event when its
     overall status changes."""
-    decided = Decision()
+    decided = Step()
     scr = ctx.scr
     current = scr.status.to_json()
     overall = statuses.skyhook_status(
@@ -380,7 +386,7 @@ def status(
     keep = {k: current[k] for k in desired if k in current}
     patch = statuses.merge_patch(keep, desired)
     if patch:
-        decided.last.append(PatchSkyhookStatus(ctx.name, patch))
+        decided.out.last.append(PatchSkyhookStatus(ctx.name, patch))
     return decided
 
 

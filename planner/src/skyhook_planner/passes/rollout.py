@@ -1,6 +1,9 @@
-"""One Skyhook's share of a pass, as steps that each return what they decided. `decide` runs
-them in order and merges each `Decision` before the next step runs, so every step reads what
-the earlier ones decided (through the `SkyhookContext`):
+"""One Skyhook's share of a pass, as steps that each return what they decided (a `Step`:
+output for the plan and changes to the Skyhook's working state, passes/work.py). `decide` runs
+them in order; the share folds each step into its output and its `SkyhookWork` before the
+next step runs, and hands that work to the next step as an argument, so every step reads what
+the earlier ones decided there, and what the Skyhooks before it decided in its
+`SkyhookContext` (`Earlier`, passes/earlier.py):
 
 1. `prepare.bookkeeping` and `prepare.prepare`: the finalizer, the version annotation, and what
    the Skyhook needs to run at all; one that cannot run is `prepare.unrunnable`.
@@ -10,6 +13,9 @@ the earlier ones decided (through the `SkyhookContext`):
    `admit.admit` the candidates.
 5. `advance` (advance.py) each admitted node that may work; `report.finish` each node's status.
 6. `report.save` node states as annotation changes; `report.status` the Skyhook's status.
+
+It returns a `Share`: its output for the plan, the nodes it runs, and its memory for the next
+pass; the working state stays behind.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_planner.passes import (
     admit,
@@ -31,7 +38,7 @@ from skyhook_planner.passes import (
 )
 from skyhook_planner.passes.advance import advance
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
-from skyhook_planner.passes.decision import Decision, NodeOut, SkyhookWork
+from skyhook_planner.passes.decision import Decision, NodeOut
 from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.memory import (
     NodeInputs,
@@ -39,6 +46,7 @@ from skyhook_planner.passes.memory import (
     SkyhookInputs,
     SkyhookMemory,
 )
+from skyhook_planner.passes.work import SkyhookWork, Step, WorkChanges
 from skyhook_planner.rules import blockers, deadlines, ordering
 from skyhook_planner.rules import health as health_rules
 from skyhook_schemas import keys
@@ -60,14 +68,10 @@ def decide(
 ) -> Share:
     """What the pass does for `scr`, given what the Skyhooks before it decided and what the last
     pass kept (`memory`: quiet nodes whose inputs are unchanged are not looked at again)."""
-    decided = Decision(
-        work=SkyhookWork(config_updates={k: list(v) for k, v in scr.status.config_updates.items()})
-    )
-    decided.merge(prepare.bookkeeping(index, scr))
+    decided = prepare.bookkeeping(index, scr)
     prepared = prepare.prepare(index, scr, memory.selected if memory is not None else None)
     if isinstance(prepared, prepare.Unrunnable):
-        return Share(decided.merge(prepare.unrunnable(index, scr, prepared)).released())
-    decided.merge(prepared.decided)
+        return Share(decided.merge(prepare.unrunnable(index, scr, prepared)))
     if scr.deleting:  # only here while its uninstall-enabled packages remain (plan.py)
         prepared = uninstall.for_deletion(prepared)
     return _ShareRun(
@@ -76,8 +80,9 @@ def decide(
 
 
 class _ShareRun:
-    """One runnable Skyhook's share of the pass. `decided` is its working decision, which the
-    steps read back through the context; `run` returns it."""
+    """One runnable Skyhook's share of the pass. It owns the share's output (`decided`) and
+    its working state (`work`), hands the work to each step and folds each step's `Step` into
+    both (`fold`, `take`) before the next step runs; `run` returns the output."""
 
     def __init__(
         self,
@@ -105,20 +110,28 @@ class _ShareRun:
             spec=rollout.spec,
             matched=rollout.matched,
             earlier=earlier,
-            so_far=decided,
             holds=rollout.holds,
             known={name: v.state for name, v in self.kept.items()},
         )
+        self.work = SkyhookWork(
+            self.ctx, {k: list(v) for k, v in scr.status.config_updates.items()}
+        )
+        self.fold(rollout.decided)
         self.noisy: set[str] = set()  # nodes it decided something for: not kept for the next pass
 
-    def take(self, step: Decision | None, node: str | None = None) -> None:
-        """Merge a step's decision, noting the nodes it decided something for."""
+    def fold(self, step: Step) -> None:
+        """Merge a step's output into the share's and its changes into the working state."""
+        self.decided.merge(step.out)
+        self.work.take(step)
+
+    def take(self, step: Step | None, node: str | None = None) -> None:
+        """`fold` a step, noting the nodes it decided something for."""
         if step is not None:
-            self.noisy.update(_touched(self.ctx, step, node))
-            self.decided.merge(step)
+            self.noisy.update(_touched(self.work, step, node))
+            self.fold(step)
 
     def run(self) -> Share:
-        ctx, decided = self.ctx, self.decided
+        ctx, work, decided = self.ctx, self.work, self.decided
         boot_ids = self.learn_from_pods()
         selection = self.select_nodes()
         groups = (
@@ -127,29 +140,27 @@ class _ShareRun:
             else None
         )
         if groups is not None:
-            decided.merge(groups.decided)
-        gate = health.check(ctx, self.rollout, selection)
-        decided.merge(gate.decided)
-        admission = admit.admit(ctx, self.rollout, selection, groups, gate.halt)
-        decided.merge(admission.decided)
+            self.fold(groups.decided)
+        gate = health.check(ctx, work, self.rollout, selection)
+        self.fold(gate.decided)
+        admission = admit.admit(ctx, work, self.rollout, selection, groups=groups, halt=gate.halt)
+        self.fold(admission.decided)
         node_statuses, reused = self.advance_nodes(selection, admission)
-        decided.merge(report.selection_conditions(ctx, self.rollout, selection))
-        decided.merge(report.admin_cordons(ctx, self.rollout))
-        decided.merge(_release_unselected(ctx, self.rollout))
-        decided.merge(report.save(ctx, decided.work.states))
-        decided.merge(uninstall.report(ctx, self.rollout))
-        blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in decided.work.conditions)
-        decided.merge(
-            report.drain_conditions(ctx, self.rollout, decided.work.drains, blocked_already)
-        )
-        node_state = _mirror(ctx, self.rollout, reused)
-        selected = {n.name for n in self.rollout.matched}
+        self.fold(report.selection_conditions(ctx, self.rollout, selection))
+        self.fold(report.admin_cordons(ctx, self.rollout))
+        self.fold(_release_unselected(ctx, work, self.rollout))
+        self.fold(report.save(ctx, work.states))
+        self.fold(uninstall.report(ctx, work, self.rollout))
+        blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in work.conditions)
+        self.fold(report.drain_conditions(ctx, self.rollout, work.drains, blocked_already))
+        node_state = _mirror(work, self.rollout, reused)
+        selected = selection.nodes
         node_priority, node_order_offset = ordering.retire(
-            {**ctx.scr.status.node_priority, **decided.work.picked},
+            {**ctx.scr.status.node_priority, **work.picked},
             ctx.scr.status.node_order_offset,
-            lambda node: node not in selected or decided.complete.get((ctx.name, node), False),
+            lambda node: node not in selected or selected[node].done,
         )
-        decided.merge(
+        self.fold(
             report.status(
                 ctx,
                 self.rollout,
@@ -159,8 +170,8 @@ class _ShareRun:
                 gated=bool(self.closed_gates),
                 node_order=(node_priority, node_order_offset),
                 groups=groups,
-                conditions=decided.work.conditions,
-                config_updates=decided.work.config_updates or {},
+                conditions=work.conditions,
+                config_updates=work.config_updates,
                 batch_starts=admission.batch_starts,
                 health_waiting=gate.waiting,
                 deferred=admission.deferred,
@@ -169,8 +180,8 @@ class _ShareRun:
         # Whatever the pass writes for a node makes it noisy, whichever step decided it; and a
         # pending configMap edit holds work back on every node, so nothing is kept from it.
         self.noisy |= _written(decided)
-        config_settled = not decided.work.stale_config and (
-            decided.work.config_updates == self.inputs.config_updates
+        config_settled = not work.stale_config and (
+            work.config_updates == self.inputs.config_updates
         )
         quiet = (
             [n for n in self.rollout.matched if n.name not in self.noisy] if config_settled else []
@@ -178,7 +189,7 @@ class _ShareRun:
         verdicts = {
             n.name: reused.get(n.name)
             or NodeVerdict(
-                state=ctx.state(n),
+                state=work.state(n),
                 selected=selection.nodes[n.name],
                 running=n.name in admission.running,
                 node_status=node_statuses[n.name],
@@ -188,39 +199,41 @@ class _ShareRun:
         }
         node_inputs = {n.name: self.node_inputs[n.name] for n in quiet}
         memory = SkyhookMemory(self.inputs, self.rollout.selected, node_inputs, verdicts)
-        return Share(decided.released(), admission.running, memory)
+        return Share(decided, admission.running, memory)
 
     def learn_from_pods(self) -> dict[str, str]:
         """Learn from pods and reboots; returns the boot ids to record."""
-        ctx = self.ctx
+        ctx, work = self.ctx, self.work
         for pod in ctx.pods():
             if pod.node not in self.kept:
-                self.take(learn.from_pod(ctx, pod), pod.node)
-        boot_ids, rebooted = learn.track_reboots(ctx)
+                self.take(learn.from_pod(ctx, work, pod), pod.node)
+        boot_ids, rebooted = learn.track_reboots(ctx, work)
         self.take(rebooted)
         deadline = deadlines.deadline_s(self.rollout.spec, self.rollout.policy)
-        self.take(learn.reboot_deadlines(ctx, deadline))
+        self.take(learn.reboot_deadlines(ctx, work, deadline))
         if self.rollout.paused:
-            self.take(learn.stop_for_pause(ctx))
-        self.take(learn.validate_pods(ctx, skip=self.kept))
-        self.take(learn.expire_finished(ctx))
+            self.take(learn.stop_for_pause(ctx, work))
+        self.take(learn.validate_pods(ctx, work, skip=self.kept))
+        self.take(learn.expire_finished(ctx, work))
         return boot_ids
 
     def select_nodes(self) -> select.Selection:
         """Keep package ConfigMaps current, tidy each node's entries, select."""
-        ctx, decided = self.ctx, self.decided
-        decided.merge(configmaps.reconcile(ctx))
-        decided.merge(configmaps.clear_on_version_change(ctx))
-        if decided.work.stale_config or decided.work.config_updates != self.inputs.config_updates:
+        ctx, work = self.ctx, self.work
+        self.fold(configmaps.reconcile(ctx, work))
+        self.fold(configmaps.clear_on_version_change(ctx, work))
+        if work.stale_config or work.config_updates != self.inputs.config_updates:
             self.kept = {}  # a config edit may send any node back: select every node again
-        self.kept = {n: v for n, v in self.kept.items() if n not in decided.work.states}
+        self.kept = {n: v for n, v in self.kept.items() if n not in work.states}
+        tidied: dict[str, NodeState] = {}
         for node in self.rollout.matched:
-            tidied = None if node.name in self.kept else select.tidy(ctx, node)
-            if tidied is not None:
-                decided.work.states[node.name] = tidied
+            found = None if node.name in self.kept else select.tidy(ctx, work, node)
+            if found is not None:
+                tidied[node.name] = found
                 self.noisy.add(node.name)
-        selection = select.select(ctx, self.rollout, self.kept, self.closed_gates)
-        decided.merge(selection.decided)
+        self.fold(Step(changes=WorkChanges(states=tidied)))
+        selection = select.select(ctx, work, self.rollout, self.kept, self.closed_gates)
+        self.fold(selection.decided)
         return selection
 
     def advance_nodes(
@@ -228,7 +241,7 @@ class _ShareRun:
     ) -> tuple[dict[str, str], dict[str, NodeVerdict]]:
         """Advance each running node and report its status; returns the node statuses and the
         kept verdicts that held for the whole share."""
-        ctx, rollout = self.ctx, self.rollout
+        ctx, work, rollout = self.ctx, self.work, self.rollout
         node_statuses: dict[str, str] = {}
         reused: dict[str, NodeVerdict] = {}
         switched_off = blockers.SwitchedOff(rollout.paused, rollout.disabled)
@@ -239,7 +252,7 @@ class _ShareRun:
                 node_statuses[node.name] = reused.setdefault(node.name, verdict).node_status
                 continue
             blocked = selection.blocked(node.name)
-            complete = self.decided.complete[(ctx.name, node.name)]
+            complete = selection.nodes[node.name].done
             off = switched_off.check(node)
             gate = min(self.closed_gates, default=None)
             if running and gate is not None and not complete:
@@ -250,37 +263,38 @@ class _ShareRun:
             elif running and not (off or blocked):
                 if node.ready and not complete:
                     # Advancing only ever starts stages, so the node stays incomplete.
-                    self.take(advance(ctx, node, selection.work[node.name]), node.name)
+                    work_on = selection.work[node.name]
+                    self.take(advance(ctx, work, node, work_on), node.name)
             elif running and off and not complete:
                 self.decided.wait(ctx.name, node.name, (off,))
                 self.noisy.add(node.name)
             node_statuses[node.name], finished = report.finish(
-                ctx, rollout, node, running=running, blocked=blocked
+                ctx, work, rollout, node, complete=complete, running=running, blocked=blocked
             )
             self.take(finished, node.name)
         return node_statuses, reused
 
 
-def _release_unselected(ctx: SkyhookContext, rollout: prepare.Rollout) -> Decision:
+def _release_unselected(ctx: SkyhookContext, work: SkyhookWork, rollout: prepare.Rollout) -> Step:
     """Nodes that left the selector get back a cordon we hold."""
-    decided = Decision()
+    decided = Step()
     matched = {n.name for n in rollout.matched}
     for node in ctx.index.snap.nodes:
         if node.name not in matched:
-            released = report.release_unselected(ctx, node)
+            released = report.release_unselected(ctx, work, node)
             if released is not None:
                 decided.merge(released)
     return decided
 
 
 def _mirror(
-    ctx: SkyhookContext, rollout: prepare.Rollout, reused: Mapping[str, NodeVerdict]
+    work: SkyhookWork, rollout: prepare.Rollout, reused: Mapping[str, NodeVerdict]
 ) -> dict[str, Mapping[str, Any]]:
     """The status's nodeState: each node's entries, taken over from its verdict when kept."""
     node_state: dict[str, Mapping[str, Any]] = {}
     for node in rollout.matched:
         verdict = reused.get(node.name)
-        entries = verdict.mirror if verdict is not None else report.mirrored(ctx.state(node))
+        entries = verdict.mirror if verdict is not None else report.mirrored(work.state(node))
         if entries is not None:
             node_state[node.name] = entries
     return node_state
@@ -343,11 +357,12 @@ def _written(decision: Decision) -> set[str]:
     return found | decision.starting | decision.releasing
 
 
-def _touched(ctx: SkyhookContext, decision: Decision, node: str | None = None) -> set[str]:
-    """The nodes `decision` does something to; all of `node`'s share when it decides anything
+def _touched(work: SkyhookWork, step: Step, node: str | None = None) -> set[str]:
+    """The nodes `step` does something to; all of `node`'s share when it decides anything
     beyond restating the node's state (a timer, an event, a wait)."""
+    decision, nodes = step.out, work.ctx.index.nodes
     found = _written(decision)
-    found |= {n for n, s in decision.work.states.items() if s != ctx.state(ctx.index.nodes[n])}
+    found |= {n for n, s in step.changes.states.items() if s != work.state(nodes[n])}
     found |= {n for _, n in decision.waiting}
     if node is not None and (found or decision.requeue_after is not None or decision.events):
         found.add(node)

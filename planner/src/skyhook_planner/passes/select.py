@@ -15,9 +15,9 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, NodeVerdict
 from skyhook_planner.passes.prepare import Rollout
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import blockers, health, ordering, stages
 from skyhook_schemas.nodestate import (
     UNINSTALL_CYCLE,
@@ -27,12 +27,12 @@ from skyhook_schemas.nodestate import (
 SELECTION_BLOCKERS = frozenset({waiting.STATE, waiting.IGNORED, waiting.TAINTS, waiting.IMAGE})
 
 
-def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
+def tidy(ctx: SkyhookContext, work: SkyhookWork, node: NodeView) -> NodeState | None:
     """The node's state with same-version entries spelled differently re-keyed, entries whose
     uninstall cycle is over dropped (rules/stages.py), and a note why no candidate image
     matches (dropped once one does); None when nothing changes. What ran is recorded when a
     stage starts (advance.py)."""
-    state = before = ctx.state(node)
+    state = before = work.state(node)
     packages = ctx.spec.packages
     if not all(
         e.name in packages
@@ -40,9 +40,9 @@ def tidy(ctx: SkyhookContext, node: NodeView) -> NodeState | None:
         and e.stage not in UNINSTALL_CYCLE
         for e in state.packages.values()
     ):
-        entries = ctx.entries(node)
+        entries = work.entries(node)
         changed = False
-        renames = stages.node_work(packages, entries, ctx.config_updates).renames
+        renames = stages.node_work(packages, entries, work.config_updates).renames
         for old, new in renames.items():
             entry = entries.pop(old)
             if new not in entries:
@@ -78,7 +78,7 @@ class Selection:
     nodes: Mapping[str, NodeSelection]
     occupied: tuple[NodeView, ...]  # in progress: holding a budget slot
     candidates: tuple[NodeView, ...]  # may start if admitted
-    decided: Decision
+    decided: Step
 
     @cached_property
     def work(self) -> dict[str, stages.NodeWork]:
@@ -102,6 +102,7 @@ class Selection:
 
 def select(
     ctx: SkyhookContext,
+    work: SkyhookWork,
     rollout: Rollout,
     kept: Mapping[str, NodeVerdict] | None = None,
     closed_gates: frozenset[str] = frozenset(),
@@ -120,7 +121,7 @@ def select(
         blockers.EarlierSkyhooks.of(
             ordering.skyhook_order(index.snap.skyhooks),
             ctx.name,
-            lambda other, node: ctx.complete(other, node, default=True),
+            lambda other, node: ctx.earlier.is_complete(other, node) is not False,
             closed_gates,
         ),
     )
@@ -128,14 +129,14 @@ def select(
     nodes: dict[str, NodeSelection] = {}
     occupied: list[NodeView] = []
     candidates: list[NodeView] = []
-    decided = Decision()
-    complete = decided.complete
+    decided = Step()
+    complete = decided.out.complete
     for node in rollout.matched:
         verdict = kept.get(node.name)
         found = nodes[node.name] = (
             verdict.selected
             if verdict is not None
-            else _select_node(ctx, node, selection_blockers, readiness, gate)
+            else _select_node(ctx, work, node, selection_blockers, readiness, gate=gate)
         )
         complete[(ctx.name, node.name)] = found.done
         if found.reasons and not found.done:
@@ -149,15 +150,17 @@ def select(
 
 def _select_node(
     ctx: SkyhookContext,
+    work: SkyhookWork,
     node: NodeView,
     selection_blockers: Sequence[blockers.Blocker],
     readiness: Sequence[blockers.Blocker],
+    *,
     gate: HealthGate | None,
 ) -> NodeSelection:
-    state = ctx.state(node)
+    state = work.state(node)
     node_packages = ctx.node_packages(node)
     node_work = stages.node_work(
-        node_packages.packages, state.packages, ctx.config_updates, ctx.reselected(node)
+        node_packages.packages, state.packages, work.config_updates, work.reselected(node)
     )
     done = node_work.complete and not state.error
     found = blockers.reasons(selection_blockers, node)
@@ -166,7 +169,7 @@ def _select_node(
     if node_packages.unmatched:
         listed = ", ".join(f"{p} ({why})" for p, why in sorted(node_packages.unmatched.items()))
         found = (*found, Reason(waiting.IMAGE, f"no compatible image for {listed}"))
-    check = ctx.check_pod(node.name)
+    check = work.check_pod(node.name)
     if done and health.awaits(gate, node, state, check):
         # Past its interrupt but not healthy: it keeps its cordon and its slot, not complete.
         assert gate is not None
@@ -174,9 +177,9 @@ def _select_node(
         return NodeSelection(node_work, False, (held, *found), OCCUPIED, failed=False)
     if done:
         return NodeSelection(node_work, done, found, slot="", failed=False)
-    failed = ctx.failed_for_good(state)
+    failed = work.failed_for_good(state)
     slot = ""
-    if state.holds_slot or ctx.ours_on(node.name):
+    if state.holds_slot or work.ours_on(node.name):
         slot = OCCUPIED
     elif not found:
         found = blockers.reasons(readiness, node, first_only=True)

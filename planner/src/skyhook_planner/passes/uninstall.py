@@ -19,8 +19,8 @@ from skyhook_planner.model import status as statuses
 from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_planner.model.spec import Uninstall
 from skyhook_planner.passes.context import PassIndex, SkyhookContext
-from skyhook_planner.passes.decision import Decision
 from skyhook_planner.passes.prepare import Rollout
+from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import stages
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import ERRORING
@@ -56,15 +56,15 @@ def for_deletion(rollout: Rollout) -> Rollout:
     return replace(rollout, spec=replace(rollout.spec, packages=packages))
 
 
-def report(ctx: SkyhookContext, rollout: Rollout) -> Decision:
+def report(ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout) -> Step:
     """The uninstall conditions, and a Warning Event when deletion becomes blocked."""
-    decided = Decision()
-    decided.work.conditions += conditions(ctx, rollout)
+    decided = Step()
+    decided.changes.conditions += conditions(ctx, work, rollout)
     if ctx.scr.deleting:
-        blocked = _deletion_blocked(ctx, rollout)
+        blocked = _deletion_blocked(ctx, work, rollout)
         if blocked is not None:
             reason, message, event = blocked
-            decided.work.conditions.append(
+            decided.changes.conditions.append(
                 statuses.condition(
                     keys.CONDITION_DELETION_BLOCKED,
                     True,
@@ -80,9 +80,11 @@ def report(ctx: SkyhookContext, rollout: Rollout) -> Decision:
     return decided
 
 
-def _deletion_blocked(ctx: SkyhookContext, rollout: Rollout) -> tuple[str, str, str] | None:
+def _deletion_blocked(
+    ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout
+) -> tuple[str, str, str] | None:
     """(reason, condition message, event message) while a deletion cannot go on by itself."""
-    states = [ctx.state(node) for node in rollout.matched]
+    states = [work.state(node) for node in rollout.matched]
     if any(s.error for s in states):
         return (
             "MalformedNodeState",
@@ -109,10 +111,10 @@ def _deletion_blocked(ctx: SkyhookContext, rollout: Rollout) -> tuple[str, str, 
     return None
 
 
-def conditions(ctx: SkyhookContext, rollout: Rollout) -> list[dict[str, Any]]:
+def conditions(ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout) -> list[dict[str, Any]]:
     """UninstallInProgress, UninstallFailed and Blocked, each only when it holds."""
     packages = rollout.spec.packages
-    states = [ctx.state(node) for node in rollout.matched]
+    states = [work.state(node) for node in rollout.matched]
     readable = [s for s in states if not s.error]
     cycling: set[str] = set()  # packages in their uninstall cycle on some node
     failing = False
@@ -162,7 +164,7 @@ def conditions(ctx: SkyhookContext, rollout: Rollout) -> list[dict[str, Any]]:
         if not (package.depends_on.keys() & (cycling | gone)):
             continue  # no dependency of it is going: nothing to say, whatever its state
         if package.uninstalling or all(
-            stages.is_complete(package, s.packages, ctx.config_updates) for s in readable
+            stages.is_complete(package, s.packages, work.config_updates) for s in readable
         ):
             continue
         for dep in sorted(package.depends_on):
