@@ -11,8 +11,11 @@ behind the releases queued before it.
 
 The cluster holds the whole state: node annotations (nodeState, status, cordon), pods and
 ConfigMaps, so a restarted operator resumes exactly where the last one stopped. What one pass
-keeps for the next (passes/memory.py) only spares work: a pass without it plans the same. Every step returns a `Decision` (passes/decision.py) that its caller merges; the
-steps of one Skyhook's share are in passes/rollout.py, in the order they run.
+keeps for the next (passes/memory.py) only spares work: a pass without it plans the same.
+Every step returns its output for the plan, a `Decision` (passes/decision.py), that its caller
+merges; the steps of one Skyhook's share are in passes/rollout.py, in the order they run, each
+reading the Skyhook's working state handed to it (passes/work.py) and what the Skyhooks before
+it decided (passes/earlier.py).
 
 Invariants (hypothesis, planner/tests): a Skyhook never has more nodes in progress than its
 budget; stages on a node only ever follow the legal order; a package never starts before its

@@ -3,7 +3,9 @@ passes/rollout.py). Pure: the same snapshot always gives the same plan.
 
 The pass asks each step for its `Decision` (auto-taint, each Skyhook's share or cleanup, the
 runtime-required taint), merges them in order, and turns the result into the ordered actions
-of a `Plan`.
+of a `Plan`. Between Skyhooks it folds each one's decision into `Earlier` (passes/earlier.py),
+the value the next Skyhook reads of what came before; each share's memory for the next pass
+(passes/memory.py) is collected apart from the plan output.
 """
 
 from __future__ import annotations
