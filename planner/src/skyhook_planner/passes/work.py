@@ -94,26 +94,41 @@ class SkyhookWork:
 
     def __init__(self, ctx: SkyhookContext, config_updates: dict[str, list[str]]) -> None:
         self.ctx = ctx
-        self.states: dict[str, NodeState] = {}
-        self.config_updates = config_updates
-        self.stale_config: set[str] = set()
-        self.conditions: list[dict[str, Any]] = []
-        self.picked: dict[str, str] = {}  # nodes first picked now: pick time
-        self.drains: dict[str, Drain] = {}  # nodes whose drain is held this pass
+        self._made = WorkChanges(config_updates=config_updates)  # every step's, folded in
         self.deleted: set[PodKey] = set()  # pods this Skyhook's steps deleted
         self._orders: dict[str, int] | None = None
 
     def take(self, step: Step) -> None:
         """Fold in a step's changes, and the pods it deleted."""
-        changes = step.changes
-        self.states.update(changes.states)
-        self.picked.update(changes.picked)
-        self.drains.update(changes.drains)
-        if changes.config_updates is not None:
-            self.config_updates = changes.config_updates
-        self.stale_config |= changes.stale_config
-        self.conditions += changes.conditions
+        self._made.merge(step.changes)
         self.deleted |= step.out.deleted
+
+    @property
+    def states(self) -> dict[str, NodeState]:
+        return self._made.states
+
+    @property
+    def config_updates(self) -> dict[str, list[str]]:
+        assert self._made.config_updates is not None  # set at the start, replaced since
+        return self._made.config_updates
+
+    @property
+    def stale_config(self) -> set[str]:
+        return self._made.stale_config
+
+    @property
+    def conditions(self) -> list[dict[str, Any]]:
+        return self._made.conditions
+
+    @property
+    def picked(self) -> dict[str, str]:
+        """Nodes first picked now: pick time."""
+        return self._made.picked
+
+    @property
+    def drains(self) -> dict[str, Drain]:
+        """Nodes whose drain is held this pass."""
+        return self._made.drains
 
     # --- this Skyhook's state on nodes ------------------------------------------------------
 
