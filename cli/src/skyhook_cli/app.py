@@ -21,12 +21,6 @@ from skyhook_cli.patterns import quote
 F = TypeVar("F", bound=Callable[..., Any])
 FLAGS_KEY = "skyhook_cli.flags"
 DEFAULT_NAMESPACE = "skyhook"
-UNSUPPORTED = {
-    "cluster": "select a context that names the cluster with --context",
-    "user": "select a context that names the user with --context",
-    "username": "basic authentication was removed from Kubernetes in 1.19; use --token",
-    "password": "basic authentication was removed from Kubernetes in 1.19; use --token",
-}
 
 
 class CliError(Exception):
@@ -97,9 +91,6 @@ def current_app() -> App:
     """The App of the running command; validates the global flags first."""
     ctx = click.get_current_context()
     given: dict[str, Any] = ctx.find_root().meta.get(FLAGS_KEY, {})
-    for name, hint in UNSUPPORTED.items():
-        if given.get(name) is not None:
-            raise CliError(f"--{name} is not supported by this plugin: {hint}")
     fmt = str(given.get("output", "table")).lower()
     if fmt not in output.FORMATS:
         raise CliError(f"invalid output format {quote(fmt)}")
@@ -107,8 +98,12 @@ def current_app() -> App:
     connection = ConnectionFlags(
         kubeconfig=given.get("kubeconfig"),
         context=given.get("context"),
+        cluster=given.get("cluster"),
+        user=given.get("user"),
         server=given.get("server"),
         token=given.get("token"),
+        username=given.get("username"),
+        password=given.get("password"),
         certificate_authority=given.get("certificate_authority"),
         client_certificate=given.get("client_certificate"),
         client_key=given.get("client_key"),
@@ -118,6 +113,7 @@ def current_app() -> App:
         impersonate_groups=tuple(given.get("as_group", ())),
         impersonate_uid=given.get("as_uid"),
         request_timeout=str(given.get("request_timeout", "0")),
+        disable_compression=bool(given.get("disable_compression")),
     )
     return App(
         connection,
@@ -141,8 +137,8 @@ def _flag(*names: str, **attrs: Any) -> Callable[[F], F]:
 GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
     _flag("--kubeconfig", help="Path to the kubeconfig file to use for CLI requests."),
     _flag("--context", help="The name of the kubeconfig context to use."),
-    _flag("--cluster", help="Not supported: use --context."),
-    _flag("--user", help="Not supported: use --context."),
+    _flag("--cluster", help="The name of the kubeconfig cluster to use."),
+    _flag("--user", help="The name of the kubeconfig user to use."),
     _flag("-s", "--server", help="The address and port of the Kubernetes API server."),
     _flag("--token", help="Bearer token for authentication to the API server."),
     _flag("--certificate-authority", help="Path to a cert file for the certificate authority."),
@@ -166,10 +162,10 @@ GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
     _flag(
         "--disable-compression",
         is_flag=True,
-        help="Accepted for kubectl compatibility; responses are not compressed.",
+        help="If true, opt-out of response compression for all requests to the server.",
     ),
-    _flag("--username", help="Not supported: use --token."),
-    _flag("--password", help="Not supported: use --token."),
+    _flag("--username", help="Username for basic authentication to the API server."),
+    _flag("--password", help="Password for basic authentication to the API server."),
     _flag("-n", "--namespace", help="The operator's namespace (default skyhook)."),
     _flag("-o", "--output", default="table", help="Output format. One of: table|json|yaml|wide"),
     _flag("-v", "--verbose", is_flag=True, help="Enable verbose output"),

@@ -17,6 +17,11 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import (
+    KUBE_CONFIG_DEFAULT_LOCATION,
+    KubeConfigLoader,
+    KubeConfigMerger,
+)
 
 from skyhook_cli.patterns import quote as _q
 from skyhook_schemas import keys
@@ -33,8 +38,12 @@ class ConnectionFlags:
 
     kubeconfig: str | None = None
     context: str | None = None
+    cluster: str | None = None
+    user: str | None = None
     server: str | None = None
     token: str | None = None
+    username: str | None = None
+    password: str | None = None
     certificate_authority: str | None = None
     client_certificate: str | None = None
     client_key: str | None = None
@@ -44,6 +53,7 @@ class ConnectionFlags:
     impersonate_groups: tuple[str, ...] = ()
     impersonate_uid: str | None = None
     request_timeout: str = "0"
+    disable_compression: bool = False
 
 
 def parse_duration(text: str) -> float:
@@ -62,17 +72,20 @@ def connect(flags: ConnectionFlags) -> Kube:
         if flags.kubeconfig is None and not flags.server and _in_cluster():
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(
-                config_file=flags.kubeconfig,
-                context=flags.context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
+            _load_kubeconfig(flags, configuration)
     except (ConfigException, OSError, TypeError, KeyError) as error:
         if not flags.server:
             raise KubeError(str(error) or type(error).__name__) from None
     _override(configuration, flags)
     headers = {}
+    if flags.username is not None or flags.password is not None:
+        if flags.token:
+            raise KubeError("--username and --password cannot be given with --token")
+        configuration.api_key = {}  # basic authentication replaces the kubeconfig's token
+        basic = f"{flags.username or ''}:{flags.password or ''}"
+        headers["Authorization"] = urllib3.util.make_headers(basic_auth=basic)["authorization"]
+    if not flags.disable_compression:
+        headers["Accept-Encoding"] = "gzip"  # as kubectl asks; urllib3 decodes the answer
     if flags.impersonate:
         headers["Impersonate-User"] = flags.impersonate
     if flags.impersonate_uid:
@@ -88,6 +101,25 @@ def connect(flags: ConnectionFlags) -> Kube:
     except ValueError as error:
         raise KubeError(str(error)) from None
     return Kube(api_client, timeout or None)
+
+
+def _load_kubeconfig(flags: ConnectionFlags, configuration: client.Configuration) -> None:
+    """The kubeconfig as kubectl reads it: the files of --kubeconfig (or $KUBECONFIG) merged,
+    the context of --context (or the current one), with --cluster and --user replacing the
+    context's cluster and user."""
+    merged = KubeConfigMerger(flags.kubeconfig or KUBE_CONFIG_DEFAULT_LOCATION).config
+    if merged is None:
+        raise ConfigException("Invalid kube-config file. No configuration found.")
+    name = flags.context or merged.safe_get("current-context")
+    if not name:
+        raise ConfigException("no context chosen: the kubeconfig has no current-context")
+    context = merged["contexts"].get_with_name(name)["context"]
+    for key, chosen in (("cluster", flags.cluster), ("user", flags.user)):
+        if chosen:
+            merged[f"{key}s"].get_with_name(chosen)  # names the one the kubeconfig lacks
+            context.value[key] = chosen
+    loader = KubeConfigLoader(config_dict=merged, active_context=name, config_base_path=None)
+    loader.load_and_set(configuration)
 
 
 def _in_cluster() -> bool:

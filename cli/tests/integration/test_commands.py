@@ -7,6 +7,8 @@ and listings only ever see its own.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -763,3 +765,42 @@ def test_package_status_shows_the_image_selected_for_each_node(
         "ghcr.io/x/aa:1.0.0-ubuntu22",
         "compatibilities[0] (Ubuntu 22.04)",
     )
+
+
+def test_cluster_and_user_flags_pick_from_the_kubeconfig(
+    *,
+    sandbox: Any,
+    tmp_path: Any,
+    core: client.CoreV1Api,
+    nodes: Callable[[int], list[str]],
+    label: str,
+) -> None:
+    """A kubeconfig whose current context names an unreachable cluster and an unknown user:
+    --cluster and --user pick the sandbox's, as kubectl does; answers come compressed or,
+    with --disable-compression, not."""
+    (node,) = nodes(1)
+    state = node_state(aa=("1.0.0", "config", "complete"))
+    annotate(core, node, {keys.node_state_key(label): state})
+    config = yaml.safe_load(sandbox.kubeconfig.read_text())
+    (real,) = config["clusters"]
+    (admin,) = config["users"]
+    config["clusters"].append({"name": "gone", "cluster": {"server": "https://127.0.0.1:9"}})
+    config["users"].append({"name": "nobody", "user": {"token": "not-a-token"}})
+    config["contexts"] = [{"name": "stale", "context": {"cluster": "gone", "user": "nobody"}}]
+    config["current-context"] = "stale"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "skyhook_cli", "--kubeconfig", str(path), *flags]
+        command += ["node", "list", "--skyhook", label]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    unreachable = run()
+    assert unreachable.returncode == 1 and "127.0.0.1" in unreachable.stderr
+    refused = run("--cluster", real["name"])
+    assert refused.returncode == 1 and "Unauthorized" in refused.stderr, refused.stderr
+    for extra in ((), ("--disable-compression",)):
+        found = run("--cluster", real["name"], "--user", admin["name"], *extra)
+        assert found.returncode == 0, found.stderr
+        assert f"{node}  complete  1/1" in found.stdout, found.stdout

@@ -68,9 +68,21 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> Non
             id="output",
         ),
         pytest.param(
-            ["node", "list", "--skyhook", "s", "--cluster", "c"],
-            "--cluster is not supported",
-            id="cluster",
+            [
+                "node",
+                "list",
+                "--skyhook",
+                "s",
+                "-s",
+                "https://x",
+                "--token",
+                "t",
+                "--username",
+                "u",
+            ],
+            "initializing kubernetes client: --username and --password cannot be given with "
+            "--token",
+            id="basic-and-token",
         ),
         pytest.param(
             ["package", "logs", "p", "--skyhook", "s", "--stage", "uninstall"],
