@@ -187,7 +187,10 @@ def test_a_node_whose_retry_succeeds_is_not_a_failed_node() -> None:
     d = _driver(4)
     d.sim.add_policy(
         "p",
-        _policy({"budget": {"percent": 100}, "strategy": {"linear": {"failureThreshold": 1}}}),
+        _policy(
+            {"budget": {"percent": 100}, "strategy": {"linear": {"failureThreshold": 1}}},
+            resetBatchStateOnCompletion=False,  # the batch state is read after completion
+        ),
     )
     d.sim.add_skyhook("scr", {**SEL, "deploymentPolicy": "p", "packages": {"pkg": package()}})
     first = sorted(d.sim.nodes)[0]

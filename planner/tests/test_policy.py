@@ -380,7 +380,7 @@ def test_batch_state_round_trips_with_upstream_keys() -> None:
 @pytest.mark.parametrize(
     ("skyhook", "policy", "expected"),
     [
-        pytest.param(None, None, False, id="neither-set"),
+        pytest.param(None, None, True, id="neither-set-resets-as-documented"),
         pytest.param(None, True, True, id="policy"),
         pytest.param(False, True, False, id="skyhook-overrides"),
         pytest.param(True, None, True, id="skyhook"),

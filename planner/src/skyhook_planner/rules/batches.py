@@ -145,10 +145,11 @@ def evaluate(
 
 def reset_enabled(skyhook_option: bool | None, policy: Policy) -> bool:
     """Do completion and version changes reset batch state? The Skyhook's
-    deploymentPolicyOptions.resetBatchStateOnCompletion, else the policy's, else no."""
+    deploymentPolicyOptions.resetBatchStateOnCompletion, else the policy's, else yes (as
+    upstream documents it)."""
     if skyhook_option is not None:
         return skyhook_option
-    return bool(policy.reset_batch_state)
+    return policy.reset_batch_state is not False
 
 
 # --- one pass over one compartment --------------------------------------------------------------
