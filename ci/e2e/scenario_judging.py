@@ -378,17 +378,30 @@ def node_priority_problems(recording: Recording, count: int) -> list[str]:
     return problems
 
 
-def leftover_problems(name: str, nodes: Sequence[Obj], objects: Sequence[Obj]) -> list[str]:
-    """What the deleted Skyhook left on nodes, or as pods/ConfigMaps; empty when clean."""
+def leftover_problems(
+    name: str, nodes: Sequence[Obj], objects: Sequence[Obj], kept: Sequence[str] = ()
+) -> list[str]:
+    """What the deleted Skyhook left on nodes, or as pods/ConfigMaps; empty when clean. With
+    `kept`, each node's nodeState (and the version that wrote it) stays and lists exactly those
+    packages: they are still installed."""
     problems = []
+    record = {f"{GROUP}/nodeState_{name}", f"{GROUP}/version_{name}"} if kept else set()
     for node in nodes:
         meta = node["metadata"]
         for kind in ("annotations", "labels"):
             problems += [
                 f"{meta['name']}: {kind[:-1]} {key} left"
                 for key in (meta.get(kind) or {})
-                if key.startswith(f"{GROUP}/") and key.endswith(f"_{name}")
+                if key.startswith(f"{GROUP}/")
+                and key.endswith(f"_{name}")
+                and (kind == "labels" or key not in record)
             ]
+        if kept:
+            listed = sorted(
+                json.loads((meta.get("annotations") or {}).get(f"{GROUP}/nodeState_{name}", "{}"))
+            )
+            if listed != sorted(kept):
+                problems.append(f"{meta['name']}: nodeState lists {listed}, not {sorted(kept)}")
         problems += [
             f"{meta['name']}: condition {condition['type']} left"
             for condition in (node.get("status") or {}).get("conditions") or []

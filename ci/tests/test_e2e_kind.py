@@ -283,6 +283,19 @@ def test_clean_nodes_pass_and_leftovers_are_named() -> None:
     )
 
 
+def test_the_record_of_packages_still_installed_may_stay_and_must_be_exact() -> None:
+    installed = node("w1", state={"tuning|1.1.0": entry("config", "complete")})
+    installed["metadata"]["annotations"]["skyhook.nvidia.com/version_demo"] = "v0.1.0"
+    installed["metadata"]["labels"].pop(STATUS_KEY, None)  # the status goes with the Skyhook
+    assert scenarios.leftover_problems("demo", [installed], [], kept=["tuning|1.1.0"]) == []
+    assert scenarios.leftover_problems("demo", [installed], [], kept=["other|1.0.0"]) == [
+        "w1: nodeState lists ['tuning|1.1.0'], not ['other|1.0.0']"
+    ]
+    assert scenarios.leftover_problems("demo", [node("w2")], [], kept=["tuning|1.1.0"]) == [
+        "w2: nodeState lists [], not ['tuning|1.1.0']"
+    ]
+
+
 def pod(node_name: str, stage: str) -> dict[str, Any]:
     package = json.dumps({"name": "hello", "version": "1.1.1", "stage": stage})
     return {

@@ -389,8 +389,10 @@ def test_deleting_a_skyhook_cleans_up() -> None:
     assert "scr" not in d.sim.skyhooks
     assert d.sim.pods == {}
     assert d.sim.configmaps == {}
+    kept = {keys.node_state_key("scr"), keys.version_key("scr")}  # the package is still there
     for node in d.sim.nodes.values():
-        assert not [k for k in node["metadata"]["annotations"] if k.endswith("_scr")]
+        annotations = node["metadata"]["annotations"]
+        assert {k for k in annotations if k.endswith("_scr")} == kept
         assert not [k for k in node["metadata"]["labels"] if k.endswith("_scr")]
         assert not node["spec"].get("unschedulable")
         assert not [c for c in node["status"]["conditions"] if "/scr/" in c["type"]]

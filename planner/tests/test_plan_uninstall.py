@@ -396,8 +396,17 @@ def test_deletion_uninstalls_enabled_packages_first_within_the_budget() -> None:
         ("node-0001", "tuning|1.0.0", "uninstall"),
     ]
     assert "scr" not in d.sim.skyhooks  # the finalizer went once every node was uninstalled
-    for node in d.sim.nodes.values():
-        assert keys.node_state_key("scr") not in node["metadata"]["annotations"]
+    for name in d.sim.nodes:
+        # What is still on the host stays recorded: a Skyhook created again under the name
+        # installs the uninstalled package again and leaves the other alone.
+        assert d.entries("scr", name) == {"plain|1.0.0": ("config", "complete")}
+    d.sim.add_skyhook("scr", {**SEL, **spec})
+    before = len(d.sim.created_pods)
+    d.run()
+    assert {(node, package) for node, package, _ in runs_since(d, before)} == {
+        ("node-0000", "tuning|1.0.0"),
+        ("node-0001", "tuning|1.0.0"),
+    }
 
 
 def test_deletion_without_enabled_packages_cleans_up_at_once() -> None:

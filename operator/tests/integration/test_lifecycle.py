@@ -4,6 +4,7 @@ on simulated nodes (the real agent where host files matter, the agentless image 
 
 from __future__ import annotations
 
+import json
 from importlib import metadata
 from pathlib import Path
 
@@ -137,7 +138,12 @@ def test_removed_package_is_left_installed(cluster: Cluster) -> None:
     assert added == []
 
 
-def test_deleting_the_skyhook_mid_rollout_leaves_nodes_clean(cluster: Cluster) -> None:
+def test_deleting_the_skyhook_mid_rollout_leaves_nodes_clean_but_for_their_record(
+    cluster: Cluster,
+) -> None:
+    """The package's uninstall is not enabled, so what it did stays on the hosts, and so does
+    the nodeState recording it (with the version key): a Skyhook created again under the name
+    resumes from it rather than running the package again from the start."""
     nodes = cluster.add_nodes(2)
     slow = agentless(
         "1.0.0",
@@ -158,12 +164,16 @@ def test_deleting_the_skyhook_mid_rollout_leaves_nodes_clean(cluster: Cluster) -
     for node in nodes:
         obj = cluster.node(node)
         meta = obj["metadata"]
+        record = {keys.node_state_key("deleted"), keys.version_key("deleted")}
         leftovers = [
             k
             for k in {**meta.get("annotations", {}), **meta["labels"]}
-            if k.startswith(keys.PREFIX) and k.endswith("_deleted")
+            if k.startswith(keys.PREFIX) and k.endswith("_deleted") and k not in record
         ]
         assert leftovers == [], f"{node} keeps {leftovers}"
+        recorded = meta.get("annotations", {}).get(keys.node_state_key("deleted"))
+        if recorded is not None:  # a node the rollout had reached
+            assert set(json.loads(recorded)) == {"pkg|1.0.0"}
         assert not obj["spec"].get("unschedulable"), f"{node} is still cordoned"
         conditions = [c["type"] for c in obj["status"].get("conditions", [])]
         assert not [c for c in conditions if c.startswith(f"{keys.GROUP}/deleted/")]

@@ -176,8 +176,12 @@ def cordoned_by(annotations: Mapping[str, str | None]) -> frozenset[str]:
 
 
 def removal(node: NodeView, scr: str) -> NodeChanges:
-    """The removal of every key this Skyhook keeps on `node` (when the Skyhook is deleted)."""
+    """The removal of the keys this Skyhook keeps on `node` (when the Skyhook is deleted), but
+    for the record of what is still installed: a nodeState that lists packages (those whose
+    uninstall is not enabled stay on the host) stays, with the version it was written by, so
+    the Skyhook created again under that name does not run them again."""
     changes = NodeChanges()
+    installed = _lists_packages(node.annotations.get(keys.node_state_key(scr)))
     for key in (
         keys.node_state_key(scr),
         keys.node_status_key(scr),
@@ -187,11 +191,21 @@ def removal(node: NodeView, scr: str) -> NodeChanges:
         keys.drain_start_key(scr),
         keys.drain_blocked_key(scr),
     ):
+        if installed and key in (keys.node_state_key(scr), keys.version_key(scr)):
+            continue
         if key in node.annotations:
             changes.annotations[key] = None
     if keys.node_status_key(scr) in node.labels:
         changes.labels[keys.node_status_key(scr)] = None
     return changes
+
+
+def _lists_packages(raw: str | None) -> bool:
+    """Whether a nodeState annotation reads as a record of at least one package."""
+    try:
+        return bool(decode_entries(raw))
+    except NodeStateError:
+        return False
 
 
 # --- node conditions ----------------------------------------------------------------------------
