@@ -93,14 +93,14 @@ def test_a_configmap_the_apiserver_refuses_is_reported_once_and_not_retried(
     assert condition(cluster) == found  # still reported, unchanged
 
 
-def test_a_spec_whose_stored_form_is_refused_touches_no_node_and_is_not_retried(
+def test_a_spec_the_crd_admits_and_the_operator_cannot_read_touches_no_node(
     cluster: Cluster,
 ) -> None:
-    """With the webhooks off, a package key of one letter passes the CRD, but the operator
-    stores the spec with each package's name filled in (with its finalizer, as upstream does),
-    and the CRD's pattern refuses a one-letter name. The finalizer patch is refused once and
-    said once, not sent every pass; the status names the field, and no node is touched until
-    the spec changes."""
+    """With the webhooks off, a package key of one letter passes the CRD, but not the
+    operator's reading of the spec (a package name has at least two characters). The finalizer
+    is a metadata-only write, so the apiserver takes it (it once rewrote the spec with the name
+    filled in, which the CRD's pattern refused, and was sent again every two seconds); the
+    status names the field, and no node is touched until the spec changes."""
     assert cluster.operator is not None
     cluster.operator.stop()
     cluster.operator = cluster.start_operator(ENABLE_WEBHOOKS="false")
@@ -112,26 +112,18 @@ def test_a_spec_whose_stored_form_is_refused_touches_no_node_and_is_not_retried(
     created = time.monotonic()
 
     invalid = wait_until(lambda: condition(cluster, name, SPEC_INVALID), 60, "SpecInvalid")
-    assert invalid["status"] == "True" and "spec.packages.t" in invalid["message"]
+    assert "spec.packages.t" in invalid["message"]
     time.sleep(max(0.0, created + WATCHED_S - time.monotonic()))
-    attempts = refused_applies(cluster.kube, "skyhooks", "PATCH") - before
-    print(f"{attempts} refused finalizer writes in {WATCHED_S:.0f} s")
-    assert 1 <= attempts <= 2, f"{attempts} refused finalizer writes in {WATCHED_S:.0f} s"
+    assert refused_applies(cluster.kube, "skyhooks", "PATCH") == before, "a write was refused"
     skyhook = cluster.get_skyhook(name)
     assert skyhook["status"]["status"] == "blocked"
-    assert keys.FINALIZER not in (skyhook["metadata"].get("finalizers") or [])
+    assert skyhook["metadata"]["finalizers"] == [keys.FINALIZER]
+    assert skyhook["metadata"]["generation"] == 1
     assert cluster.pods(name) == []
     annotations = cluster.node(node)["metadata"].get("annotations") or {}
     assert keys.node_state_key(name) not in annotations, "the node is not touched"
-    (event,) = refused_events(cluster.kube, name)
-    assert event["type"] == "Warning" and "spec.packages.t.name" in event["message"]
 
     cluster.patch_skyhook(name, {"spec": {"packages": {"t": None, "tools": package}}})
-    wait_until(
-        lambda: keys.FINALIZER in (cluster.get_skyhook(name)["metadata"].get("finalizers") or []),
-        60,
-        "the finalizer once the spec changed",
-    )
     wait_until(
         lambda: condition(cluster, name, SPEC_INVALID) is None, 60, "the SpecInvalid condition gone"
     )

@@ -99,7 +99,7 @@ def object_of(action: Action) -> ObjectKey | None:
         return ("ConfigMap", str(action.manifest["metadata"].get("namespace", "")), action.name)
     if isinstance(action, PatchNode):
         return ("Node", "", action.name)
-    if isinstance(action, AddFinalizer):  # with the spec in its normal form (model/spec.py)
+    if isinstance(action, AddFinalizer):
         return ("Skyhook", "", action.name)
     return None
 

@@ -44,7 +44,6 @@ from skyhook_planner.model.actions import (
     UpsertConfigMap,
 )
 from skyhook_planner.model.effects import finalizers_after, taints_after
-from skyhook_planner.model.spec import normalising_patch
 from skyhook_planner.model.vocabulary import Taint
 
 log = logging.getLogger(__name__)
@@ -207,17 +206,15 @@ class ApiVerbs:
                 raise
 
     async def add_finalizer(self, action: AddFinalizer) -> None:
-        # The first write to a new Skyhook also stores its spec in the form it is read in, as
-        # upstream's operator does: created without the mutating webhook, its generation
-        # becomes 2 here, which upstream's users and checks expect.
-        await self._edit_finalizers(action, normalise=True)
+        await self._edit_finalizers(action)
 
     async def remove_finalizer(self, action: RemoveFinalizer) -> None:
         await self._edit_finalizers(action)
 
-    async def _edit_finalizers(
-        self, action: AddFinalizer | RemoveFinalizer, *, normalise: bool = False
-    ) -> None:
+    async def _edit_finalizers(self, action: AddFinalizer | RemoveFinalizer) -> None:
+        """A metadata-only merge patch, preconditioned on the resourceVersion it was computed
+        from: the spec stays as written and the generation does not move (as upstream's
+        newest writes its finalizer)."""
         path = self._kube.skyhook_path(action.name)
         for attempt in range(_CONFLICT_RETRIES):
             try:
@@ -230,15 +227,12 @@ class ApiVerbs:
             wanted = finalizers_after(finalizers, action)
             if wanted == finalizers:
                 return
-            body: dict[str, Any] = {
+            body = {
                 "metadata": {
                     "finalizers": wanted,
                     "resourceVersion": current["metadata"]["resourceVersion"],
                 }
             }
-            spec = normalising_patch(current.get("spec") or {}) if normalise else None
-            if spec is not None:
-                body["spec"] = spec
             try:
                 self._store.skyhooks.wrote(
                     await self._kube.request("PATCH", path, body, MERGE_PATCH)

@@ -303,7 +303,7 @@ class WriteRefusal:
     Skyhook's status says so (passes/report.py)."""
 
     skyhook: str
-    kind: str  # ConfigMap, Pod, Node, Skyhook (its finalizer, with the spec in normal form)
+    kind: str  # ConfigMap, Pod, Node, Skyhook (its finalizer)
     namespace: str  # "" for a Node
     name: str
     message: str  # the apiserver's, naming the field

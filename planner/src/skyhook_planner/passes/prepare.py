@@ -138,8 +138,8 @@ def _finalizer_refused(index: PassIndex, scr: SkyhookView) -> str:
     if refusal is None:
         return ""
     return (
-        "the apiserver refused the spec in the form the operator stores it in, so its "
-        f"finalizer is not added and no node is touched until the spec changes: {refusal.message}"
+        "the apiserver refused the operator's finalizer, so no node is touched until the "
+        f"spec changes: {refusal.message}"
     )
 
 
