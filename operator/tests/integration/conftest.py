@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from skyhook_dev.harness import OperatorProcess, ensure_namespace, install_crd
-from skyhook_operator.kube.client import Kube, connect
+from skyhook_operator.kube.client import ApiError, Kube, connect
 from skyhook_sandbox.sandbox import Sandbox
 
 from .helpers import Cluster
@@ -82,3 +82,15 @@ def cluster(
     view.operator = start_operator()
     yield view
     view.cleanup()
+
+
+@pytest.fixture
+def policies(kube: Kube) -> Iterator[list[str]]:
+    """Names of policies the test creates; deleted at the end."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        try:
+            kube.request("DELETE", kube.policy_path(name))
+        except ApiError:
+            continue

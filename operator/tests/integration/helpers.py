@@ -269,3 +269,25 @@ def first_time(events: list[tuple[float, str, Json]], predicate: Callable[[Json]
         if predicate(obj):
             return at
     raise AssertionError("no recorded event matched")
+
+
+def create_policy(kube: Kube, name: str, spec: Mapping[str, Any]) -> None:
+    body = {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.POLICY_KIND,
+        "metadata": {"name": name},
+        "spec": dict(spec),
+    }
+    kube.request("POST", kube.policy_path(), body)
+
+
+def batch_status(cluster: Cluster, scr: str, compartment: str) -> dict[str, Any]:
+    statuses = cluster.get_skyhook(scr).get("status", {}).get("compartmentStatuses") or {}
+    return dict((statuses.get(compartment) or {}).get("batchState") or {})
+
+
+def ordered(cluster: Cluster, names: list[str]) -> list[str]:
+    """Nodes in the operator's order: oldest first, then by name."""
+    nodes = [cluster.node(n) for n in names]
+    nodes.sort(key=lambda n: (n["metadata"]["creationTimestamp"], n["metadata"]["name"]))
+    return [n["metadata"]["name"] for n in nodes]

@@ -5,7 +5,6 @@ refuses malformed policies."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -14,43 +13,9 @@ from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube
 from skyhook_schemas import keys
 
-from .helpers import SHELLSCRIPT, Cluster, agentless
+from .helpers import SHELLSCRIPT, Cluster, agentless, batch_status, create_policy, ordered
 
 ZONE = "skyhook.nvidia.com/test-zone"
-
-
-@pytest.fixture
-def policies(kube: Kube) -> Iterator[list[str]]:
-    """Names of policies the test creates; deleted at the end."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        try:
-            kube.request("DELETE", kube.policy_path(name))
-        except ApiError:
-            continue
-
-
-def create_policy(kube: Kube, name: str, spec: Mapping[str, Any]) -> None:
-    body = {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.POLICY_KIND,
-        "metadata": {"name": name},
-        "spec": dict(spec),
-    }
-    kube.request("POST", kube.policy_path(), body)
-
-
-def batch_status(cluster: Cluster, scr: str, compartment: str) -> dict[str, Any]:
-    statuses = cluster.get_skyhook(scr).get("status", {}).get("compartmentStatuses") or {}
-    return dict((statuses.get(compartment) or {}).get("batchState") or {})
-
-
-def ordered(cluster: Cluster, names: list[str]) -> list[str]:
-    """Nodes in the operator's order: oldest first, then by name."""
-    nodes = [cluster.node(n) for n in names]
-    nodes.sort(key=lambda n: (n["metadata"]["creationTimestamp"], n["metadata"]["name"]))
-    return [n["metadata"]["name"] for n in nodes]
 
 
 def test_compartments_follow_their_strategies_batch_by_batch(

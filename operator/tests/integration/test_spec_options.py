@@ -1,0 +1,271 @@
+"""Spec and policy options the planner's tests prove, here on the sandbox against the real
+operator, each read back from a watch that recorded every node and pod version:
+`matchExpressions` selectors, `serial`, `autoTaintNewNodes`, `resetBatchStateOnCompletion`,
+a `batchThreshold` below 100 and a topology of `oneDomainAtATime`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from skyhook_dev.harness import wait_until
+from skyhook_operator.kube.client import MERGE_PATCH
+from skyhook_schemas import keys
+
+from .helpers import (
+    SHELLSCRIPT,
+    TEST_LABEL,
+    Cluster,
+    Recording,
+    agentless,
+    batch_status,
+    create_policy,
+    ordered,
+)
+
+RUNTIME_TAINT = ("skyhook.nvidia.com", "NoSchedule")
+ZONE = "skyhook.nvidia.com/test-zone"
+
+
+def label_nodes(cluster: Cluster, labels: dict[str, dict[str, str]]) -> None:
+    for node, wanted in labels.items():
+        body = {"metadata": {"labels": wanted}}
+        cluster.kube.request("PATCH", cluster.kube.node_path(node), body, MERGE_PATCH)
+
+
+def running_pods(recording: Recording) -> Iterator[dict[str, list[str]]]:
+    """After each recorded pod version: per node, the stage pods whose steps have not all
+    ended yet (what holds the node's work)."""
+    pods: dict[str, dict[str, Any]] = {}
+    for _, kind, pod in recording.of("pod"):
+        name = pod["metadata"]["name"]
+        if kind == "DELETED":
+            pods.pop(name, None)
+        else:
+            pods[name] = pod
+        running: dict[str, list[str]] = {}
+        for current in pods.values():
+            if current["metadata"].get("deletionTimestamp"):
+                continue
+            statuses = current.get("status", {}).get("initContainerStatuses") or []
+            ended = len(statuses) == len(current["spec"]["initContainers"]) and all(
+                "terminated" in (s.get("state") or {}) for s in statuses
+            )
+            if not ended:
+                running.setdefault(current["spec"]["nodeName"], []).append(
+                    current["metadata"]["name"]
+                )
+        yield running
+
+
+def node_versions(recording: Recording, node: str) -> list[dict[str, Any]]:
+    return [obj for _, _, obj in recording.of("node") if obj["metadata"]["name"] == node]
+
+
+def in_progress_peaks(recording: Recording, scr: str, groups: Iterable[set[str]]) -> list[int]:
+    """For each group of nodes: the most of them in progress at once, by the status label."""
+    status: dict[str, bool] = {}
+    peaks = [0 for _ in groups]
+    groups = list(groups)
+    for _, _, obj in recording.of("node"):
+        labels = obj["metadata"].get("labels") or {}
+        status[obj["metadata"]["name"]] = labels.get(keys.node_status_key(scr)) == "in_progress"
+        for i, group in enumerate(groups):
+            peaks[i] = max(peaks[i], sum(status.get(n, False) for n in group))
+    return peaks
+
+
+def test_match_expressions_select_only_the_nodes_they_name(cluster: Cluster) -> None:
+    first, second, third = cluster.add_nodes(3)
+    label_nodes(cluster, {first: {ZONE: "a"}, second: {ZONE: "b"}, third: {ZONE: "c"}})
+    recording = cluster.record("expressions")
+    selector = {
+        "matchLabels": {TEST_LABEL: cluster.label},
+        "matchExpressions": [{"key": ZONE, "operator": "NotIn", "values": ["c"]}],
+    }
+    cluster.skyhook("expressions", {"pkg": agentless("1.0.0", sleep=0.5)}, nodeSelectors=selector)
+    cluster.wait_complete("expressions", timeout=120, nodes=[first, second])
+
+    ran_on = {pod["spec"]["nodeName"] for _, _, pod in recording.of("pod")}
+    assert ran_on == {first, second}
+    touched = [
+        obj
+        for obj in node_versions(recording, third)
+        if keys.node_state_key("expressions") in (obj["metadata"].get("annotations") or {})
+    ]
+    assert touched == [], "the node the expression leaves out is never touched"
+    assert cluster.get_skyhook("expressions")["status"]["completeNodes"] == "2/2"
+
+
+def test_serial_runs_one_stage_pod_at_a_time_on_each_node_and_every_node_goes_on(
+    cluster: Cluster,
+) -> None:
+    nodes = set(cluster.add_nodes(2))
+    recording = cluster.record("serial")
+    packages = {name: agentless("1.0.0", sleep=1) for name in ("one", "two", "three")}
+    cluster.skyhook("serial", packages, serial=True, interruptionBudget={"percent": 100})
+    cluster.wait_complete("serial", timeout=240)
+
+    snapshots = list(running_pods(recording))
+    crowded = [running for running in snapshots if any(len(p) > 1 for p in running.values())]
+    assert crowded == [], f"two stage pods at once on a node: {crowded[:1]}"
+    together = [running for running in snapshots if set(running) == nodes]
+    assert together, "both nodes had a stage pod running at the same time"
+    stages = {
+        (pod["spec"]["nodeName"], pod["metadata"]["name"]) for _, _, pod in recording.of("pod")
+    }
+    assert len(stages) >= 2 * 3 * 2, "every package's apply and config ran on both nodes"
+
+
+def test_auto_taint_new_nodes_holds_each_new_node_until_its_packages_are_done(
+    cluster: Cluster,
+) -> None:
+    (first,) = cluster.add_nodes(1)
+    recording = cluster.record("tainted")
+    cluster.skyhook(
+        "tainted",
+        {"pkg": agentless("1.0.0", sleep=1)},
+        runtimeRequired=True,
+        autoTaintNewNodes=True,
+    )
+    cluster.wait_complete("tainted", timeout=120)
+    (second,) = cluster.add_nodes(1)  # joins once the Skyhook is complete: it is new
+    cluster.wait_complete("tainted", timeout=120)
+
+    marker = keys.auto_taint_key(RUNTIME_TAINT[0])
+    for node in (first, second):
+        versions = [(t, o) for t, _, o in recording.of("node") if o["metadata"]["name"] == node]
+        tainted = [
+            any((t["key"], t["effect"]) == RUNTIME_TAINT for t in o["spec"].get("taints") or ())
+            for _, o in versions
+        ]
+        assert any(tainted), f"{node} was never tainted"
+        assert not tainted[-1], f"{node} is still tainted"
+        first_taint = tainted.index(True)
+        tainted_at, obj = versions[first_taint]
+        assert (obj["metadata"].get("annotations") or {}).get(marker) == "true"
+        pods = [t for t, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
+        assert pods and tainted_at < min(pods), f"{node} ran a stage pod before it was tainted"
+        untainted = tainted.index(False, first_taint)
+        labels = versions[untainted][1]["metadata"].get("labels") or {}
+        done = labels.get(keys.node_status_key("tainted"))
+        assert done == "complete", f"{node} lost its taint before it completed"
+
+
+def test_batch_state_resets_on_completion_unless_the_policy_says_not_to(
+    cluster: Cluster, policies: list[str]
+) -> None:
+    cluster.add_nodes(2)
+    name = cluster.label
+    policies.append(name)
+    strategy = {"fixed": {"initialBatch": 1}}
+    create_policy(
+        cluster.kube, name, {"default": {"budget": {"percent": 100}, "strategy": strategy}}
+    )
+    cluster.skyhook("batches", {"pkg": agentless("1.0.0", sleep=0.5)}, deploymentPolicy=name)
+    cluster.wait_complete("batches", timeout=120)
+    # Unset: reset once the rollout is complete, as upstream documents.
+    reset = wait_until(
+        lambda: (
+            (state := batch_status(cluster, "batches", keys.DEFAULT_COMPARTMENT)).get(
+                "completedNodes", 0
+            )
+            == 0
+            and state
+        ),
+        30,
+        "the batch state reset",
+    )
+    assert reset.get("currentBatch", 1) == 1
+
+    body = {"spec": {"resetBatchStateOnCompletion": False}}
+    cluster.kube.request("PATCH", cluster.kube.policy_path(name), body, MERGE_PATCH)
+    cluster.skyhook("batches", {"pkg": agentless("1.0.1", sleep=0.5)}, deploymentPolicy=name)
+    cluster.wait_complete("batches", timeout=120)
+    kept = batch_status(cluster, "batches", keys.DEFAULT_COMPARTMENT)
+    assert kept["completedNodes"] == 2, kept
+    assert kept["currentBatch"] > 1, kept
+
+
+def test_a_batch_threshold_below_100_lets_a_batch_with_a_failed_node_pass(
+    cluster: Cluster, policies: list[str]
+) -> None:
+    assert cluster.operator is not None
+    cluster.operator.stop()
+    # One attempt per stage: the failing node gives up at once.
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="0")
+    nodes = ordered(cluster, cluster.add_nodes(4))
+    marker = cluster.sandbox.host_root(nodes[0]) / "etc/skyhook-test-fail"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("fail\n")
+    package = {
+        "version": "1.0.0",
+        "image": SHELLSCRIPT,
+        "configMap": {
+            "apply.sh": "#!/bin/bash\ntest ! -e /etc/skyhook-test-fail\n",
+            "apply_check.sh": "#!/bin/bash\ntrue\n",
+        },
+    }
+    name = cluster.label
+    policies.append(name)
+    strategy = {"fixed": {"initialBatch": 2, "batchThreshold": 50, "failureThreshold": 1}}
+    create_policy(
+        cluster.kube,
+        name,
+        {
+            "default": {"budget": {"percent": 100}, "strategy": strategy},
+            "resetBatchStateOnCompletion": False,
+        },
+    )
+    cluster.skyhook("threshold", {"pkg": package}, deploymentPolicy=name)
+    wait_until(
+        lambda: all(
+            cluster.states("threshold")
+            .get(n, {})
+            .get(keys.package_key("pkg", "1.0.0"), {})
+            .get("state")
+            == "complete"
+            for n in nodes[1:]
+        ),
+        180,
+        "every node but the failing one complete",
+    )
+    state = batch_status(cluster, "threshold", keys.DEFAULT_COMPARTMENT)
+    # Half the first batch succeeded: with batchThreshold 50 it passed, so failureThreshold 1
+    # did not stop the compartment and the second batch ran.
+    assert not state.get("shouldStop"), state
+    assert state.get("consecutiveFailures", 0) == 0, state
+    assert state["failedNodes"] == 1, state
+
+
+def test_one_domain_at_a_time_never_works_on_two_zones_at_once(
+    cluster: Cluster, policies: list[str]
+) -> None:
+    nodes = cluster.add_nodes(4)
+    zones = {"a": set(nodes[:2]), "b": set(nodes[2:])}
+    label_nodes(cluster, {n: {ZONE: zone} for zone, members in zones.items() for n in members})
+    name = cluster.label
+    policies.append(name)
+    create_policy(
+        cluster.kube,
+        name,
+        {
+            "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 4}}},
+            "topology": {"key": ZONE, "oneDomainAtATime": True},
+        },
+    )
+    recording = cluster.record("zones")
+    cluster.skyhook("zones", {"pkg": agentless("1.0.0", sleep=1)}, deploymentPolicy=name)
+    cluster.wait_complete("zones", timeout=180)
+
+    status: dict[str, bool] = {}
+    overlapping = []
+    for _, _, obj in recording.of("node"):
+        labels = obj["metadata"].get("labels") or {}
+        status[obj["metadata"]["name"]] = labels.get(keys.node_status_key("zones")) == "in_progress"
+        busy = {zone for zone, members in zones.items() if any(status.get(n) for n in members)}
+        if len(busy) > 1:
+            overlapping.append(busy)
+    assert overlapping == [], "nodes of two zones were in progress at once"
+    peak_a, peak_b = in_progress_peaks(recording, "zones", zones.values())
+    assert (peak_a, peak_b) == (2, 2), "each zone's nodes went together"
