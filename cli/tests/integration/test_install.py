@@ -1,6 +1,6 @@
 """The plugin as a user installs it: `pip install ./schemas ./planner ./cli` into a fresh venv
-brings none of the operator's stack (kopf, aiohttp, cryptography, oras), and the installed
-`kubectl-skyhook` runs `node list` and `plan` against the sandbox.
+brings none of the operator's stack (aiohttp, cryptography, oras, prometheus-client), and the
+installed `kubectl-skyhook` runs `node list` and `plan` against the sandbox.
 
 Needs PyPI (or pip's cache) for the third-party dependencies.
 """
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 PROJECTS = ("schemas", "planner", "cli")
 OURS = ("skyhook-cli", "skyhook-planner", "skyhook-schemas")
-FORBIDDEN = ("kopf", "aiohttp", "cryptography", "oras", "skyhook-operator")
+FORBIDDEN = ("aiohttp", "cryptography", "oras", "prometheus-client", "skyhook-operator")
 LEFT_BEHIND = shutil.ignore_patterns(
     "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"
 )

@@ -1,111 +1,227 @@
-"""Admission webhooks, wired into kopf: every replica serves them, leader or not.
+"""Admission webhooks: an HTTPS server every replica runs, leader or not.
 
-The decisions are core/admission.py's; this module hands kopf's requests to them (with the
-DeploymentPolicies and Skyhooks from the same indexes the planner reads) and keeps the serving
-certificate and the webhook configurations current (kube/webhooks.py). Handlers are only
-registered when webhooks are on: kopf refuses to start with admission handlers and no server.
+The decisions are skyhook_planner.admission's; this module reads the AdmissionReviews the
+apiserver POSTs, hands each to its webhook's handler (with the DeploymentPolicies and nodes from
+the same indexes the planner reads) and answers. A handler returns the warnings and, for a
+mutating webhook, the object as it should be stored, or raises `Refused`; the answer carries
+`allowed`, the warnings, a refusal's `status` {code, message}, and a change as a base64
+`JSONPatch` computed against the object the apiserver sent. `Certificates` keeps the serving
+certificate and the webhook configurations current (kube/webhooks.py); the server reloads the
+certificate files within `CERTIFICATE_CHECK_SECONDS` of a change (new connections get the new
+certificate, as /metrics does: observability.ServingTls).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import kopf
+import orjson
 from aiohttp import web
 
 from skyhook_operator.kube import webhooks
-from skyhook_operator.kube.artifacts import pod_image_patch
-from skyhook_operator.kube.client import ApiError, AsyncKube
+from skyhook_operator.kube.artifacts import ArtifactFetcher, pod_image_patch
+from skyhook_operator.kube.client import ApiError, AsyncKube, Json
+from skyhook_operator.observability import Endpoints, ServingTls, refresh_forever, start_site
 from skyhook_operator.settings import Settings
 from skyhook_planner import admission
 from skyhook_planner.model.spec import normalising_patch
 
 log = logging.getLogger(__name__)
 
-
-def register(registry: kopf.OperatorRegistry | None = None) -> None:
-    """Register the admission handlers, one per webhook, under its path as handler id (kopf
-    serves each on `/<id>`)."""
-    handlers: dict[str, Callable[..., Any]] = {
-        "validate-skyhook.nvidia.com": validate_skyhook,
-        "validate-deploymentpolicy.nvidia.com": validate_policy,
-        "mutate-skyhook.nvidia.com": normalise_skyhook,
-        "mutate-deploymentpolicy.nvidia.com": default_policy,
-        "mutate-pod-image.skyhook.nvidia.com": choose_pod_image,
-    }
-    for hook in webhooks.WEBHOOKS:
-        decorator = kopf.on.mutate if hook.mutating else kopf.on.validate
-        decorator(
-            hook.group,
-            hook.version,
-            hook.plural,
-            id=hook.handler_id,
-            operations=list(hook.operations),  # type: ignore[arg-type]
-            labels=dict(hook.object_labels) or None,
-            registry=registry,
-        )(handlers[hook.name])
+# The largest admission review read. The apiserver takes objects of up to 3 MiB and an update's
+# review carries two (new and old); aiohttp's default of 1 MiB answered a large Skyhook with
+# 413, so kubectl showed a failed webhook call instead of the field that is too large.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+# How often the server looks at its certificate files (a renewal, a new Secret mounted).
+CERTIFICATE_CHECK_SECONDS = 5.0
 
 
-def _deny(verdict: admission.Verdict, warnings: list[str]) -> None:
-    warnings.extend(verdict.warnings)
-    if not verdict.allowed:
-        raise kopf.AdmissionError(verdict.message, code=403)
+class Refused(Exception):
+    """The object is not admitted: `message` says why; `code` is the HTTP status the
+    apiserver reports to the client (403: refused; 503: could not be decided)."""
+
+    def __init__(self, message: str, code: int = 403, warnings: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.warnings = tuple(warnings)
 
 
-def _dict(body: kopf.Body | None) -> dict[str, Any] | None:
-    return None if body is None else dict(body)
+@dataclass(frozen=True)
+class Request:
+    """One admission request, as a handler reads it."""
+
+    operation: str  # CREATE, UPDATE, DELETE
+    new: Json | None  # the object as it would be stored (None on DELETE)
+    old: Json | None  # the object as it is stored (None on CREATE)
 
 
-async def validate_skyhook(
-    *,
-    operation: str,
-    new: kopf.Body | None,
-    old: kopf.Body | None,
-    warnings: list[str],
-    policy_index: kopf.Index[Any, Any],
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    policies = {name for (_, name) in policy_index}
-    spec = new.get("spec") if new is not None else None
-    named = spec.get("deploymentPolicy") if isinstance(spec, dict) else None
-    # A policy created a moment ago (both applied together) may not be in the index yet: ask.
-    if (
-        isinstance(named, str)
-        and named
-        and named not in policies
-        and await _policy_exists(memo.aio, named)
-    ):
-        policies.add(named)
-    _deny(admission.review_skyhook(operation, _dict(new), _dict(old), policies), warnings)
+@dataclass(frozen=True)
+class Answer:
+    """What a handler admits with: warnings for the client, and for a mutating webhook the
+    object as it should be stored instead (None: as it is)."""
+
+    warnings: tuple[str, ...] = ()
+    mutated: Json | None = None
 
 
-async def validate_policy(
-    *,
-    operation: str,
-    new: kopf.Body | None,
-    old: kopf.Body | None,
-    warnings: list[str],
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    body = old if old is not None else new
-    name = str(body.metadata.name or "") if body is not None else ""
-    referenced_by: list[str] = []
-    if operation == "DELETE":
-        # Listed, not read from the index: a Skyhook created a moment ago must count.
+Handler = Callable[[Request], Awaitable[Answer]]
+
+
+class Admission:
+    """The handlers, one per webhook in kube/webhooks.py, by its name. They read through
+    an unfenced view of the client: every replica answers reviews."""
+
+    def __init__(
+        self,
+        kube: AsyncKube,
+        indexes: Mapping[str, Any],
+        fetcher: ArtifactFetcher,
+    ) -> None:
+        self.kube = kube
+        self.indexes = indexes  # the runtime's WatchedIndexes, by the name the store uses
+        self.fetcher = fetcher
+        self.handlers: dict[str, Handler] = {
+            "validate-skyhook.nvidia.com": self.validate_skyhook,
+            "validate-deploymentpolicy.nvidia.com": self.validate_policy,
+            "mutate-skyhook.nvidia.com": self.normalise_skyhook,
+            "mutate-deploymentpolicy.nvidia.com": self.default_policy,
+            "mutate-pod-image.skyhook.nvidia.com": self.choose_pod_image,
+        }
+
+    async def validate_skyhook(self, request: Request) -> Answer:
+        policies = {name for (_, name) in self.indexes["policy_index"].index}
+        spec = (request.new or {}).get("spec")
+        named = spec.get("deploymentPolicy") if isinstance(spec, dict) else None
+        # A policy created a moment ago (both applied together) may not be in the index yet:
+        # ask.
+        if (
+            isinstance(named, str)
+            and named
+            and named not in policies
+            and await _policy_exists(self.kube, named)
+        ):
+            policies.add(named)
+        return _verdict(
+            admission.review_skyhook(request.operation, request.new, request.old, policies)
+        )
+
+    async def validate_policy(self, request: Request) -> Answer:
+        body = request.old if request.old is not None else request.new
+        name = str(((body or {}).get("metadata") or {}).get("name") or "")
+        referenced_by: list[str] = []
+        if request.operation == "DELETE":
+            # Listed, not read from the index: a Skyhook created a moment ago must count.
+            try:
+                referenced_by = await _skyhooks_naming(self.kube, name)
+            except (ApiError, OSError) as error:
+                raise Refused(
+                    f"cannot check which Skyhooks use DeploymentPolicy {name!r}: {error}",
+                    code=503,
+                ) from error
+        return _verdict(
+            admission.review_policy(request.operation, request.new, request.old, referenced_by)
+        )
+
+    async def normalise_skyhook(self, request: Request) -> Answer:
+        """Store the spec in the form it is read in (each package named by its key, images
+        without a tag): as upstream's, a Skyhook created through the webhook keeps generation
+        1, and the operator's first write (adding its finalizer) has nothing left to
+        normalise."""
+        spec = (request.new or {}).get("spec")
+        normalised = normalising_patch(spec) if isinstance(spec, dict) else None
+        if normalised is None or request.new is None:
+            return Answer()
+        return Answer(mutated=merged(request.new, {"spec": normalised}))
+
+    async def default_policy(self, request: Request) -> Answer:
+        defaulted = admission.default_policy(request.new)
+        if defaulted is None or request.new is None:
+            return Answer()
+        return Answer(mutated=merged(request.new, {"spec": defaulted}))
+
+    async def choose_pod_image(self, request: Request) -> Answer:
+        """Replace a labelled pod's placeholder image with the candidate its node flavour
+        matches (docs/image-selection.md); refuse, saying why, when none can be chosen."""
+        node_index = self.indexes["node_index"].index  # the operator's own node watch
+        node_labels = [
+            item.view.labels for store in node_index.values() for item in store if item.view
+        ]
+        pod = request.new or {}
+        decision = await pod_image_patch(self.fetcher, pod, node_labels)
+        if not decision.allowed:
+            raise Refused(decision.refusal)
+        operations = [dict(op) for op in decision.patch]
+        return Answer(mutated=jsonpatch.apply_patch(pod, operations))
+
+    async def review(self, name: str, review: Json) -> Json:
+        """The AdmissionReview answering `review` with webhook `name`'s handler."""
+        request = review.get("request")
+        if not isinstance(request, dict):
+            raise ValueError("the AdmissionReview has no request")
+        new, old = request.get("object"), request.get("oldObject")
+        warnings: tuple[str, ...] = ()
+        response: Json = {"uid": request.get("uid", ""), "allowed": True}
         try:
-            referenced_by = await _skyhooks_naming(memo.aio, name)
-        except (ApiError, OSError) as error:
-            raise kopf.AdmissionError(
-                f"cannot check which Skyhooks use DeploymentPolicy {name!r}: {error}", code=503
-            ) from error
-    _deny(admission.review_policy(operation, _dict(new), _dict(old), referenced_by), warnings)
+            answer = await self.handlers[name](
+                Request(str(request.get("operation") or ""), new, old)
+            )
+        except Refused as refused:
+            warnings = refused.warnings
+            response["allowed"] = False
+            response["status"] = {"message": refused.message, "code": refused.code}
+        except Exception as error:  # a bug or an unreachable apiserver: refuse, saying so
+            log.exception("admission webhook %s failed", name)
+            response["allowed"] = False
+            response["status"] = {"message": str(error) or repr(error), "code": 500}
+        else:
+            warnings = answer.warnings
+            if answer.mutated is not None and new is not None:
+                operations = jsonpatch.make_patch(new, answer.mutated).patch
+                if operations:
+                    response["patchType"] = "JSONPatch"
+                    response["patch"] = base64.b64encode(orjson.dumps(operations)).decode()
+        if warnings:
+            response["warnings"] = list(warnings)
+        return {
+            "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
+            "kind": review.get("kind", "AdmissionReview"),
+            "response": response,
+        }
+
+
+def merged(body: Json, patch: Mapping[str, Any]) -> Json:
+    """A copy of `body` with the merge patch `patch` applied (RFC 7386: None removes a key,
+    a mapping merges, anything else replaces)."""
+    result = copy.deepcopy(body)
+
+    def apply(target: dict[str, Any], changes: Mapping[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is None:
+                target.pop(key, None)
+            elif isinstance(value, Mapping):
+                if not isinstance(target.get(key), dict):
+                    target[key] = {}
+                apply(target[key], value)
+            else:
+                target[key] = copy.deepcopy(value)
+
+    apply(result, patch)
+    return result
+
+
+def _verdict(verdict: admission.Verdict) -> Answer:
+    if not verdict.allowed:
+        raise Refused(verdict.message, warnings=verdict.warnings)
+    return Answer(warnings=tuple(verdict.warnings))
 
 
 async def _policy_exists(kube: AsyncKube, name: str) -> bool:
@@ -128,68 +244,51 @@ async def _skyhooks_naming(kube: AsyncKube, policy: str) -> list[str]:
     )
 
 
-async def normalise_skyhook(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> None:
-    """Store the spec in the form it is read in (each package named by its key, images without
-    a tag): as upstream's, a Skyhook created through the webhook keeps generation 1, and the
-    operator's first write (adding its finalizer) has nothing left to normalise."""
-    spec = (_dict(new) or {}).get("spec")
-    normalised = normalising_patch(spec) if isinstance(spec, dict) else None
-    if normalised is not None:
-        patch["spec"] = normalised
+def application(reviews: Admission) -> web.Application:
+    """The webhooks' routes: each webhook's path, as the webhook configurations name it
+    (kube/webhooks.py `WEBHOOKS`; the chart's configurations use the same paths)."""
+
+    def route(name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def answer(request: web.Request) -> web.Response:
+            try:
+                review = orjson.loads(await request.read())
+                if not isinstance(review, dict):
+                    raise ValueError("not an AdmissionReview")
+                answered = await reviews.review(name, review)
+            except ValueError as error:  # orjson.JSONDecodeError is a ValueError
+                raise web.HTTPBadRequest(reason=str(error).splitlines()[0]) from error
+            return web.Response(body=orjson.dumps(answered), content_type="application/json")
+
+        return answer
+
+    app = web.Application(client_max_size=MAX_REVIEW_BYTES)
+    for hook in webhooks.WEBHOOKS:
+        app.router.add_post(hook.path, route(hook.name))
+    return app
 
 
-async def default_policy(new: kopf.Body | None, patch: kopf.Patch, **_: Any) -> None:
-    defaulted = admission.default_policy(_dict(new))
-    if defaulted is not None:
-        patch["spec"] = defaulted
-
-
-async def choose_pod_image(
-    new: kopf.Body | None,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """Replace a labelled pod's placeholder image with the candidate its node flavour matches
-    (docs/image-selection.md); refuse, saying why, when none can be chosen."""
-    node_index = memo.watches["node_index"].index  # the operator's own node watch
-    node_labels = [item.view.labels for store in node_index.values() for item in store if item.view]
-    decision = await pod_image_patch(memo.artifact_fetcher, _dict(new) or {}, node_labels)
-    if not decision.allowed:
-        raise kopf.AdmissionError(decision.refusal, code=403)
-    operations = [dict(op) for op in decision.patch]
-    patch.fns.append(lambda body: jsonpatch.apply_patch(body, operations, in_place=True))
-
-
-# The largest admission review read. The apiserver takes objects of up to 3 MiB and an update's
-# review carries two (new and old); aiohttp's default of 1 MiB answered a large Skyhook with
-# 413, so kubectl showed a failed webhook call instead of the field that is too large.
-MAX_REVIEW_BYTES = 8 * 1024 * 1024
-
-
-class _WebhookServer(kopf.WebhookServer):
-    """kopf's webhook server, reading reviews of up to MAX_REVIEW_BYTES."""
-
-    @staticmethod
-    async def _serve(fn: Any, request: web.Request) -> web.Response:
-        larger = request.clone(client_max_size=MAX_REVIEW_BYTES)
-        return await kopf.WebhookServer._serve(fn, larger)
-
-
-def server(ours: Settings) -> kopf.WebhookServer:
-    """kopf's HTTPS server on `webhook_port`, with the certificate files in `webhook_cert_dir`
-    (it restarts itself when they change)."""
-    bind = ours.webhook_port.bind
-    assert bind is not None  # refused by the settings
-    host, port = bind
-    directory = Path(ours.webhook_cert_dir)
-    return _WebhookServer(
-        addr=host or None,
-        port=port,
-        certfile=str(directory / "tls.crt"),
-        pkeyfile=str(directory / "tls.key"),
-        file_check_interval=5.0,
+async def serve(
+    reviews: Admission,
+    address: str,
+    cert_dir: str,
+    check_interval: float = CERTIFICATE_CHECK_SECONDS,
+) -> Endpoints:
+    """The HTTPS server on `address` (`webhook_port`) with `tls.crt` and `tls.key` from
+    `cert_dir` (`webhook_cert_dir`), looked at again every `check_interval` seconds. Replicas
+    (and tests) may bind the same address: the port is opened with SO_REUSEPORT. Raises
+    OSError when the port or the files cannot be used."""
+    tls = ServingTls(cert_dir, what="webhook")
+    runner = await start_site(
+        application(reviews), address, "webhook", tls.context, reuse_port=True
     )
+    endpoints = Endpoints([runner] if runner is not None else [])
+    refresher = refresh_forever(tls, check_interval)
+    endpoints.tasks.append(asyncio.create_task(refresher, name="skyhook-webhook-tls"))
+    return endpoints
+
+
+class CertificateError(Exception):
+    """No serving certificate for the webhooks: the message says why."""
 
 
 class Certificates:
@@ -209,15 +308,15 @@ class Certificates:
         )
 
     async def start(self) -> None:
-        """Before the server starts: a certificate on disk, or a PermanentError saying why
-        there is none."""
+        """Before the server starts: a certificate on disk, or a CertificateError saying
+        why there is none."""
         try:
             await self.check()
         except Exception as error:
-            raise kopf.PermanentError(f"admission webhooks: {error}") from error
+            raise CertificateError(str(error)) from error
         if webhooks.read_files(self.directory) is None:
-            raise kopf.PermanentError(
-                f"admission webhooks: no tls.crt and tls.key in {self.directory}"
+            raise CertificateError(
+                f"no tls.crt and tls.key in {self.directory}"
                 + (
                     " (cert-manager mode: is the certificate Secret mounted there?)"
                     if self.ours.webhook_certs == "cert-manager"

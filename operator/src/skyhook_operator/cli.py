@@ -1,6 +1,6 @@
 """`skyhook-operator run`: read the settings (SKYHOOK_* or upstream's env names; every problem
-reported at once), log them, and run kopf cluster-wide in standalone mode (leader election,
-when on, is our own Lease: kube/lease.py)."""
+reported at once), set up logging and the collector, and run the operator (runtime.py) until
+SIGTERM or SIGINT. A part that cannot start ends the process with 1 and says why."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import logging
 import os
 
 import click
-import kopf
 
-from skyhook_operator import admission, handlers
+from skyhook_operator import runtime
 from skyhook_operator.settings import SettingsError, load_settings
 
 # Full collections of the oldest generation, at Python's default of one per ten younger ones,
@@ -22,10 +21,27 @@ from skyhook_operator.settings import SettingsError, load_settings
 # none), so the oldest generation is collected a hundred times less often.
 GC_THRESHOLDS = (700, 10, 1000)
 
+LOG_FORMAT = "[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s"
+
 
 def tune_garbage_collector() -> None:
     """The collector's thresholds for a process that holds a fleet's objects for long."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def configure_logging(level: str, verbose: bool) -> None:
+    """Ours at `level`, other libraries' from info up; `verbose`: ours and aiohttp's at
+    debug. urllib3 (ORAS's registry calls) and aiohttp's access log (a line per webhook call)
+    say only warnings unless verbose."""
+    logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, force=True)
+    logging.getLogger("skyhook_operator").setLevel(
+        logging.DEBUG if verbose else getattr(logging, level.upper())
+    )
+    if verbose:
+        logging.getLogger("aiohttp").setLevel(logging.DEBUG)
+    else:
+        logging.getLogger("urllib3").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 @click.group()
@@ -40,27 +56,14 @@ def main() -> None:
     envvar="KUBECONFIG",
     help="kubeconfig to use; default: $KUBECONFIG, the in-cluster account, ~/.kube/config.",
 )
-@click.option("--verbose", is_flag=True, help="Log kopf's own debug output too.")
+@click.option("--verbose", is_flag=True, help="Log debug output, ours and aiohttp's.")
 def run(kubeconfig: str | None, verbose: bool) -> None:
     """Run the operator until SIGTERM/SIGINT."""
     try:
         settings = load_settings()
     except SettingsError as error:
         raise click.ClickException(f"invalid settings:\n{error}") from error
-    level = getattr(logging, settings.log_level.upper())
-    kopf.configure(verbose=verbose, log_prefix=False)
-    logging.getLogger().setLevel(logging.DEBUG if verbose else level)
-    logging.getLogger("skyhook_operator").setLevel(level)
-    if not verbose:  # kopf logs every handler call at INFO; ours are only pokes
-        logging.getLogger("kopf").setLevel(logging.WARNING)
-        logging.getLogger("urllib3").setLevel(logging.WARNING)
-        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per webhook call
-    logging.getLogger(__name__).debug("handlers registered from %s", handlers.__name__)
-    if settings.enable_webhooks:
-        admission.register()
-    # The kubeconfig travels in the memo: the `kubernetes` package read $KUBECONFIG when it was
-    # imported, so setting it now would reach neither kopf's login nor our client.
-    memo = kopf.Memo(settings=settings, kubeconfig=kubeconfig)
+    configure_logging(settings.log_level, verbose)
     tune_garbage_collector()
     # SKYHOOK_PROFILE=<file>: a cProfile of the event loop's thread, written at a clean exit
     # (what the rollout benchmark uses to say where the operator's time goes).
@@ -69,7 +72,12 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
     if profiler is not None:
         profiler.enable()
     try:
-        asyncio.run(kopf.operator(clusterwide=True, standalone=True, memo=memo))
+        # The kubeconfig is passed on, not set in the environment: the `kubernetes` package
+        # read $KUBECONFIG when it was imported.
+        asyncio.run(runtime.main(settings, kubeconfig))
+    except runtime.StartError as error:
+        logging.getLogger(__name__).error("cannot start: %s", error)
+        raise click.ClickException(str(error)) from error
     finally:
         if profiler is not None and profile_path:
             profiler.disable()

@@ -12,8 +12,9 @@ latter prints every value through Python's float repr (`1.0`), while upstream's 
 prints `1`, and scripts written against upstream compare the printed text. `exposition()`
 walks the same registry and writes the same text format with Go's number formatting.
 
-Both endpoints are aiohttp servers on kopf's event loop: a loop that stops answering fails
-the liveness probe by itself. `/metrics` is secure unless told otherwise (`Secure`): served over
+Both endpoints are aiohttp servers on the operator's one event loop: a loop that stops
+answering fails the liveness probe by itself. `start_site`, `ServingTls` and `refresh_forever`
+serve the admission webhooks (admission.py) in the same way. `/metrics` is secure unless told otherwise (`Secure`): served over
 HTTPS, to callers the apiserver says may `get /metrics` (kube/reviews.py), as upstream's
 kube-rbac-proxy and controller-runtime's secure metrics serve it.
 """
@@ -223,13 +224,15 @@ class Telemetry:
 
 
 class ServingTls:
-    """The certificate `/metrics` is served with: `tls.crt` and `tls.key` in `directory` (a
-    mounted Secret), or, with no directory, a self-signed certificate this process makes, as
+    """The certificate an endpoint (`what`: /metrics, the webhooks) is served with: `tls.crt`
+    and `tls.key` in `directory` (a mounted Secret, or the files admission.Certificates
+    writes), or, with no directory, a self-signed certificate this process makes, as
     controller-runtime does when given none (`kube/webhooks.py` makes both kinds). `refresh()`
     loads the files again when they changed, and renews our own before it expires; new
     connections get the new certificate."""
 
-    def __init__(self, directory: str, names: Iterable[str] = ()) -> None:
+    def __init__(self, directory: str, names: Iterable[str] = (), what: str = "metrics") -> None:
+        self.what = what
         self.own = not directory
         self.directory = Path(directory or tempfile.mkdtemp(prefix="skyhook-metrics-tls-"))
         self.names = list(dict.fromkeys([*names, socket.gethostname(), "localhost", "127.0.0.1"]))
@@ -245,13 +248,13 @@ class ServingTls:
             now = datetime.now(UTC)
             if files is None or webhooks.ServingCertificate(b"", *files).due(self.names, now):
                 webhooks.write_files(self.directory, webhooks.generate(self.names, now))
-                log.info("metrics: self-signed serving certificate made for %s", self.names)
+                log.info("%s: self-signed serving certificate made for %s", self.what, self.names)
         cert, key = self.directory / "tls.crt", self.directory / "tls.key"
         stamp = (cert.stat().st_mtime, key.stat().st_mtime)
         if stamp != self._loaded:
             self.context.load_cert_chain(cert, key)
             self._loaded = stamp
-            log.info("metrics: serving certificate loaded from %s", self.directory)
+            log.info("%s: serving certificate loaded from %s", self.what, self.directory)
 
 
 class Access(Protocol):
@@ -323,9 +326,15 @@ class Endpoints:
             await runner.cleanup()
 
 
-async def _start(
-    app: web.Application, address: str, what: str, tls: ssl.SSLContext | None = None
+async def start_site(
+    app: web.Application,
+    address: str,
+    what: str,
+    tls: ssl.SSLContext | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> web.AppRunner | None:
+    """Serve `app` on `address` (None when that says off); raises OSError when it cannot."""
     bind = BindAddress(address).bind  # the settings' BindAddress passes as it is
     if bind is None:
         log.info("%s endpoint off", what)
@@ -334,7 +343,9 @@ async def _start(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host or None, port, ssl_context=tls).start()
+        await web.TCPSite(
+            runner, host or None, port, ssl_context=tls, reuse_port=reuse_port or None
+        ).start()
     except OSError:
         await runner.cleanup()
         raise
@@ -342,7 +353,8 @@ async def _start(
     return runner
 
 
-async def _refresh_forever(tls: ServingTls, interval: float) -> None:
+async def refresh_forever(tls: ServingTls, interval: float) -> None:
+    """`tls.refresh()` every `interval` seconds; a failed one keeps the last certificate."""
     # On the loop: a refresh that finds nothing changed takes 0.07 ms, a reload 0.6 ms, a
     # renewal of our own certificate (once a year) 1.6 ms.
     while True:
@@ -350,7 +362,9 @@ async def _refresh_forever(tls: ServingTls, interval: float) -> None:
         try:
             tls.refresh()
         except (OSError, ssl.SSLError, ValueError) as error:
-            log.warning("metrics: serving certificate not reloaded (%s); keeping the last", error)
+            log.warning(
+                "%s: serving certificate not reloaded (%s); keeping the last", tls.what, error
+            )
 
 
 async def serve(
@@ -399,13 +413,13 @@ async def serve(
         (probes_app, probe_address, "probe", None),
     ):
         try:
-            runner = await _start(app, address, what, tls)
+            runner = await start_site(app, address, what, tls)
         except OSError:
             await endpoints.stop()
             raise
         if runner is not None:
             endpoints.runners.append(runner)
     if secure is not None and BindAddress(metrics_address).bind is not None:
-        refresher = _refresh_forever(secure.tls, secure.refresh_interval)
+        refresher = refresh_forever(secure.tls, secure.refresh_interval)
         endpoints.tasks.append(asyncio.create_task(refresher, name="skyhook-metrics-tls"))
     return endpoints

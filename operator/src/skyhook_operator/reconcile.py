@@ -91,14 +91,12 @@ class Reconciler:
         self._node_replay = NodeReplay()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._indexes_full = False
         self.passes = 0
         writer.on_written = self._written
 
     def poke(self) -> None:
-        """Ask for a pass soon; safe to call from any thread. The first poke must come once
-        every index is full (kopf calls no handler before that)."""
-        self._indexes_full = True
+        """Ask for a pass soon; safe to call from any thread. Pokes before the loop runs are
+        dropped: its first pass plans at once."""
         loop = self._loop
         if loop is None:
             return
@@ -111,16 +109,11 @@ class Reconciler:
         else:
             loop.call_soon_threadsafe(self._wake.set)
 
-    def nudge(self) -> None:
-        """Like `poke`, for sources that may fire before the indexes are full: a pass then
-        could plan from a partial cluster, so those are dropped (the first pass sees all)."""
-        if self._indexes_full:
-            self.poke()
-
     @property
     def ready(self) -> bool:
-        """Every index is full: passes plan from the whole cluster (the readiness probe)."""
-        return self._indexes_full
+        """The loop runs, which it does only once every index is full: passes plan from the
+        whole cluster (the readiness probe)."""
+        return self._loop is not None
 
     def alive(self) -> str | None:
         """None unless the loop has stopped or a pass is stuck, else what is wrong (the
@@ -145,10 +138,9 @@ class Reconciler:
         self._loop = asyncio.get_running_loop()
 
     async def run_forever(self) -> None:
-        """Wait for the first poke (kopf pokes only once every index is filled), then loop."""
+        """Plan at once, then whenever poked or due. Start it once every index is full."""
         self.bind()
         try:
-            await self._wake.wait()
             delay = 0.0
             while True:
                 with contextlib.suppress(TimeoutError):

@@ -368,15 +368,6 @@ class Settings(BaseSettings):
         ),
         default=600.0,
     )
-    kopf_prefix: str = field(
-        "SKYHOOK_KOPF_PREFIX",
-        _meta(
-            None,
-            "Annotation prefix under which kopf keeps its own progress and diff-base on "
-            "Skyhook objects.",
-        ),
-        default="operator.skyhook.nvidia.com",
-    )
     retry_backoff_base: NonNegativeSeconds = field(
         "SKYHOOK_RETRY_BACKOFF_BASE",
         _meta(

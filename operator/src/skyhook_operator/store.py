@@ -1,8 +1,8 @@
 """The store a pass reads its ClusterSnapshot from: in-memory indexes plus our own recent writes.
 
-No LIST call on the hot path: one watch per kind (kopf's for Skyhooks and policies, our own
-kube/watch.py for nodes, pods and ConfigMaps) turns every object into the planner's view
-(`NodeView.from_api` etc.) as it changes, tagged with its resourceVersion.
+No LIST call on the hot path: one watch per kind (kube/watch.py: Skyhooks, policies, nodes,
+pods and ConfigMaps) turns every object into the planner's view (`NodeView.from_api` etc.) as
+it changes, tagged with its resourceVersion.
 
 Read-your-writes: the watch delivers our own writes a little later, and a pass that ran on
 the stale copy would redo work (start a second stage, exceed the budget). So the writer

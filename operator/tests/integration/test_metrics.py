@@ -80,8 +80,8 @@ def wait_ready(operator: OperatorProcess, answers: list[int] | None = None) -> N
 
 
 def test_readiness_waits_for_the_full_view_and_liveness_answers(cluster: Cluster) -> None:
-    # Readiness comes with the first watch event once kopf has listed every kind (the
-    # operator's own namespace always gives one) and the webhooks are registered.
+    # Readiness comes once every watched kind has been listed (even in a cluster with no
+    # Skyhook or policy) and the webhooks are registered.
     assert cluster.operator is not None
     cluster.operator.stop()
     operator = cluster.start_operator(wait_ready=False)

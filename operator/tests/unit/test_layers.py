@@ -1,5 +1,5 @@
 """The import rules (the root pyproject.toml's import-linter contracts) hold on this tree, and
-each catches its kind of violation: the planner importing kopf or the operator, a planner layer
+each catches its kind of violation: the planner importing aiohttp or the operator, a planner layer
 importing one above it, the runtime running the simulator, the CLI needing the operator, and an
 import cycle hidden behind TYPE_CHECKING."""
 
@@ -51,9 +51,9 @@ def test_contracts_hold_on_this_tree(tmp_path: Path) -> None:
     [
         pytest.param(
             "skyhook_planner/rules/stages.py",
-            "import kopf",
+            "import aiohttp",
             "The planner decides; it never talks to the cluster",
-            id="planner-imports-kopf",
+            id="planner-imports-aiohttp",
         ),
         pytest.param(
             "skyhook_planner/rules/budget.py",

@@ -1,10 +1,10 @@
 """The operator's one Kubernetes API client: JSON over one aiohttp session, on one event loop.
 
 Credentials (kubeconfig, exec plugins, the in-cluster service account and its rotating token,
-client certificates, TLS) come from the official `kubernetes` package's config loaders, as
-kopf's own login does; requests go through aiohttp, the HTTP stack kopf itself runs on, on the
-loop the client was first used from (kopf's, in the operator). Patches say exactly which patch
-type they are and answers stay the dicts the planner's views decode.
+client certificates, TLS) come from the official `kubernetes` package's config loaders;
+requests go through aiohttp, on the loop the client was first used from (the operator's one
+loop: every watch, write, review and the Lease go through this one session). Patches say
+exactly which patch type they are and answers stay the dicts the planner's views decode.
 
 `AsyncKube` is the client. Several views of one session differ only in their write fence
 (leader election fences the main view; the Lease, access reviews and webhook certificates use

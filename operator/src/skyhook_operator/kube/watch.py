@@ -1,17 +1,19 @@
-"""A list+watch of one kind, kept as an index of views: nodes, pods and our ConfigMaps.
+"""A list+watch of one kind, kept as an index of views: every kind the operator reads.
 
-Why not kopf's indexes for these: kopf keeps per-object state for every object it watches and
-holds each object's handlers back until every index is filled, which at thousands of nodes and
-their pods made start-up take minutes and the operator's memory grow with every pod it ever
-saw. These kinds need no handler, only a current view, so a plain list+watch per kind does:
-one paginated LIST (the index is complete when `start` returns), then one watch, each event
-decoded into the planner's view (`NodeView.from_api` etc.) and tagged with its resourceVersion.
-ConfigMaps get one in the operator's namespace only, so a namespaced Role is enough for them.
+Skyhooks, DeploymentPolicies, nodes, pods bound to a node and our ConfigMaps each get one. None
+needs a per-object handler, only a current view, so a plain list+watch per kind does: one
+paginated LIST, then one watch, each event decoded into the planner's view
+(`NodeView.from_api` etc.) and tagged with its resourceVersion. `listed` is set once the first
+LIST has filled the index; the operator plans and says it is ready only once every index is
+(runtime.py). ConfigMaps get one in the operator's namespace only, so a namespaced Role is
+enough for them. (kopf's indexes did this for Skyhooks and policies until it went: its
+per-object state made start-up take minutes at thousands of nodes, ARCHITECTURE.md.)
 
 The index maps (namespace, name) to a one-item list of `Versioned` views, the shape
-`snapshot.index_values` reads from kopf's indexes. The watch is a task on the event loop, so a
-snapshot taken on the loop never sees the index half-updated. A watch that ends is resumed
-from the last resourceVersion; one that expired (410 Gone) or failed lists again.
+`store.index_values` reads. The watch is a task on the event loop, so a snapshot taken on the
+loop never sees the index half-updated. A watch that ends is resumed from the last
+resourceVersion; one that expired (410 Gone) or failed lists again, as does a first LIST that
+failed (the apiserver not reachable yet), after a pause.
 
 `until_gone` lets a caller wait for an object to leave the index (a drain waiting for an
 evicted pod) without asking the apiserver.
@@ -58,11 +60,16 @@ class WatchedIndex(Generic[View]):
         self._version = ""
         self._gone_waiters: dict[Key, list[tuple[str, asyncio.Future[None]]]] = {}
         self.index: dict[Key, list[Versioned[View]]] = {}
+        self.listed = asyncio.Event()  # the first LIST has filled the index
+
+    def run(self) -> None:
+        """List, then watch, in a task; `listed` is set once the index is full."""
+        self._task = asyncio.create_task(self._watch_forever(), name=f"watch {self._path}")
 
     async def start(self) -> None:
-        """List once (the index is complete when this returns), then watch in a task."""
-        self._replace(*await self._list())
-        self._task = asyncio.create_task(self._watch_forever(), name=f"watch {self._path}")
+        """`run`, and return once the index is full (tools and tests)."""
+        self.run()
+        await self.listed.wait()
 
     def stop(self) -> None:
         if self._task is not None:
@@ -93,6 +100,7 @@ class WatchedIndex(Generic[View]):
         self.index.clear()  # the same dict: the store holds it
         self.index.update((entry.key, [entry]) for entry in entries)
         self._version = version
+        self.listed.set()
         for key in list(self._gone_waiters):
             self._wake_gone(key)
         self._on_change()
@@ -132,7 +140,7 @@ class WatchedIndex(Generic[View]):
             del page  # not held while the next page is read
 
     async def _watch_forever(self) -> None:
-        version = self._version
+        version = ""
         while True:
             try:
                 if not version:
