@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 # review carries two (new and old); aiohttp's default of 1 MiB answered a large Skyhook with
 # 413, so kubectl showed a failed webhook call instead of the field that is too large.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
+# How long the pod image webhook waits for the node index to be listed at start-up (the
+# apiserver gives a webhook call at most 30 s).
+NODES_LISTED_SECONDS = 10.0
 # How often the server looks at its certificate files (a renewal, a new Secret mounted).
 CERTIFICATE_CHECK_SECONDS = 5.0
 
@@ -151,7 +154,12 @@ class Admission:
     async def choose_pod_image(self, request: Request) -> Answer:
         """Replace a labelled pod's placeholder image with the candidate its node flavour
         matches (docs/image-selection.md); refuse, saying why, when none can be chosen."""
-        node_index = self.indexes["node_index"].index  # the operator's own node watch
+        nodes = self.indexes["node_index"]  # the operator's own node watch
+        try:  # the server starts before the watches: a pod reviewed then waits for them
+            await asyncio.wait_for(nodes.listed.wait(), NODES_LISTED_SECONDS)
+        except TimeoutError:
+            raise Refused("image compatibility: the nodes are not listed yet", code=503) from None
+        node_index = nodes.index
         node_labels = [
             item.view.labels for store in node_index.values() for item in store if item.view
         ]

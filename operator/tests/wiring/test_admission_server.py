@@ -33,6 +33,7 @@ PACKAGE = {"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook-packages/shellsc
 @dataclass
 class FakeIndex:
     index: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    listed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def reviews() -> Admission:
