@@ -266,13 +266,12 @@ WEBHOOK_ENV = {
     "SKYHOOK_WEBHOOK_CERT_DIR": "/tmp/k8s-webhook-server/serving-certs",
     "SKYHOOK_WEBHOOK_CERTS": "operator",
 }
-# Fixed for compatibility with upstream (kopf prefix, Lease name), derived in the pod (operator
+# Fixed for compatibility with upstream (the Lease name), derived in the pod (operator
 # version from the image, leader identity from the pod name), or never for a cluster (the
 # out-of-cluster webhook URL, the tests' clock hook), or the operator's own by default (the
 # metrics certificate: self-signed; mount one and set it through operator.extraEnv).
 LEFT_TO_THE_OPERATOR = {
     "metrics_cert_dir",
-    "kopf_prefix",
     "lease_name",
     "operator_version",
     "leader_identity",
@@ -663,12 +662,10 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         | expand("", "pods", "get list watch")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
-        | expand("", "namespaces", "get list watch")
         | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch")
         | expand("skyhook.nvidia.com", "skyhooks/status", "get patch")
         | expand("skyhook.nvidia.com", "skyhooks/finalizers", "update")
         | expand("skyhook.nvidia.com", "deploymentpolicies", "get list watch")
-        | expand("apiextensions.k8s.io", "customresourcedefinitions", "get list watch")
         | expand(
             "admissionregistration.k8s.io",
             "validatingwebhookconfigurations mutatingwebhookconfigurations",
@@ -1026,8 +1023,6 @@ ALLOWED = [
     *((verb, "skyhooks.skyhook.nvidia.com", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
     ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
-    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    *((verb, "namespaces", "") for verb in ("get", "list", "watch")),
     *((verb, "leases.coordination.k8s.io", RBAC_NAMESPACE) for verb in ("create", "get", "update")),
 ]
 DENIED = [
@@ -1038,7 +1033,8 @@ DENIED = [
     ("update", "skyhooks.skyhook.nvidia.com", ""),
     ("update", "configmaps", RBAC_NAMESPACE),
     ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
-    ("delete", "namespaces", ""),
+    *((verb, "namespaces", "") for verb in ("get", "list", "watch", "delete")),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("delete", "nodes", ""),
     ("update", "nodes", ""),
     ("create", "configmaps", "default"),
