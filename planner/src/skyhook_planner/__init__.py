@@ -1,4 +1,4 @@
-"""Skyhook's planner: pure decisions, no I/O. It imports neither kopf, kubernetes, aiohttp nor
+"""Skyhook's planner: pure decisions, no I/O. It imports neither kubernetes, aiohttp nor
 the operator (an import-linter contract in the root pyproject.toml checks it).
 
 One pass is `passes.plan.plan(snapshot, settings) -> Plan`. The snapshot holds every Skyhook,
