@@ -16,8 +16,7 @@ from skyhook_planner.rules import deadlines, health, soak
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE
-from .helpers import SHELLSCRIPT, Cluster, Recording, agentless
-from .test_policy import create_policy, ordered, policies  # noqa: F401 (a fixture)
+from .helpers import SHELLSCRIPT, Cluster, Recording, agentless, create_policy, ordered
 
 
 def first_pod_times(recording: Recording) -> dict[str, float]:
@@ -39,7 +38,7 @@ def condition(cluster: Cluster, scr: str, kind: str) -> dict[str, Any]:
 
 def test_the_soak_time_is_honoured_between_batch_starts(
     cluster: Cluster,
-    policies: list[str],  # noqa: F811 (the fixture)
+    policies: list[str],
 ) -> None:
     nodes = ordered(cluster, cluster.add_nodes(4))
     name = cluster.label
@@ -126,7 +125,7 @@ def test_an_admin_cordoned_node_ends_cordoned_every_other_uncordoned(cluster: Cl
 
 def test_a_node_that_never_comes_back_from_a_reboot_is_marked_erroring_within_the_deadline(
     cluster: Cluster,
-    policies: list[str],  # noqa: F811 (the fixture)
+    policies: list[str],
 ) -> None:
     """The first node's reboot hangs (boot id unchanged for ever). rebootDeadline 15s marks it
     erroring, its batch (with the node that came back) is judged failed, failureThreshold 1
