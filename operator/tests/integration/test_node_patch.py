@@ -29,8 +29,10 @@ NOT_READY = "skyhook.nvidia.com/s/NotReady"
 ERRORING = "skyhook.nvidia.com/s/Erroring"
 OTHER_NOT_READY = "skyhook.nvidia.com/t/NotReady"
 THIRD_NOT_READY = "skyhook.nvidia.com/u/NotReady"
-# Keys the control plane's own controllers set on a node on their own time.
+# Keys the control plane's own controllers set on a node on their own time (a cordoned node
+# gets node.kubernetes.io/unschedulable, for one).
 THEIRS = ("node.alpha.kubernetes.io/ttl",)
+THEIR_TAINTS = "node.kubernetes.io/"
 
 PATCHES = (
     PatchNode(
@@ -122,14 +124,18 @@ def _settled(kube: Kube) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
         node = kube.request("GET", kube.node_path(NAME))
         taints = node["spec"].get("taints") or ()
-        return None if any(t["key"].startswith("node.kubernetes.io/") for t in taints) else node
+        return None if any(t["key"] == "node.kubernetes.io/not-ready" for t in taints) else node
 
     return wait_until(ready, 60, "the control plane lifts the new node's not-ready taint")
 
 
 def _view(node: dict[str, Any]) -> NodeView:
     view = NodeView.from_api(node)
-    return replace(view, annotations={k: v for k, v in view.annotations.items() if k not in THEIRS})
+    return replace(
+        view,
+        annotations={k: v for k, v in view.annotations.items() if k not in THEIRS},
+        taints=tuple(t for t in view.taints if not t.key.startswith(THEIR_TAINTS)),
+    )
 
 
 async def _write(kubeconfig: str, patch: PatchNode) -> None:
