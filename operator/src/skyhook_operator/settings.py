@@ -222,32 +222,23 @@ _environment: ContextVar[_Environment | None] = ContextVar("environment", defaul
 _PLANNER = PlannerSettings()
 
 
-class Settings(BaseSettings):
-    """Operator settings; each field's aliases are the variables it is read from, in order."""
+# Every group of settings shares it: a group is checked as the whole is.
+_CONFIG = SettingsConfigDict(
+    frozen=True,
+    case_sensitive=True,
+    # load_settings' overrides name fields, not variables.
+    populate_by_name=True,
+    # Every value is text our types parse (a taint, an address, a duration), never JSON.
+    enable_decoding=False,
+    # BindAddress: `Address` constructs it from text (the check), pydantic checks the type.
+    arbitrary_types_allowed=True,
+)
 
-    model_config = SettingsConfigDict(
-        frozen=True,
-        case_sensitive=True,
-        # load_settings' overrides name fields, not variables.
-        populate_by_name=True,
-        # Every value is text our types parse (a taint, an address, a duration), never JSON.
-        enable_decoding=False,
-        # BindAddress: `Address` constructs it from text (the check), pydantic checks the type.
-        arbitrary_types_allowed=True,
-    )
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Arguments win over the environment; no .env file, no secrets directory.
-        environment = _environment.get()
-        return init_settings, _Environment(settings_cls) if environment is None else environment
+class _PodSettings(BaseSettings):
+    """What stage and interrupt pods are built with."""
+
+    model_config = _CONFIG
 
     namespace: NonEmpty = field(
         "SKYHOOK_NAMESPACE",
@@ -305,6 +296,13 @@ class Settings(BaseSettings):
         _meta("IMAGE_PULL_SECRET", "Pull secret name put on every pod; empty: none."),
         default=_PLANNER.image_pull_secret,
     )
+
+
+class _PassSettings(BaseSettings):
+    """How passes run, retry and keep their pods."""
+
+    model_config = _CONFIG
+
     default_interval: AtLeastOneMinute = field(
         "SKYHOOK_DEFAULT_INTERVAL",
         _meta(
@@ -428,6 +426,13 @@ class Settings(BaseSettings):
         ),
         default_factory=_installed_version,
     )
+
+
+class _EndpointSettings(BaseSettings):
+    """The metrics and probe endpoints."""
+
+    model_config = _CONFIG
+
     metrics_port: Address = field(
         "SKYHOOK_METRICS_PORT",
         _meta(
@@ -465,6 +470,13 @@ class Settings(BaseSettings):
         ),
         default=":8081",
     )
+
+
+class _LeaseSettings(BaseSettings):
+    """Leader election through a Lease."""
+
+    model_config = _CONFIG
+
     leader_election: Switch = field(
         "SKYHOOK_LEADER_ELECTION",
         _meta(
@@ -517,6 +529,29 @@ class Settings(BaseSettings):
         ),
         default_factory=socket.gethostname,
     )
+
+    @model_validator(mode="after")
+    def _lease_timings_in_order(self) -> _LeaseSettings:
+        """The lease timings only work in this order: retry < renew deadline < duration."""
+        retry, deadline, duration = (
+            self.lease_retry_period,
+            self.lease_renew_deadline,
+            self.lease_duration,
+        )
+        if not 0 < retry < deadline < duration:
+            raise ValueError(
+                "SKYHOOK_LEASE_RETRY_PERIOD, SKYHOOK_LEASE_RENEW_DEADLINE, SKYHOOK_LEASE_DURATION: "
+                f"need 0 < retry period ({retry}) < renew deadline ({deadline}) < duration "
+                f"({duration})"
+            )
+        return self
+
+
+class _WebhookSettings(BaseSettings):
+    """The admission webhooks and their certificate."""
+
+    model_config = _CONFIG
+
     enable_webhooks: Switch = field(
         "SKYHOOK_ENABLE_WEBHOOKS",
         _meta(
@@ -578,6 +613,27 @@ class Settings(BaseSettings):
         ),
         default=60.0,
     )
+
+
+class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSettings, _PodSettings):
+    """Operator settings; each field's aliases are the variables it is read from, in order.
+    The groups it is made of hold the fields in the order they are listed and checked."""
+
+    model_config = _CONFIG
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Arguments win over the environment; no .env file, no secrets directory.
+        environment = _environment.get()
+        return init_settings, _Environment(settings_cls) if environment is None else environment
+
     alert_poll_interval: PositiveSeconds = field(
         "SKYHOOK_ALERT_POLL_INTERVAL",
         _meta(
@@ -630,22 +686,6 @@ class Settings(BaseSettings):
         default="info",
     )
 
-    @model_validator(mode="after")
-    def _lease_timings_in_order(self) -> Settings:
-        """The lease timings only work in this order: retry < renew deadline < duration."""
-        retry, deadline, duration = (
-            self.lease_retry_period,
-            self.lease_renew_deadline,
-            self.lease_duration,
-        )
-        if not 0 < retry < deadline < duration:
-            raise ValueError(
-                "SKYHOOK_LEASE_RETRY_PERIOD, SKYHOOK_LEASE_RENEW_DEADLINE, SKYHOOK_LEASE_DURATION: "
-                f"need 0 < retry period ({retry}) < renew deadline ({deadline}) < duration "
-                f"({duration})"
-            )
-        return self
-
     @property
     def agent_version(self) -> str:
         """The agent image's tag, as upstream writes it into node metadata."""
@@ -681,6 +721,8 @@ class Settings(BaseSettings):
 # as: an environment value under one of its field's variables (which one depends on the
 # pydantic-settings version, so the variable read comes from _Environment), an argument under
 # its field's name or first variable.
+
+
 _FIELD_OF = {
     variable: name
     for name, info in Settings.model_fields.items()
