@@ -291,3 +291,20 @@ def ordered(cluster: Cluster, names: list[str]) -> list[str]:
     nodes = [cluster.node(n) for n in names]
     nodes.sort(key=lambda n: (n["metadata"]["creationTimestamp"], n["metadata"]["name"]))
     return [n["metadata"]["name"] for n in nodes]
+
+
+def failing_on(cluster: Cluster, nodes: Iterable[str]) -> dict[str, Any]:
+    """A shellscript package whose apply step fails on `nodes` (a marker file on their hosts)
+    and passes everywhere else."""
+    for node in nodes:
+        marker = cluster.sandbox.host_root(node) / "etc/skyhook-test-fail"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("fail\n")
+    return {
+        "version": "1.0.0",
+        "image": SHELLSCRIPT,
+        "configMap": {
+            "apply.sh": "#!/bin/bash\ntest ! -e /etc/skyhook-test-fail\n",
+            "apply_check.sh": "#!/bin/bash\ntrue\n",
+        },
+    }

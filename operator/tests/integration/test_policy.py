@@ -13,7 +13,14 @@ from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Kube
 from skyhook_schemas import keys
 
-from .helpers import SHELLSCRIPT, Cluster, agentless, batch_status, create_policy, ordered
+from .helpers import (
+    Cluster,
+    agentless,
+    batch_status,
+    create_policy,
+    failing_on,
+    ordered,
+)
 
 ZONE = "skyhook.nvidia.com/test-zone"
 
@@ -106,19 +113,8 @@ def test_failing_batches_stop_at_the_failure_threshold(
     cluster: Cluster, policies: list[str]
 ) -> None:
     nodes = ordered(cluster, cluster.add_nodes(10))
-    failing = nodes[2:4]  # one node of the second batch, and the whole third batch
-    for node in failing:
-        marker = cluster.sandbox.host_root(node) / "etc/skyhook-test-fail"
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text("fail\n")
-    package = {
-        "version": "1.0.0",
-        "image": SHELLSCRIPT,
-        "configMap": {
-            "apply.sh": "#!/bin/bash\ntest ! -e /etc/skyhook-test-fail\n",
-            "apply_check.sh": "#!/bin/bash\ntrue\n",
-        },
-    }
+    # One node of the second batch, and the whole third batch, fail.
+    package = failing_on(cluster, nodes[2:4])
     name = cluster.label
     policies.append(name)
     # The Skyhook comes first: blocked until its policy exists, which a watch notices. Only

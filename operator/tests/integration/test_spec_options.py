@@ -13,13 +13,13 @@ from skyhook_operator.kube.client import MERGE_PATCH
 from skyhook_schemas import keys
 
 from .helpers import (
-    SHELLSCRIPT,
     TEST_LABEL,
     Cluster,
     Recording,
     agentless,
     batch_status,
     create_policy,
+    failing_on,
     ordered,
 )
 
@@ -195,17 +195,7 @@ def test_a_batch_threshold_below_100_lets_a_batch_with_a_failed_node_pass(
     # One attempt per stage: the failing node gives up at once.
     cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="0")
     nodes = ordered(cluster, cluster.add_nodes(4))
-    marker = cluster.sandbox.host_root(nodes[0]) / "etc/skyhook-test-fail"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("fail\n")
-    package = {
-        "version": "1.0.0",
-        "image": SHELLSCRIPT,
-        "configMap": {
-            "apply.sh": "#!/bin/bash\ntest ! -e /etc/skyhook-test-fail\n",
-            "apply_check.sh": "#!/bin/bash\ntrue\n",
-        },
-    }
+    package = failing_on(cluster, nodes[:1])
     name = cluster.label
     policies.append(name)
     strategy = {"fixed": {"initialBatch": 2, "batchThreshold": 50, "failureThreshold": 1}}
