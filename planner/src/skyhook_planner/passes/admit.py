@@ -23,7 +23,6 @@ from skyhook_planner.rules import (
     budget,
     drain,
     health,
-    interrupts,
     ordering,
     sharing,
 )
@@ -141,7 +140,9 @@ def admit(
     soaking = _soak(ctx, rollout, groups)
     deferral = _deferral(ctx, work, rollout, selection)
     decided.merge(_passed_over(ctx, deferral))
-    candidates = tuple(n for n in selection.candidates if n.name not in deferral.held)
+    candidates = selection.candidates
+    if deferral.held:
+        candidates = tuple(n for n in candidates if n.name not in deferral.held)
     # The holds, the pause and the halt answer alike for every node: asked once.
     held = blockers.reasons(gates, candidates[0]) if candidates else ()
     full_budget = capacity if isinstance(capacity, blockers.Budget) and not capacity.free else None
@@ -153,7 +154,6 @@ def admit(
         started: list[NodeView] = []
     else:
         started = sorted(candidates, key=lambda n: not work.state(n).started)
-    recorded = ctx.scr.status.node_priority
     for node in started:
         found = held
         if not found and shared:
@@ -176,21 +176,29 @@ def admit(
             )
     if rollout.holds.stages is not None and candidates:
         decided.wake_in(rollout.holds.stages.recheck_s)
-    # Every node that runs is recorded once, with the time it was picked (rules/ordering.py).
-    picked = ordering.picked_at(ctx.now)
-    for node in rollout.matched:
-        if (
-            node.name in running
-            and node.name not in recorded
-            and not selection.nodes[node.name].done
-        ):
-            decided.changes.picked[node.name] = picked
+    decided.changes.picked.update(_picked(ctx, rollout, selection, running))
     if shared:  # only a shared limit gives the reasons these conditions report
         decided.merge(_shared_conditions(ctx, decided))
     if soaking is None:
         return Admission(frozenset(running), decided, deferred=deferral.since)
     decided.merge(_soak_report(ctx, soaking))
     return Admission(frozenset(running), decided, soaking.starts(), deferral.since)
+
+
+def _picked(
+    ctx: SkyhookContext, rollout: Rollout, selection: Selection, running: set[str]
+) -> dict[str, str]:
+    """Every node that runs is recorded once, with the time it was picked (rules/ordering.py):
+    those not recorded yet, in node order."""
+    new = running - ctx.scr.status.node_priority.keys()
+    if not new:  # most passes
+        return {}
+    picked = ordering.picked_at(ctx.now)
+    return {
+        node.name: picked
+        for node in rollout.matched
+        if node.name in new and not selection.nodes[node.name].done
+    }
 
 
 def _passed_over(ctx: SkyhookContext, deferral: drain.Deferral) -> Step:
@@ -208,32 +216,20 @@ def _deferral(
     ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout, selection: Selection
 ) -> drain.Deferral:
     """The candidates passed over because protected pods run on them (rules/drain.py `defer`):
-    only nodes whose remaining work includes an interrupt."""
+    only nodes whose remaining work includes an interrupt, as `select` found them
+    (`Selection.protected`, the pods whether or not they run: asked here)."""
     spec = rollout.spec
     if spec.pod_non_interrupt_labels.empty or spec.non_interrupt_wait_s == 0:
         return drain.Deferral({}, {})
-    namespace = ctx.index.settings.namespace
-    updates = work.config_updates
     found: dict[str, tuple[PodView, ...]] = {}
-    for node in selection.candidates:
-        packages = ctx.node_packages(node).packages
-        due = selection.nodes[node.name].work.due
-        if not any(
-            name in packages and interrupts.has_interrupt(packages[name], updates.get(name, ()))
-            for name in due
-        ):
-            continue
-        on_node = ctx.index.pods_on_node.get(node.name, ())
-        pods = drain.protected_pods(
-            (p for p in on_node if work.live(p)), spec.pod_non_interrupt_labels, namespace
-        )
+    for name, protected in selection.protected.items():
+        pods = tuple(p for p in protected if work.live(p))
         if pods:
-            found[node.name] = pods
+            found[name] = pods
     if not found:
         return drain.Deferral({}, {})
-    others_left = any(
-        not verdict.done and name not in found for name, verdict in selection.nodes.items()
-    )
+    # Another node is left to do: the found ones are candidates, none of them done.
+    others_left = selection.unfinished > len(found)
     return drain.defer(
         found, others_left, ctx.scr.status.interrupt_deferred, spec.non_interrupt_wait_s, ctx.now
     )

@@ -72,6 +72,9 @@ class NodeSelection:
     reasons: tuple[Reason, ...]  # what holds it back, if anything
     slot: str  # OCCUPIED, CANDIDATE or ""
     failed: bool  # a package erroring or retrying
+    # A candidate's pods matching podNonInterruptLabels while its work includes an interrupt,
+    # whether or not they still run (admit asks that of each, passes/admit.py `_deferral`)
+    protected: tuple[PodView, ...] = ()
 
 
 @dataclass(frozen=True)

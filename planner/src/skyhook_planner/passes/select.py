@@ -6,19 +6,19 @@ about it; the rest occupy a budget slot or are candidates for `admit`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from skyhook_planner.model import waiting
 from skyhook_planner.model.health import HealthGate
 from skyhook_planner.model.nodestate import NodeState
-from skyhook_planner.model.snapshot import NodeView
+from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, NodeVerdict
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.work import SkyhookWork, Step
-from skyhook_planner.rules import blockers, health, ordering, stages
+from skyhook_planner.rules import blockers, drain, health, interrupts, ordering, stages
 from skyhook_schemas.nodestate import (
     UNINSTALL_CYCLE,
 )
@@ -79,6 +79,10 @@ class Selection:
     occupied: tuple[NodeView, ...]  # in progress: holding a budget slot
     candidates: tuple[NodeView, ...]  # may start if admitted
     decided: Step
+    # The candidates with protected pods, each with them (`NodeSelection.protected`), in
+    # node order, and how many nodes are not done: what admit's deferral reads
+    protected: Mapping[str, tuple[PodView, ...]] = field(default_factory=dict)
+    unfinished: int = 0
 
     @cached_property
     def work(self) -> dict[str, stages.NodeWork]:
@@ -129,6 +133,8 @@ def select(
     nodes: dict[str, NodeSelection] = {}
     occupied: list[NodeView] = []
     candidates: list[NodeView] = []
+    protected: dict[str, tuple[PodView, ...]] = {}
+    unfinished = 0
     decided = Step()
     complete = decided.out.complete
     for node in rollout.matched:
@@ -139,13 +145,17 @@ def select(
             else _select_node(ctx, work, node, selection_blockers, readiness, gate=gate)
         )
         complete[(ctx.name, node.name)] = found.done
-        if found.reasons and not found.done:
-            decided.wait(ctx.name, node.name, found.reasons)
+        if not found.done:
+            unfinished += 1
+            if found.reasons:
+                decided.wait(ctx.name, node.name, found.reasons)
         if found.slot == OCCUPIED:
             occupied.append(node)
         elif found.slot == CANDIDATE:
             candidates.append(node)
-    return Selection(nodes, tuple(occupied), tuple(candidates), decided)
+            if found.protected:
+                protected[node.name] = found.protected
+    return Selection(nodes, tuple(occupied), tuple(candidates), decided, protected, unfinished)
 
 
 def _select_node(
@@ -184,4 +194,28 @@ def _select_node(
     elif not found:
         found = blockers.reasons(readiness, node, first_only=True)
         slot = "" if found else CANDIDATE
-    return NodeSelection(node_work, done, found, slot, failed)
+    protected = _protected(ctx, work, node, node_work) if slot == CANDIDATE else ()
+    return NodeSelection(node_work, done, found, slot, failed, protected)
+
+
+def _protected(
+    ctx: SkyhookContext, work: SkyhookWork, node: NodeView, node_work: stages.NodeWork
+) -> tuple[PodView, ...]:
+    """The pods on a candidate matching podNonInterruptLabels, when its remaining work
+    includes an interrupt (rules/drain.py `defer`), live or not: which of them still run is
+    asked at admission, of the pass's deletions as they are then."""
+    spec = ctx.spec
+    if spec.pod_non_interrupt_labels.empty or spec.non_interrupt_wait_s == 0:
+        return ()
+    packages = ctx.node_packages(node).packages
+    updates = work.config_updates
+    if not any(
+        name in packages and interrupts.has_interrupt(packages[name], updates.get(name, ()))
+        for name in node_work.due
+    ):
+        return ()
+    return drain.protected_pods(
+        ctx.index.pods_on_node.get(node.name, ()),
+        spec.pod_non_interrupt_labels,
+        ctx.index.settings.namespace,
+    )
