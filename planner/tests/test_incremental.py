@@ -88,16 +88,26 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
 
 
 class Checked:
-    """The driver's planner: every pass planned twice, with and without memory."""
+    """The driver's planner: every pass planned twice, with and without memory; the counts
+    each Skyhook keeps for the next pass (passes/tally.py) are the same both ways too."""
 
     def __init__(self) -> None:
         self.memory: PassMemory | None = None
 
     def __call__(self, snapshot: ClusterSnapshot, settings: PlannerSettings) -> Plan:
-        full = plan(snapshot, settings)
+        full, counted = replan(snapshot, settings, None)
         incremental, self.memory = replan(snapshot, settings, self.memory)
         assert incremental == full, _difference(incremental, full)
+        _assert_same_tallies(self.memory, counted)
         return incremental
+
+
+def _assert_same_tallies(kept: PassMemory, counted: PassMemory) -> None:
+    """The tallies a pass updated from the last pass's equal those counted from nothing: a
+    stale one would hide a condition (or an uninstall's) until some other change showed it."""
+    assert kept.skyhooks.keys() == counted.skyhooks.keys()
+    for name, memory in kept.skyhooks.items():
+        assert memory.tally == counted.skyhooks[name].tally, name
 
 
 def _difference(incremental: Plan, full: Plan) -> str:

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.waiting import Reason
+from skyhook_planner.passes.tally import Tally
 from skyhook_planner.rules.ordering import Selected
 from skyhook_planner.rules.stages import NodeWork
 
@@ -95,6 +96,7 @@ class SkyhookMemory:
     # Each quiet node's inputs (as the last pass built them) and its verdict
     node_inputs: Mapping[str, NodeInputs] = field(default_factory=dict)
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
+    tally: Tally | None = None  # its counts over its selected nodes (passes/tally.py)
 
     def kept(
         self, inputs: SkyhookInputs, nodes: Mapping[str, NodeInputs]

@@ -34,6 +34,7 @@ from skyhook_planner.passes import (
     prepare,
     report,
     select,
+    tally,
     uninstall,
 )
 from skyhook_planner.passes.advance import advance
@@ -104,6 +105,7 @@ class _ShareRun:
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         self.node_inputs = _node_inputs(index, scr, rollout, earlier)
         self.kept = memory.kept(self.inputs, self.node_inputs) if memory is not None else {}
+        self.last_tally = memory.tally if memory is not None else None
         self.ctx = SkyhookContext(
             index,
             scr,
@@ -146,11 +148,13 @@ class _ShareRun:
         admission = admit.admit(ctx, work, self.rollout, selection, groups=groups, halt=gate.halt)
         self.fold(admission.decided)
         node_statuses, reused = self.advance_nodes(selection, admission)
+        counted = self.count(node_statuses.keys() - reused.keys())
         self.fold(report.selection_conditions(ctx, self.rollout, selection))
-        self.fold(report.admin_cordons(ctx, self.rollout))
+        if counted.admin_cordoned:
+            self.fold(report.admin_cordons(ctx, self.rollout))
         self.fold(_release_unselected(ctx, work, self.rollout))
         self.fold(report.save(ctx, work.states))
-        self.fold(uninstall.report(ctx, work, self.rollout))
+        self.fold(uninstall.report(ctx, work, self.rollout, cycling=bool(counted.uninstalling)))
         blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in work.conditions)
         self.fold(report.drain_conditions(ctx, self.rollout, work.drains, blocked_already))
         node_state = _mirror(work, self.rollout, reused)
@@ -198,8 +202,23 @@ class _ShareRun:
             for n in quiet
         }
         node_inputs = {n.name: self.node_inputs[n.name] for n in quiet}
-        memory = SkyhookMemory(self.inputs, self.rollout.selected, node_inputs, verdicts)
+        memory = SkyhookMemory(self.inputs, self.rollout.selected, node_inputs, verdicts, counted)
         return Share(decided, admission.running, memory)
+
+    def count(self, fresh: set[str]) -> tally.Tally:
+        """The tally over the selected nodes (passes/tally.py): the last pass's, with the nodes
+        whose verdict was not reused (`fresh`) and those whose state changed recounted. Asked
+        once the nodes are advanced: no later step changes a selected node's state."""
+        work = self.work
+        return tally.tally(
+            self.last_tally,
+            self.rollout.matched,
+            fresh | work.states.keys(),
+            nodes=self.ctx.index.nodes,
+            state=work.state,
+            admin_cordoned=self.ctx.admin_cordoned,
+            touched=frozenset(self.ctx.earlier.cordons),
+        )
 
     def learn_from_pods(self) -> dict[str, str]:
         """Learn from pods and reboots; returns the boot ids to record."""

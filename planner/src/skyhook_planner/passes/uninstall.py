@@ -56,10 +56,15 @@ def for_deletion(rollout: Rollout) -> Rollout:
     return replace(rollout, spec=replace(rollout.spec, packages=packages))
 
 
-def report(ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout) -> Step:
-    """The uninstall conditions, and a Warning Event when deletion becomes blocked."""
+def report(
+    ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout, *, cycling: bool = True
+) -> Step:
+    """The uninstall conditions, and a Warning Event when deletion becomes blocked. `cycling`:
+    does some node's state have an entry in its uninstall cycle (passes/tally.py)? Without one,
+    and with no package asked to uninstall, no condition holds."""
     decided = Step()
-    decided.changes.conditions += conditions(ctx, work, rollout)
+    if cycling or any(p.uninstalling for p in rollout.spec.packages.values()):
+        decided.changes.conditions += conditions(ctx, work, rollout)
     if ctx.scr.deleting:
         blocked = _deletion_blocked(ctx, work, rollout)
         if blocked is not None:
