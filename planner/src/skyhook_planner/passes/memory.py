@@ -5,7 +5,9 @@ A node is quiet for a Skyhook when its share of the pass decided nothing to writ
 change, pod, event, timer or wait beyond what `select` found. Most nodes of a large fleet are
 quiet in most passes (done, waiting for the budget, or running a stage pod). The next pass
 reuses a quiet node's verdict when its inputs compare equal, instead of learning, tidying and
-selecting it again; budgets, batches and the Skyhook's status are still counted over every node.
+selecting it again. What the pass counts over the nodes for the uninstall conditions and the
+admin cordons is kept too (`Tally`, passes/tally.py) and recounted for the nodes looked at again
+only; budgets, batches and the rest of the Skyhook's status are still counted over every node.
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it; the Skyhook's spec, pause, holds, config updates and

@@ -116,6 +116,8 @@ def runtime_required(
 ) -> Decision:
     """Drop the runtime-required taint where every runtimeRequired Skyhook is complete."""
     decision = Decision()
+    if not any(s.spec is not None and s.spec.runtime_required for s in skyhooks):
+        return decision  # no Skyhook wants the taint dropped anywhere
     taint = index.settings.runtime_required_taint
     for node in index.snap.nodes:
         if not any(t.same_as(taint) for t in node.taints):

@@ -243,7 +243,9 @@ class _ShareRun:
         self.fold(configmaps.clear_on_version_change(ctx, work))
         if work.stale_config or work.config_updates != self.inputs.config_updates:
             self.kept = {}  # a config edit may send any node back: select every node again
-        self.kept = {n: v for n, v in self.kept.items() if n not in work.states}
+        changed = self.kept.keys() & work.states.keys()  # a step so far changed their state
+        if changed:
+            self.kept = {n: v for n, v in self.kept.items() if n not in changed}
         tidied: dict[str, NodeState] = {}
         for node in self.rollout.matched:
             found = None if node.name in self.kept else select.tidy(ctx, work, node)
@@ -297,6 +299,8 @@ class _ShareRun:
 def _release_unselected(ctx: SkyhookContext, work: SkyhookWork, rollout: prepare.Rollout) -> Step:
     """Nodes that left the selector get back a cordon we hold."""
     decided = Step()
+    if len(rollout.matched) == len(ctx.index.nodes):
+        return decided  # it selects every node (most fleets): none left the selector
     matched = {n.name for n in rollout.matched}
     for node in ctx.index.snap.nodes:
         if node.name not in matched:
