@@ -460,3 +460,24 @@ def test_the_writer_sends_in_the_schedule_the_planners_driver_checks() -> None:
     writer = _writer(HeldClient())
     assert type(writer._schedule) is LaneSchedule
     assert type(Driver().schedule) is LaneSchedule
+
+
+def test_the_queue_depth_counts_what_is_not_sent_yet_statuses_included() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("n2")
+        writer = _writer(client)
+        status = PatchSkyhookStatus("s", {"status": "in_progress"})
+        writer.submit(Plan((_mark("n1"), status)))  # its status goes once n1 is written
+        writer.submit(Plan((_mark("n2"), _pod("n2"))))  # held: both actions stay queued
+        await eventually(
+            lambda: "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status" in client.paths(),
+            10,
+            "the first plan's status written",
+        )
+        assert writer.queue_depth == 1, "n2's pod, not attempted yet (its patch is going out)"
+        gate.set()
+        await eventually(lambda: writer.queue_depth == 0, 10, "everything sent")
+        await _closed(writer)
+
+    run(scenario)

@@ -265,7 +265,11 @@ class Writer:
         return True
 
     async def _send(self, action: Action, run: _Run) -> bool:
+        """Send a queued action (it leaves the queue depth)."""
         self._queued = max(0, self._queued - 1)
+        return await self._write(action, run)
+
+    async def _write(self, action: Action, run: _Run) -> bool:
         run.attempted += 1
         try:
             if isinstance(action, EvictPod):  # handed on, nothing to wait for
@@ -287,7 +291,7 @@ class Writer:
         return True
 
     async def _send_status(self, action: PatchSkyhookStatus) -> bool:
-        return await self._send(action, _Run())
+        return await self._write(action, _Run())  # counted as unsent by the status writer
 
     def _status_failed(self) -> None:
         self._failures += 1
