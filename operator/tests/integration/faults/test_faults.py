@@ -261,17 +261,25 @@ def _some_node_complete(cluster: Cluster, scr: str) -> Callable[[], bool]:
     return complete
 
 
-def test_scr_deleted_mid_rollout_leaves_nodes_clean(cluster: Cluster) -> None:
+def test_scr_deleted_mid_rollout_leaves_nodes_clean_but_for_their_record(cluster: Cluster) -> None:
     start(cluster, "scrgone")
     wait_until(live_stage_pod(cluster, "scrgone", "apply"), 60, "an apply pod")
     cluster.kube.request("DELETE", cluster.kube.skyhook_path("scrgone"))
     wait_gone(cluster, "scrgone")
 
-    def clean() -> bool:
-        return not cluster.pods("scrgone") and all(
-            not node_state(cluster.node(n), "scrgone") for n in cluster.nodes
-        )
+    record = {keys.node_state_key("scrgone"), keys.version_key("scrgone")}
 
-    wait_until(clean, 120, "pods gone and node state cleared")
+    def leftovers(name: str) -> list[str]:
+        meta = cluster.node(name)["metadata"]
+        found = {**(meta.get("annotations") or {}), **meta["labels"]}
+        return [k for k in found if k.endswith("_scrgone") and k not in record]
+
+    def clean() -> bool:
+        return not cluster.pods("scrgone") and not any(leftovers(n) for n in cluster.nodes)
+
+    wait_until(clean, 120, "pods gone and every key but the node's record cleared")
+    for name in cluster.nodes:
+        # A node the rollout reached keeps the record of the package it began.
+        assert all(k.startswith(f"{PACKAGE}|") for k in node_state(cluster.node(name), "scrgone"))
     assert_nodes_released(cluster)
     cluster.skyhooks.remove("scrgone")
