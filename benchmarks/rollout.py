@@ -19,7 +19,7 @@ seconds, its API requests per node-stage by verb and resource (its own counters,
 it stops; target <= 5), the apiserver's total for comparison, and where the machine's CPU went.
 The same figures go to a JSON file (`--json`, default benchmarks/results/<commit>.json) so
 runs can be compared across commits. SKYHOOK_PROFILE=<file> makes the operator write a
-cProfile of the run there.
+cProfile of the run there, SKYHOOK_MEMORY_PROFILE=<file> the allocations alive at its peak.
 
 `--no-leases` starts the nodes without Lease renewals (Sandbox's lease_renewals): what is left
 is the operator's own cost, which a real fleet's heartbeats on the same two cores would hide.
@@ -176,8 +176,9 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
             install_crd(kube)
             ensure_namespace(kube, "skyhook")
             env = {"SKYHOOK_LOG_LEVEL": "info"}
-            if os.environ.get("SKYHOOK_PROFILE"):
-                env["SKYHOOK_PROFILE"] = os.environ["SKYHOOK_PROFILE"]
+            for profile in ("SKYHOOK_PROFILE", "SKYHOOK_MEMORY_PROFILE"):
+                if os.environ.get(profile):
+                    env[profile] = os.environ[profile]
             operator = OperatorProcess(
                 sandbox.kubeconfig, Path(workdir) / "operator.log", env=env
             ).start()

@@ -5,10 +5,15 @@ SIGTERM or SIGINT. A part that cannot start ends the process with 1 and says why
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import gc
 import logging
 import os
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
 
 import click
 
@@ -27,6 +32,73 @@ LOG_FORMAT = "[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s"
 def tune_garbage_collector() -> None:
     """The collector's thresholds for a process that holds a fleet's objects for long."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+@contextlib.contextmanager
+def profiled(cpu_path: str | None, memory_path: str | None) -> Iterator[None]:
+    """What the rollout benchmark uses to say where the operator's time and memory go, each
+    written at exit: SKYHOOK_PROFILE=<file>, a cProfile of the event loop's thread;
+    SKYHOOK_MEMORY_PROFILE=<file>, the allocations alive when traced memory peaked."""
+    profiler = cProfile.Profile() if cpu_path else None
+    peak = _PeakMemory() if memory_path else None
+    if profiler is not None:
+        profiler.enable()
+    try:
+        yield
+    finally:
+        if profiler is not None and cpu_path:
+            profiler.disable()
+            profiler.dump_stats(cpu_path)
+        if peak is not None and memory_path:
+            peak.write(memory_path)
+
+
+class _PeakMemory:
+    """tracemalloc, with a snapshot taken each time traced memory grows by a MiB past the last
+    one: the first (the indexes just listed) and the one nearest the peak are kept, and what
+    grew between them is written beside what the peak holds."""
+
+    FRAMES = 8
+    STEP = 1 << 20
+    INTERVAL = 1.0
+
+    def __init__(self) -> None:
+        tracemalloc.start(self.FRAMES)
+        self._first: tracemalloc.Snapshot | None = None
+        self._peak: tracemalloc.Snapshot | None = None
+        self._taken_at = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="memory-profile", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.INTERVAL):
+            current, _ = tracemalloc.get_traced_memory()
+            if current > self._taken_at + self.STEP:
+                self._peak, self._taken_at = self._take(), current
+                self._first = self._first or self._peak
+
+    @staticmethod
+    def _take() -> tracemalloc.Snapshot:
+        ours = tracemalloc.Filter(False, tracemalloc.__file__)
+        return tracemalloc.take_snapshot().filter_traces([ours])
+
+    def write(self, path: str) -> None:
+        self._stop.set()
+        self._thread.join()
+        peak = self._peak or self._take()
+        tracemalloc.stop()
+        lines = [f"traced at the peak snapshot: {self._taken_at / 2**20:.1f} MiB", ""]
+        lines += ["by file:", *map(str, peak.statistics("filename")[:30]), ""]
+        lines += ["by line:", *map(str, peak.statistics("lineno")[:60]), ""]
+        if self._first is not None and self._first is not peak:
+            grown = peak.compare_to(self._first, "lineno")[:40]
+            lines += ["grown since the first snapshot, by line:", *map(str, grown), ""]
+        lines.append("by traceback:")
+        for stat in peak.statistics("traceback")[:30]:
+            lines.append(f"{stat.size / 2**20:.2f} MiB in {stat.count} blocks")
+            lines += ["    " + line for line in stat.traceback.format(limit=self.FRAMES)]
+        Path(path).write_text("\n".join(lines) + "\n")
 
 
 def configure_logging(level: str, verbose: bool) -> None:
@@ -65,20 +137,11 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
         raise click.ClickException(f"invalid settings:\n{error}") from error
     configure_logging(settings.log_level, verbose)
     tune_garbage_collector()
-    # SKYHOOK_PROFILE=<file>: a cProfile of the event loop's thread, written at a clean exit
-    # (what the rollout benchmark uses to say where the operator's time goes).
-    profile_path = os.environ.get("SKYHOOK_PROFILE")
-    profiler = cProfile.Profile() if profile_path else None
-    if profiler is not None:
-        profiler.enable()
-    try:
-        # The kubeconfig is passed on, not set in the environment: the `kubernetes` package
-        # read $KUBECONFIG when it was imported.
-        asyncio.run(runtime.main(settings, kubeconfig))
-    except runtime.StartError as error:
-        logging.getLogger(__name__).error("cannot start: %s", error)
-        raise click.ClickException(str(error)) from error
-    finally:
-        if profiler is not None and profile_path:
-            profiler.disable()
-            profiler.dump_stats(profile_path)
+    # The kubeconfig is passed on, not set in the environment: the `kubernetes` package
+    # read $KUBECONFIG when it was imported.
+    with profiled(os.environ.get("SKYHOOK_PROFILE"), os.environ.get("SKYHOOK_MEMORY_PROFILE")):
+        try:
+            asyncio.run(runtime.main(settings, kubeconfig))
+        except runtime.StartError as error:
+            logging.getLogger(__name__).error("cannot start: %s", error)
+            raise click.ClickException(str(error)) from error

@@ -5,6 +5,8 @@ Everything runs on the event loop except ORAS's requests: oras-py is a blocking 
 `requests`), so a registry call goes to a worker thread (`asyncio.to_thread`), the one thread
 crossing here, made only when a source is fetched, not answered from cache.
 
+ORAS itself is imported on the first OCI fetch (kube/oci.py).
+
 An OCI artifact is a manifest whose layer of media type
 `application/vnd.oci.image.compatibilities.v1+json` (or NFD's YAML layer) holds the artifact.
 Artifacts are cached by that layer's digest: a reference is looked up again (its manifest
@@ -16,17 +18,12 @@ only) at most every `refresh` seconds, and its layer is pulled only when the dig
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import oras.provider
-import requests
-from oras.auth import AuthenticationException
 
 from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_planner.model.imagecompat import (
@@ -44,27 +41,9 @@ from skyhook_planner.model.spec import ImageCompatibility
 
 log = logging.getLogger(__name__)
 
-MANIFEST_MEDIA_TYPES = ["application/vnd.oci.image.manifest.v1+json"]
-REQUEST_TIMEOUT_S = 10.0
-
 
 class FetchError(Exception):
     """An artifact that could not be had; the message says which source and why."""
-
-
-class _Registry(oras.provider.Registry):  # type: ignore[misc]
-    """ORAS without its in-request retries: they sleep for minutes on an unreachable registry,
-    which would stall a reconcile pass. The next refresh is the retry."""
-
-    def __init__(self, insecure: bool) -> None:
-        super().__init__(insecure=insecure)
-        self.session.request = functools.partial(self.session.request, timeout=REQUEST_TIMEOUT_S)
-
-    def do_request(self, *args: Any, **kwargs: Any) -> requests.Response:
-        single_attempt: Callable[..., requests.Response] = (
-            oras.provider.Registry.do_request.__wrapped__
-        )
-        return single_attempt(self, *args, **kwargs)
 
 
 @dataclass
@@ -135,15 +114,16 @@ class ArtifactFetcher:
         """Resolve `reference`'s manifest, then its artifact layer (from cache when its
         digest is known). Blocking: `fetch` calls it in a worker thread. FetchError names the
         reference and what failed."""
+        from skyhook_operator.kube import oci  # noqa: PLC0415 - ORAS loads on first use
+
         host = reference.split("/", 1)[0]
-        registry = _Registry(insecure=host in self._insecure)
         try:
-            container = registry.get_container(reference)
-            manifest = registry.get_manifest(container, allowed_media_type=MANIFEST_MEDIA_TYPES)
-        except (requests.RequestException, ValueError, AuthenticationException) as err:
-            raise FetchError(f"OCI artifact {reference}: {_short(err)}") from None
+            manifest = oci.Manifest(reference, insecure=host in self._insecure)
+        except oci.RegistryError as err:
+            raise FetchError(f"OCI artifact {reference}: {err}") from None
         layer = next(
-            (x for x in manifest.get("layers") or () if x.get("mediaType") in MEDIA_TYPES), None
+            (x for x in manifest.body.get("layers") or () if x.get("mediaType") in MEDIA_TYPES),
+            None,
         )
         if layer is None:
             raise FetchError(
@@ -155,25 +135,18 @@ class ArtifactFetcher:
         if cached is not None:
             return cached
         try:
-            response = registry.get_blob(container, digest)
-            response.raise_for_status()
-        except requests.RequestException as err:
-            raise FetchError(f"OCI artifact {reference}: layer {digest}: {_short(err)}") from None
+            content = manifest.blob(digest)
+        except oci.RegistryError as err:
+            raise FetchError(f"OCI artifact {reference}: layer {digest}: {err}") from None
         self.pulls += 1
         try:
-            artifact = parse_text(
-                response.content, layer["mediaType"], where=f"OCI artifact {reference}"
-            )
+            artifact = parse_text(content, layer["mediaType"], where=f"OCI artifact {reference}")
         except ArtifactError as err:
             raise FetchError(str(err)) from None
         with self._lock:
             self._by_digest[digest] = artifact
         log.info("image compatibility artifact %s pulled (layer %s)", reference, digest)
         return artifact
-
-
-def _short(err: BaseException) -> str:
-    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
 
 
 def sources(skyhooks: Iterable[SkyhookView]) -> list[ImageCompatibility]:

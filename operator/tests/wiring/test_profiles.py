@@ -1,0 +1,32 @@
+"""What the operator loads and what its profiles say: the memory a fleet never needs stays
+out of the process, and the benchmark's memory profile names where the memory went."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from skyhook_operator.cli import profiled
+
+
+def test_the_operator_starts_without_the_oci_registry_client() -> None:
+    """ORAS (and what it loads) comes in with the first OCI artifact fetch, not at start."""
+    code = "import sys, skyhook_operator.cli; print(sorted(m for m in sys.modules if 'oras' in m))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_the_memory_profile_names_what_was_held_at_the_peak(tmp_path: Path) -> None:
+    """Written at exit, the profile shows what the peak held, though it is gone by then."""
+    path = tmp_path / "memory.txt"
+    with profiled(None, str(path)):
+        held = [bytearray(64 << 10) for _ in range(64)]  # 4 MiB, over the snapshot step
+        time.sleep(2.5)  # the sampler looks once a second
+        del held
+    text = path.read_text()
+    top_line = text.split("by line:\n", 1)[1].splitlines()[0]
+    assert f"{Path(__file__).name}:" in top_line and "size=4" in top_line, text[:2000]
