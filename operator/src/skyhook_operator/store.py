@@ -49,7 +49,7 @@ def resource_version(body: Mapping[str, Any]) -> int:
         return 1 << 62
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Versioned(Generic[View]):
     """One object's view as the index or the overlay holds it."""
 

@@ -6,6 +6,7 @@ the decoding, so there is one decoder per kind. A view keeps only what a decisio
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,21 @@ from skyhook_schemas.status import SkyhookStatus
 
 # --- the input snapshot ----------------------------------------------------------------------
 
+# A fleet's views repeat the same short strings thousands of times (a label's value, a
+# condition's reason, a container's name, the namespace, a node's name on each of its pods): a
+# decoded API object brings its own copy of each, so short ones are interned and the index
+# holds one.
+_SHARED_UP_TO = 100  # characters
+
+
+def _shared(text: str) -> str:
+    # Tolerant of what a malformed object may hold instead (None): kept as it came.
+    return sys.intern(text) if isinstance(text, str) and len(text) <= _SHARED_UP_TO else text
+
+
+def _shared_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
+    return {key: _shared(value) for key, value in (mapping or {}).items()}
+
 
 def _parse_time(text: str | None) -> datetime | None:
     if not text:
@@ -27,7 +43,7 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     uid: str = ""
@@ -50,10 +66,10 @@ class NodeView:
         status = obj.get("status") or {}
         conditions = tuple(
             NodeCondition(
-                type=c.get("type", ""),
-                status=c.get("status", ""),
-                reason=c.get("reason") or "",
-                message=c.get("message") or "",
+                type=_shared(c.get("type", "")),
+                status=_shared(c.get("status", "")),
+                reason=_shared(c.get("reason") or ""),
+                message=_shared(c.get("message") or ""),
             )
             for c in status.get("conditions") or ()
         )
@@ -67,10 +83,10 @@ class NodeView:
             None,
         )
         return cls(
-            name=meta.get("name", ""),
+            name=_shared(meta.get("name", "")),
             uid=meta.get("uid", ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            labels=_shared_values(meta.get("labels")),
+            annotations=_shared_values(meta.get("annotations")),
             taints=tuple(Taint.from_api(t) for t in spec.get("taints") or ()),
             unschedulable=bool(spec.get("unschedulable")),
             ready=ready,
@@ -81,7 +97,7 @@ class NodeView:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerView:
     """The parts of a (init) container spec the planner compares against what it would build."""
 
@@ -94,15 +110,15 @@ class ContainerView:
     @classmethod
     def from_api(cls, body: JsonDict) -> ContainerView:
         return cls(
-            name=body.get("name", ""),
-            image=body.get("image", ""),
+            name=_shared(body.get("name", "")),
+            image=_shared(body.get("image", "")),
             args=tuple(body.get("args") or ()),
             env=tuple(body.get("env") or ()),
             resources=dict(body.get("resources") or {}),
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerStatusView:
     """One init container's status; `state` is "waiting", "running" or "terminated"."""
 
@@ -116,23 +132,24 @@ class ContainerStatusView:
     @classmethod
     def from_api(cls, body: JsonDict) -> ContainerStatusView:
         states = body.get("state") or {}
+        name = _shared(body.get("name", ""))
         if states.get("terminated") is not None:
             term = states["terminated"]
             return cls(
-                name=body.get("name", ""),
+                name=name,
                 state="terminated",
-                reason=term.get("reason") or "",
+                reason=_shared(term.get("reason") or ""),
                 exit_code=term.get("exitCode"),
                 restart_count=body.get("restartCount") or 0,
                 finished_at=_parse_time(term.get("finishedAt")),
             )
         if states.get("running") is not None:
-            return cls(body.get("name", ""), "running", restart_count=body.get("restartCount") or 0)
+            return cls(name, "running", restart_count=body.get("restartCount") or 0)
         waiting = states.get("waiting") or {}
         return cls(
-            name=body.get("name", ""),
+            name=name,
             state="waiting",
-            reason=waiting.get("reason") or "",
+            reason=_shared(waiting.get("reason") or ""),
             restart_count=body.get("restartCount") or 0,
         )
 
@@ -150,7 +167,7 @@ def _toleration(body: JsonDict) -> Toleration:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodView:
     name: str
     namespace: str
@@ -181,8 +198,8 @@ class PodView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        labels = dict(meta.get("labels") or {})
-        phase = status.get("phase") or "Pending"
+        labels = _shared_values(meta.get("labels"))
+        phase = _shared(status.get("phase") or "Pending")
         # Only what a pass reads is kept (every pod on every node is held between passes):
         # annotations of our own pods only, and an init container's spec, which is compared
         # with what the planner would build, only while one of ours may still run or be
@@ -191,19 +208,19 @@ class PodView:
         detailed = ours and phase != "Succeeded"
         return cls(
             name=meta.get("name", ""),
-            namespace=meta.get("namespace", ""),
-            node=spec.get("nodeName") or "",
+            namespace=_shared(meta.get("namespace", "")),
+            node=_shared(spec.get("nodeName") or ""),
             labels=labels,
-            annotations=dict(meta.get("annotations") or {}) if ours else {},
+            annotations=_shared_values(meta.get("annotations")) if ours else {},
             phase=phase,
             init_containers=tuple(
-                ContainerView.from_api(c) if detailed else ContainerView(c.get("name", ""))
+                ContainerView.from_api(c) if detailed else ContainerView(_shared(c.get("name", "")))
                 for c in spec.get("initContainers") or ()
             ),
             init_statuses=tuple(
                 ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
             ),
-            containers=tuple(c.get("name", "") for c in spec.get("containers") or ()),
+            containers=tuple(_shared(c.get("name", "")) for c in spec.get("containers") or ()),
             deleting=bool(meta.get("deletionTimestamp")),
             tolerates_unschedulable=any(
                 _toleration(t).tolerates(_CORDON_TAINT) for t in spec.get("tolerations") or ()
@@ -219,11 +236,11 @@ class PodView:
             empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
             mirror=_MIRROR_ANNOTATION in (meta.get("annotations") or {}),
             created=_parse_time(meta.get("creationTimestamp")),
-            reason=status.get("reason") or "",
+            reason=_shared(status.get("reason") or ""),
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConfigMapView:
     name: str
     namespace: str
@@ -236,9 +253,9 @@ class ConfigMapView:
         meta = obj.get("metadata") or {}
         return cls(
             name=meta.get("name", ""),
-            namespace=meta.get("namespace", ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            namespace=_shared(meta.get("namespace", "")),
+            labels=_shared_values(meta.get("labels")),
+            annotations=_shared_values(meta.get("annotations")),
             data=dict(obj.get("data") or {}),
         )
 

@@ -22,7 +22,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # --- taints and tolerations -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Taint:
     """A node taint. Two taints are "the same taint" when key and effect match."""
 
@@ -68,7 +68,7 @@ class Taint:
         return cls(key=key, effect=effect, value=value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Toleration:
     key: str = ""
     operator: str = "Equal"
@@ -170,7 +170,7 @@ class LabelSelector:
 # --- node conditions ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeCondition:
     type: str
     status: str
