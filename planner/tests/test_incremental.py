@@ -4,6 +4,7 @@ random sequences of cluster events (passes/memory.py)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.passes.memory import PassMemory
 from skyhook_planner.passes.plan import plan, replan
 from skyhook_planner.sim.cluster import make_node
-from skyhook_planner.sim.driver import Driver, package
+from skyhook_planner.sim.driver import SETTINGS, Driver, package
 from skyhook_schemas import keys
 
 INTERRUPTS = [None, {"type": "reboot"}, {"type": "service", "services": ["cron"]}]
@@ -235,7 +236,9 @@ def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> Non
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), nodes=st.integers(1, 6), two=st.booleans())
 def test_incremental_pass_plans_as_a_full_pass(data: st.DataObject, nodes: int, two: bool) -> None:
-    d = Driver(nodes, labels={"pool": "gpu"})
+    # Retention short enough that kept pods go while the rollout runs (learn.expire_finished)
+    retention = replace(SETTINGS, pod_ttl_succeeded_s=20.0, pod_ttl_failed_s=300.0)
+    d = Driver(nodes, labels={"pool": "gpu"}, settings=retention)
     checked = Checked()
     d.planner = checked
     names = ["first", "second"] if two else ["first"]

@@ -5,8 +5,9 @@ function reads the Skyhook's working state (`SkyhookWork`) and returns its `Step
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import status as statuses
@@ -294,18 +295,26 @@ def _kept(ctx: SkyhookContext, pod: PodView, node: NodeView, entry: PackageEntry
     return decision
 
 
-def expire_finished(ctx: SkyhookContext, work: SkyhookWork) -> Step:
+def expire_finished(
+    ctx: SkyhookContext, work: SkyhookWork, known: Mapping[str, datetime | None]
+) -> tuple[Step, dict[str, datetime | None]]:
     """Finished pods kept for their logs go when their retention is over:
     SKYHOOK_POD_TTL_SUCCEEDED after the stage succeeded, SKYHOOK_POD_TTL_FAILED after it
     failed. Looked at on every pass, whichever nodes the pass memory keeps, with one timer for
-    the next to go: a node waiting only for its pods' retention is not planned again for it."""
+    the next to go: a node waiting only for its pods' retention is not planned again for it.
+
+    `known`: for nodes whose pods are as the last pass saw them, when the first of them is due
+    to go (None: none kept), from that pass; only a node whose time has come is looked at again.
+    Returns the decision and, per node with a kept pod or in `known`, that time as it is now."""
     decision = Step()
     settings = ctx.settings
-    soonest: float | None = None
+    due: dict[str, datetime | None] = {
+        node: at for node, at in known.items() if at is None or at > ctx.now
+    }
     for pod in ctx.pods():
-        if pod.phase not in FINISHED_PHASES or keys.PACKAGE_LABEL not in pod.labels:
+        if pod.node in due or pod.phase not in FINISHED_PHASES:
             continue
-        if not work.present(pod):
+        if keys.PACKAGE_LABEL not in pod.labels or not work.present(pod):
             continue
         finished = results.outcome(pod).finished_at or pod.created
         if finished is None:
@@ -313,14 +322,16 @@ def expire_finished(ctx: SkyhookContext, work: SkyhookWork) -> Step:
         kept_for = (
             settings.pod_ttl_succeeded_s if pod.phase == "Succeeded" else settings.pod_ttl_failed_s
         )
-        left = kept_for - (ctx.now - finished).total_seconds()
-        if left <= 0:
+        goes_at = finished + timedelta(seconds=kept_for)
+        if goes_at <= ctx.now:
             decision.delete_pod(pod, "kept for its logs long enough")
         else:
-            soonest = left if soonest is None else min(soonest, left)
+            first = due.get(pod.node)
+            due[pod.node] = goes_at if first is None else min(first, goes_at)
+    soonest = min((at for at in due.values() if at is not None), default=None)
     if soonest is not None:
-        decision.wake_in(soonest)
-    return decision
+        decision.wake_in((soonest - ctx.now).total_seconds())
+    return decision, due
 
 
 def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str], Step]:

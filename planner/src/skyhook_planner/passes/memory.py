@@ -7,7 +7,7 @@ quiet in most passes (done, waiting for the budget, or running a stage pod). The
 reuses a quiet node's verdict when its inputs compare equal, instead of learning, tidying and
 selecting it again. What the pass counts over the nodes for the uninstall conditions and the
 admin cordons is kept too (`Tally`, passes/tally.py) and recounted for the nodes looked at again
-only; budgets, batches and the rest of the Skyhook's status are still counted over every node.
+only, as is when each node's first finished pod kept for its logs goes (`learn.expire_finished`); budgets, batches and the rest of the Skyhook's status are still counted over every node.
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it; the Skyhook's spec, pause, holds, config updates and
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from skyhook_planner.model.nodestate import NodeState
@@ -89,6 +90,8 @@ class NodeVerdict:
     running: bool  # the admission `finish` was decided with
     node_status: str
     mirror: Mapping[str, Any] | None  # its entries in the status's nodeState, None without
+    # When the first of its finished stage pods kept for their logs is due to go (None: none)
+    pods_go_at: datetime | None = None
 
 
 @dataclass(frozen=True)

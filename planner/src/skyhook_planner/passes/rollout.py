@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from skyhook_planner.model.nodestate import NodeState
@@ -120,6 +121,8 @@ class _ShareRun:
         )
         self.fold(rollout.decided)
         self.noisy: set[str] = set()  # nodes it decided something for: not kept for the next pass
+        # Per node, when its first finished pod kept for its logs goes (learn.expire_finished)
+        self.pods_go_at: dict[str, datetime | None] = {}
 
     def fold(self, step: Step) -> None:
         """Merge a step's output into the share's and its changes into the working state."""
@@ -198,6 +201,7 @@ class _ShareRun:
                 running=n.name in admission.running,
                 node_status=node_statuses[n.name],
                 mirror=node_state.get(n.name),
+                pods_go_at=self.pods_go_at.get(n.name),
             )
             for n in quiet
         }
@@ -233,7 +237,9 @@ class _ShareRun:
         if self.rollout.paused:
             self.take(learn.stop_for_pause(ctx, work))
         self.take(learn.validate_pods(ctx, work, skip=self.kept))
-        self.take(learn.expire_finished(ctx, work))
+        known = {node: verdict.pods_go_at for node, verdict in self.kept.items()}
+        expiring, self.pods_go_at = learn.expire_finished(ctx, work, known)
+        self.take(expiring)
         return boot_ids
 
     def select_nodes(self) -> select.Selection:
