@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from skyhook_operator import runtime
+from skyhook_operator import logs, runtime
 from skyhook_operator.settings import SettingsError, load_settings
 
 # Full collections of the oldest generation, at Python's default of one per ten younger ones,
@@ -32,8 +32,6 @@ GC_THRESHOLDS = (700, 10, 1000)
 # the Lease that is 20-30 connections, 5-7 MiB. 64 KiB reads a watch stream or a LIST page in
 # a few more calls, for a quarter of the memory.
 TLS_READ_BUFFER = 64 * 1024
-
-LOG_FORMAT = "[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s"
 
 
 def tune_garbage_collector() -> None:
@@ -114,21 +112,6 @@ def tune_tls_buffers() -> None:
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
-def configure_logging(level: str, verbose: bool) -> None:
-    """Ours at `level`, other libraries' from info up; `verbose`: ours and aiohttp's at
-    debug. urllib3 (ORAS's registry calls) and aiohttp's access log (a line per webhook call)
-    say only warnings unless verbose."""
-    logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, force=True)
-    logging.getLogger("skyhook_operator").setLevel(
-        logging.DEBUG if verbose else getattr(logging, level.upper())
-    )
-    if verbose:
-        logging.getLogger("aiohttp").setLevel(logging.DEBUG)
-    else:
-        logging.getLogger("urllib3").setLevel(logging.WARNING)
-        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
-
 @click.group()
 def main() -> None:
     """Skyhook operator: rolls packages across Kubernetes nodes."""
@@ -148,7 +131,13 @@ def run(kubeconfig: str | None, verbose: bool) -> None:
         settings = load_settings()
     except SettingsError as error:
         raise click.ClickException(f"invalid settings:\n{error}") from error
-    configure_logging(settings.log_level, verbose)
+    logs.configure(
+        settings.log_level,
+        encoder=settings.log_encoder,
+        time_encoder=settings.log_time_encoder,
+        stack_trace_level=settings.log_stack_trace_level,
+        verbose=verbose,
+    )
     tune_garbage_collector()
     tune_tls_buffers()
     # The kubeconfig is passed on, not set in the environment: the `kubernetes` package

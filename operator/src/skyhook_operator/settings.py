@@ -34,6 +34,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from skyhook_operator import logs
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.vocabulary import Taint
 from skyhook_schemas.durations import parse_duration
@@ -166,8 +167,25 @@ WebhookUrl = Annotated[
 LogLevel = Annotated[
     str,
     _check(
-        lambda level: level.lower() in {"debug", "info", "warning", "error"},
-        "{!r} must be debug, info, warning or error",
+        lambda level: level.lower() in logs.LEVELS,
+        "{!r} must be one of " + ", ".join(logs.LEVELS),
+    ),
+]
+StackTraceLevel = Annotated[
+    str,
+    _check(
+        lambda level: not level or level.lower() in logs.LEVELS,
+        "{!r} must be empty or one of " + ", ".join(logs.LEVELS),
+    ),
+]
+LogEncoder = Annotated[
+    str, _check(lambda name: name in logs.ENCODERS, "{!r} must be " + " or ".join(logs.ENCODERS))
+]
+TimeEncoder = Annotated[
+    str,
+    _check(
+        lambda name: not name or name in logs.TIME_ENCODERS,
+        "{!r} must be empty or one of " + ", ".join(logs.TIME_ENCODERS),
     ),
 ]
 
@@ -682,8 +700,41 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
     )
     log_level: LogLevel = field(
         "SKYHOOK_LOG_LEVEL",
-        _meta("LOG_LEVEL", "debug, info, warning or error."),
+        _meta(
+            "LOG_LEVEL",
+            "debug, info, warn (or warning) or error; zap's dpanic, panic and "
+            "fatal log nothing of ours, which logs nothing above error.",
+        ),
         default="info",
+    )
+    log_encoder: LogEncoder = field(
+        "SKYHOOK_LOG_ENCODER",
+        _meta(
+            "LOG_ENCODER",
+            "console (one bracketed line per entry) or json (one zap-style "
+            "object per line: level, ts, logger, msg, error, stacktrace).",
+        ),
+        default="console",
+    )
+    log_time_encoder: TimeEncoder = field(
+        "SKYHOOK_LOG_TIME_ENCODER",
+        _meta(
+            "LOG_TIME_ENCODER",
+            "How entries' times are written: rfc3339, rfc3339nano, "
+            "iso8601, epoch, millis or nano. Empty: rfc3339 in json, our date and time "
+            "with milliseconds in console.",
+        ),
+        default="",
+    )
+    log_stack_trace_level: StackTraceLevel = field(
+        "SKYHOOK_LOG_STACK_TRACE_LEVEL",
+        _meta(
+            "LOG_STACK_TRACE_LEVEL",
+            "Entries at this level and above carry the stack that "
+            "logged them (a level as LOG_LEVEL). Empty: none do (an error's traceback is "
+            "logged anyway).",
+        ),
+        default="",
     )
 
     @property

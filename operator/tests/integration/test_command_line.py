@@ -4,6 +4,7 @@ or the webhook certificate is missing."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,26 @@ def test_sigint_stops_the_operator_cleanly(cluster: Cluster) -> None:
     assert operator.process.wait(30) == 0, operator.log_tail()
     tail = operator.log_tail(100)
     assert "SIGINT received" in tail and "operator stopped" in tail, tail
+
+
+def test_upstream_json_logging_makes_every_line_json(cluster: Cluster) -> None:
+    """LOG_ENCODER=json as upstream's chart sets it: a log pipeline reads each line as a zap
+    entry, the startup, a rollout's passes and the stop included."""
+    assert cluster.operator is not None
+    cluster.operator.stop()
+    cluster.operator = cluster.start_operator(
+        log_name="json.log", LOG_ENCODER="json", LOG_TIME_ENCODER="epoch"
+    )
+    cluster.add_nodes(1)
+    cluster.skyhook("jsonlog", {"logged": agentless("1.0.0", sleep=0.2)})
+    cluster.wait_complete("jsonlog", timeout=90)
+    cluster.operator.stop()
+    lines = [line for line in cluster.operator.log_tail(10_000).splitlines() if line.strip()]
+    entries = [json.loads(line) for line in lines]
+    messages = [e["msg"] for e in entries if e["logger"].startswith("skyhook_operator")]
+    assert any(m.startswith("operator started") for m in messages), messages[:5]
+    assert any(m.startswith("pass: ") for m in messages), messages[:20]
+    assert all(isinstance(e["ts"], float) and e["level"] in {"info", "warn"} for e in entries)
 
 
 def exited(start: Callable[..., OperatorProcess], **env: str) -> tuple[int, str]:
