@@ -221,6 +221,9 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "IMAGE_PULL_SECRET": "",
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
+        "LOG_ENCODER": "console",
+        "LOG_TIME_ENCODER": "",
+        "LOG_STACK_TRACE_LEVEL": "",
         "LEADER_ELECTION": "true",
         "SKYHOOK_LEASE_DURATION": "15",
         "SKYHOOK_LEASE_RENEW_DEADLINE": "10",
@@ -293,6 +296,9 @@ OVERRIDES: Obj = {
     "operator": {
         "image": {"repository": "registry.example.com/sky/operator", "tag": "v9.9.9"},
         "logLevel": "debug",
+        "logEncoder": "json",
+        "logTimeEncoder": "epoch",
+        "logStackTraceLevel": "error",
         "interval": "1h30m",
         "resources": {"requests": {"cpu": "250m"}},
         "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -325,6 +331,11 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert env["IMAGE_PULL_SECRET"] == "pkgcred"
     assert env["DEFAULT_INTERVAL"] == "1h30m"
     assert env["LOG_LEVEL"] == "debug"
+    assert (env["LOG_ENCODER"], env["LOG_TIME_ENCODER"], env["LOG_STACK_TRACE_LEVEL"]) == (
+        "json",
+        "epoch",
+        "error",
+    )
     assert env["SKYHOOK_DRAIN_TIMEOUT"] == "900"
     container = operator_container(objects)
     assert container["image"] == "registry.example.com/sky/operator:v9.9.9"
@@ -780,6 +791,9 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
         ({"agentLogRoot": ""}, "agentLogRoot:"),
         ({"reapplyOnReboot": "yes"}, "reapplyOnReboot: yes must be true or false"),
         ({"operator": {"logLevel": "trace"}}, 'operator.logLevel: "trace" must be'),
+        ({"operator": {"logEncoder": "xml"}}, 'operator.logEncoder: "xml" must be console or json'),
+        ({"operator": {"logTimeEncoder": "julian"}}, 'operator.logTimeEncoder: "julian" must be'),
+        ({"operator": {"logStackTraceLevel": "loud"}}, 'operator.logStackTraceLevel: "loud"'),
         ({"operator": {"interval": "59s"}}, 'operator.interval: "59s" is shorter than the minimum'),
         (
             {"operator": {"interval": "ten minutes"}},
