@@ -6,6 +6,7 @@ not a failed write."""
 from __future__ import annotations
 
 import json
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,36 +49,40 @@ def apiserver(start_https: StartHttps[_Apiserver]) -> _Apiserver:
     return server
 
 
-def test_a_refused_token_is_asked_for_again_and_the_request_goes_through(
-    apiserver: _Apiserver, tmp_path: Path
-) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    server = f"https://127.0.0.1:{apiserver.server_address[1]}"
-    kubeconfig.write_text(
+def _kubeconfig(path: Path, server: str, user: dict[str, Any], **cluster: Any) -> Path:
+    path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [
-                    {"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}
-                ],
-                "users": [{"name": "u", "user": {"token": "first"}}],
+                "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+                "users": [{"name": "u", "user": user}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
                 "current-context": "x",
             }
         )
     )
+    return path
+
+
+def test_a_refused_token_is_asked_for_again_and_the_request_goes_through(
+    apiserver: _Apiserver, tmp_path: Path
+) -> None:
+    server = f"https://127.0.0.1:{apiserver.server_address[1]}"
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    kubeconfig = _kubeconfig(
+        tmp_path / "kubeconfig",
+        server,
+        {"tokenFile": "token"},
+        **{"insecure-skip-tls-verify": True},
+    )
     kube = connect(str(kubeconfig))
-    issued = {"token": "first"}
-
-    def refresh(configuration: Any) -> None:  # what the loaders' hooks do: a current token
-        configuration.api_key["BearerToken"] = f"Bearer {issued['token']}"
-
-    kube.configuration.refresh_api_key_hook = refresh
     try:
         for _ in range(3):
             assert kube.request("GET", "/version")["code"] == 200
-        issued["token"] = apiserver.valid = "second"  # rotated
+        token.write_text("second\n")  # rotated, as the kubelet rotates a projected token
+        apiserver.valid = "second"
         assert kube.request("GET", "/version")["code"] == 200
         assert kube.request("GET", "/version")["code"] == 200
     finally:
@@ -91,3 +96,32 @@ def test_a_refused_token_is_asked_for_again_and_the_request_goes_through(
         ("second", 200),
         ("second", 200),
     ]
+
+
+def test_an_exec_plugin_issues_the_token(apiserver: _Apiserver, tmp_path: Path) -> None:
+    """A kubeconfig whose user runs an exec plugin (as EKS's and GKE's do) sends the token the
+    plugin prints."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
+        "'kind': 'ExecCredential', 'status': {'token': 'first'}}))\n"
+    )
+    exec_user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(plugin)],
+            "interactiveMode": "Never",
+        }
+    }
+    server = f"https://127.0.0.1:{apiserver.server_address[1]}"
+    kubeconfig = _kubeconfig(
+        tmp_path / "kubeconfig", server, exec_user, **{"insecure-skip-tls-verify": True}
+    )
+    kube = connect(str(kubeconfig))
+    try:
+        assert kube.request("GET", "/version")["code"] == 200
+    finally:
+        kube.close()
+    assert apiserver.seen == [("first", 200)]

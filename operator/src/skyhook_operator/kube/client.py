@@ -1,8 +1,7 @@
 """The operator's one Kubernetes API client: JSON over one aiohttp session, on one event loop.
 
-Credentials (kubeconfig, exec plugins, the in-cluster service account and its rotating token,
-client certificates, TLS) come from the official `kubernetes` package's config loaders;
-requests go through aiohttp, on the loop the client was first used from (the operator's one
+Credentials (kubeconfig, the in-cluster service account and its rotating token, client
+certificates, TLS) come from kube/credentials.py; requests go through aiohttp, on the loop the client was first used from (the operator's one
 loop: every watch, write, review and the Lease go through this one session). Patches say
 exactly which patch type they are and answers stay the dicts the planner's views decode.
 
@@ -17,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import ssl
 import threading
 import time
 from collections import Counter
@@ -28,8 +25,8 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
-from kubernetes import client, config
 
+from skyhook_operator.kube.credentials import Credentials, load
 from skyhook_schemas import keys
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,9 +41,9 @@ CONNECTIONS = 64
 # A connection refused before anything was sent is tried this often (with a short pause)
 # before the caller sees it, as urllib3 did for us before.
 CONNECT_RETRIES = 3
-# How long a bearer token is used before the credentials are asked again. Asking costs more
-# than the request itself (the kubeconfig loader's refresh hook rebuilds its configuration),
-# and a token the apiserver refuses (401) is asked again at once anyway.
+# How long a bearer token is used before the credentials are asked again. Asking reads a token
+# file or runs an exec plugin's loader, and a token the apiserver refuses (401) is asked again
+# at once anyway.
 CREDENTIALS_TTL = 30.0
 
 log = logging.getLogger(__name__)
@@ -128,11 +125,11 @@ class _Session:
     """One aiohttp session and the request counts of every view of it. The session is opened
     on the loop of the first request and lives on that loop (aiohttp binds it there)."""
 
-    def __init__(self, configuration: client.Configuration) -> None:
-        self.configuration = configuration
-        self.host = configuration.host.rstrip("/")
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+        self.host = credentials.host.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
-        self._tls = _tls_context(configuration)
+        self._tls = credentials.tls_context()
         self._counted = threading.Lock()  # the counts are read from threads (telemetry)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, resource[/sub])
         self.errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
@@ -169,11 +166,8 @@ class _Session:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         now = time.monotonic()
         if now >= self._authorization_until:
-            # An exec plugin's or a rotated service-account token is refreshed by the
-            # loader's hook behind these calls.
-            self._authorization = self.configuration.get_api_key_with_prefix(
-                "BearerToken"
-            ) or self.configuration.get_api_key_with_prefix("authorization")
+            # A rotated service-account token or an exec plugin's new one comes from here.
+            self._authorization = self.credentials.authorization()
             self._authorization_until = now + CREDENTIALS_TTL
         if self._authorization:
             headers["Authorization"] = self._authorization
@@ -192,8 +186,8 @@ class AsyncKube(Paths):
         self._may_write: Callable[[], bool] = lambda: True
 
     @property
-    def configuration(self) -> client.Configuration:
-        return self._session.configuration
+    def credentials(self) -> Credentials:
+        return self._session.credentials
 
     def unfenced(self) -> AsyncKube:
         """Another view of the same session, without this view's write fence."""
@@ -358,8 +352,8 @@ class Kube(Paths):
         self._loop = loop  # the client's own, stopped by `close`
 
     @property
-    def configuration(self) -> client.Configuration:
-        return self.aio.configuration
+    def credentials(self) -> Credentials:
+        return self.aio.credentials
 
     def close(self) -> None:
         """Close the session's connections and stop the client's loop."""
@@ -413,25 +407,12 @@ async def _awaited(call: Awaitable[T]) -> T:
     return await call
 
 
-def configuration_from(kubeconfig: str | None = None) -> client.Configuration:
-    """Credentials from `kubeconfig`, `$KUBECONFIG`, the in-cluster service account, or
-    ~/.kube/config, in that order."""
-    configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        config.load_kube_config(config_file=path, client_configuration=configuration)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(client_configuration=configuration)
-    if not configuration.verify_ssl:
-        _unverified(configuration.host)
-    return configuration
-
-
 def connect_async(kubeconfig: str | None = None) -> AsyncKube:
     """The client of this process, opened on the loop that first uses it."""
-    return AsyncKube(_Session(configuration_from(kubeconfig)))
+    credentials = load(kubeconfig)
+    if not credentials.verify:
+        _unverified(credentials.host)
+    return AsyncKube(_Session(credentials))
 
 
 def connect(kubeconfig: str | None = None) -> Kube:
@@ -440,18 +421,6 @@ def connect(kubeconfig: str | None = None) -> Kube:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="kube-client", daemon=True).start()
     return Kube(connect_async(kubeconfig), loop)
-
-
-def _tls_context(configuration: client.Configuration) -> ssl.SSLContext:
-    if configuration.verify_ssl:
-        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    else:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
-    return context
 
 
 _warned_hosts: set[str] = set()

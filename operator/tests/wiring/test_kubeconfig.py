@@ -1,0 +1,179 @@
+"""The operator reads its credentials as kubectl does: kubeconfig files merged from
+$KUBECONFIG, paths relative to the file that names them, the in-cluster service account with its
+rotating token; and a bad entry is refused naming it. Exec plugins and auth providers are left
+to the `kubernetes` package, imported only for them."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from skyhook_operator.kube import credentials, webhooks
+from skyhook_operator.kube.credentials import CredentialsError
+
+
+def _write(path: Path, document: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _single(path: Path, user: dict[str, Any], **cluster: Any) -> Path:
+    return _write(
+        path,
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "https://api:6443/", **cluster}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        },
+    )
+
+
+def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path: Path) -> None:
+    first = _write(
+        tmp_path / "a" / "config",
+        {
+            "current-context": "prod",
+            "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "admin"}}],
+            "users": [{"name": "admin", "user": {"token": "from-a"}}],
+        },
+    )
+    second = _write(
+        tmp_path / "b" / "config",
+        {
+            "current-context": "ignored",
+            "clusters": [
+                {
+                    "name": "prod",
+                    "cluster": {"server": "https://prod:6443", "certificate-authority": "ca.crt"},
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": "from-b"}}],  # the first file wins
+        },
+    )
+    found = credentials.load(None, {"KUBECONFIG": f"{first}{os.pathsep}{second}"})
+    assert found.host == "https://prod:6443"
+    assert found.ca_file == str(tmp_path / "b" / "ca.crt")  # relative to the file naming it
+    assert found.verify
+    assert found.authorization() == "Bearer from-a"
+
+
+def test_embedded_client_certificates_go_to_private_files_tls_loads(tmp_path: Path) -> None:
+    made = webhooks.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
+    user = {
+        "client-certificate-data": base64.b64encode(made.cert).decode(),
+        "client-key-data": base64.b64encode(made.key).decode(),
+    }
+    cluster = {"certificate-authority-data": base64.b64encode(made.ca).decode()}
+    found = credentials.from_kubeconfig(str(_single(tmp_path / "config", user, **cluster)))
+    assert found.cert_file and found.key_file
+    assert Path(found.cert_file).read_bytes() == made.cert
+    assert Path(found.key_file).read_bytes() == made.key
+    assert Path(found.key_file).stat().st_mode & 0o777 == 0o600
+    assert found.ca_data == made.ca.decode()
+    assert found.authorization() is None
+    context = found.tls_context()  # loads the pair and the CA; a wrong key raises here
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.get_ca_certs()
+
+
+def test_basic_authentication_and_skipped_verification(tmp_path: Path) -> None:
+    config = _single(
+        tmp_path / "config",
+        {"username": "ada", "password": "s3cret"},
+        **{"insecure-skip-tls-verify": True},
+    )
+    found = credentials.from_kubeconfig(str(config))
+    assert found.authorization() == "Basic " + base64.b64encode(b"ada:s3cret").decode()
+    assert not found.verify
+    assert found.tls_context().verify_mode == ssl.CERT_NONE
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"contexts": []}, "no current-context is set"),
+        ({"current-context": "gone"}, "no context named 'gone'"),
+        (
+            {
+                "current-context": "x",
+                "contexts": [{"name": "x", "context": {"cluster": "nowhere"}}],
+            },
+            "no cluster named 'nowhere'",
+        ),
+        (
+            {
+                "current-context": "x",
+                "contexts": [{"name": "x", "context": {"cluster": "c"}}],
+                "clusters": [{"name": "c", "cluster": {}}],
+            },
+            "cluster 'c' has no server",
+        ),
+    ],
+)
+def test_a_kubeconfig_that_cannot_be_used_is_refused_naming_the_entry(
+    tmp_path: Path, document: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(CredentialsError, match=message):
+        credentials.from_kubeconfig(str(_write(tmp_path / "config", document)))
+
+
+def test_a_user_entry_that_cannot_be_used_is_refused_naming_it(tmp_path: Path) -> None:
+    half = _single(tmp_path / "half", {"client-certificate": "c.crt"})
+    with pytest.raises(CredentialsError, match="user 'u': a client certificate needs both"):
+        credentials.from_kubeconfig(str(half))
+    garbled = _single(tmp_path / "garbled", {"client-key-data": "not base64!"})
+    with pytest.raises(CredentialsError, match="client-key-data is not base64"):
+        credentials.from_kubeconfig(str(garbled))
+    with pytest.raises(CredentialsError, match="no such file"):
+        credentials.from_kubeconfig(str(tmp_path / "missing"))
+
+
+def test_in_cluster_reads_the_rotating_service_account_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("one")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    found = credentials.in_cluster(env, tmp_path)
+    assert found.host == "https://[fd00::1]:443"
+    assert found.ca_file == str(tmp_path / "ca.crt")
+    assert found.authorization() == "Bearer one"
+    (tmp_path / "token").write_text("two\n")  # the kubelet rotated it
+    assert found.authorization() == "Bearer two"
+    with pytest.raises(CredentialsError, match="KUBERNETES_SERVICE_PORT must both be set"):
+        credentials.in_cluster({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, tmp_path)
+    with pytest.raises(CredentialsError, match="no service account token"):
+        credentials.in_cluster(env, tmp_path / "elsewhere")
+
+
+_IMPORTED = """
+import sys
+from skyhook_operator.kube import credentials
+credentials.from_kubeconfig(sys.argv[1])
+print("kubernetes" in sys.modules)
+"""
+
+
+def _imports_kubernetes(kubeconfig: Path) -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip() == "True"
+
+
+def test_the_kubernetes_package_is_loaded_only_for_exec_plugins(tmp_path: Path) -> None:
+    """About 8 MiB of modules stay out of an operator with a token or a certificate."""
+    assert not _imports_kubernetes(_single(tmp_path / "token", {"token": "t"}))
+    exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}}
+    assert _imports_kubernetes(_single(tmp_path / "exec", exec_user))
