@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import configparser
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_sandbox import gomod, podenv, podstatus
+from skyhook_sandbox import gomod, podenv, podstatus, versions
 from skyhook_sandbox.images import (
     ImageMap,
     ImageMapError,
@@ -215,3 +218,22 @@ def test_conditions_of_a_pod_waiting_on_init_containers():
     assert conditions["Initialized"]["message"] == "containers with incomplete status: [b]"
     assert conditions["Ready"]["status"] == "False"
     assert podstatus.exit_code(-15) == 143
+
+
+def test_the_kubernetes_release_is_chosen_by_minor_or_release_and_refused_naming_the_variable():
+    assert versions.kubernetes_release({}) == "v1.34.4"  # the oldest when unset
+    assert versions.kubernetes_release({"SKYHOOK_KUBERNETES": "1.37"}) == "v1.37.2"
+    assert versions.kubernetes_release({"SKYHOOK_KUBERNETES": "v1.36"}) == "v1.36.3"
+    assert versions.kubernetes_release({"SKYHOOK_KUBERNETES": "v1.35.4"}) == "v1.35.4"
+    with pytest.raises(ValueError, match=r"SKYHOOK_KUBERNETES='1\.33': the sandbox runs 1\.34"):
+        versions.kubernetes_release({"SKYHOOK_KUBERNETES": "1.33"})
+    with pytest.raises(ValueError, match=r"SKYHOOK_KUBERNETES='v1\.37\.0'"):
+        versions.kubernetes_release({"SKYHOOK_KUBERNETES": "v1.37.0"})  # not a pinned release
+
+
+def test_ci_runs_the_newest_release_the_sandbox_supports():
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(Path(__file__).parents[2] / "tox.ini")
+    setenv = tox["testenv:kubernetes-newest"]["setenv"]
+    assert f"SKYHOOK_KUBERNETES = {versions.NEWEST}" in setenv
+    assert (versions.OLDEST, versions.NEWEST) == ("1.34", "1.37")
