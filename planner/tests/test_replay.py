@@ -179,12 +179,27 @@ def test_a_queued_configmap_shows_its_new_content() -> None:
     replay = NodeReplay()
 
     shown = replay.apply(snapshot, {"n1": (update,), "n3": (fresh,)}).configmaps
-    assert {c.name: dict(c.data) for c in shown} == {
-        "s-n1-metadata": {"state": "new"},
-        "s-n2-metadata": {"state": "x"},
-        "s-n3-metadata": {"state": "first"},
-    }
+    assert [c.name for c in shown] == ["s-n1-metadata", "s-n2-metadata", "s-n3-metadata"]
+    assert shown[0].holds({"state": "new"}) and not shown[0].holds({"state": "old"})
+    assert shown[1].holds({"state": "x"})
+    assert shown[2].holds({"state": "first"})
     assert shown[1] is unrelated
     again = replay.apply(snapshot, {"n1": (update,), "n3": (fresh,)}).configmaps
     assert again[0] is shown[0] and again[2] is shown[2]
     assert replay.apply(snapshot, {}).configmaps == (stored, unrelated)
+
+
+def test_a_node_metadata_configmap_is_held_as_a_digest_and_still_compared_exactly() -> None:
+    """One per node and Skyhook: the index keeps a digest of its data, not the JSON texts."""
+    labels = '{"kubernetes.io/hostname":"n1","pool":"gpu"}'
+    view = ConfigMapView.from_api(metadata_cm("s-n1-metadata", "n1", **{"labels.json": labels}))
+    assert dict(view.data) == {}
+    assert view.holds({"labels.json": labels})
+    assert not view.holds({"labels.json": labels.replace("gpu", "cpu")})
+    assert not view.holds({"labels.json": labels, "packages.json": "{}"})
+    assert not view.holds({"labels.jso": "n" + labels})  # where a key ends counts
+    package = {
+        "metadata": {"name": "s-pkg-1.0.0", "namespace": "skyhook", "labels": {"x": "y"}},
+        "data": {"a.sh": "echo"},
+    }
+    assert dict(ConfigMapView.from_api(package).data) == {"a.sh": "echo"}  # read by key

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 _WATCH_SECONDS = 300
 _RETRY_SECONDS = 1.0
-_PAGE = 500  # objects per LIST page: bounded memory and apiserver work per request
+_PAGE = 100  # objects per LIST page: bounded memory and apiserver work per request
 
 
 class WatchedIndex(Generic[View]):

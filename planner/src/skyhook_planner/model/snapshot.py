@@ -6,6 +6,7 @@ the decoding, so there is one decoder per kind. A view keeps only what a decisio
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -247,17 +248,39 @@ class ConfigMapView:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     data: Mapping[str, str] = field(default_factory=dict)
+    # A node-metadata ConfigMap (one per node and Skyhook: a fleet's worth of labels and
+    # annotations as JSON) keeps only a digest of its data: a pass only asks whether it already
+    # holds what the pass would write (`holds`).
+    data_digest: bytes = b""
+
+    def holds(self, data: Mapping[str, str]) -> bool:
+        """Is `data` exactly this ConfigMap's data?"""
+        if self.data_digest:
+            return _digest(data) == self.data_digest
+        return dict(self.data) == dict(data)
 
     @classmethod
     def from_api(cls, obj: JsonDict) -> ConfigMapView:
         meta = obj.get("metadata") or {}
+        labels = _shared_values(meta.get("labels"))
+        data = obj.get("data") or {}
+        digested = keys.NODE_META_LABEL in labels
         return cls(
             name=meta.get("name", ""),
             namespace=_shared(meta.get("namespace", "")),
-            labels=_shared_values(meta.get("labels")),
+            labels=labels,
             annotations=_shared_values(meta.get("annotations")),
-            data=dict(obj.get("data") or {}),
+            data={} if digested else dict(data),
+            data_digest=_digest(data) if digested else b"",
         )
+
+
+def _digest(data: Mapping[str, str]) -> bytes:
+    hashed = hashlib.blake2b(digest_size=16)
+    for key in sorted(data):
+        value = data[key]
+        hashed.update(f"{len(key)}:{key}{len(value)}:{value}".encode())
+    return hashed.digest()
 
 
 @dataclass(frozen=True)

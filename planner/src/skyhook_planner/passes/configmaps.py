@@ -37,7 +37,7 @@ def reconcile(ctx: SkyhookContext, work: SkyhookWork) -> Step:
             decision.out.first.append(
                 UpsertConfigMap(podbuilder.build_package_configmap(ctx.settings, ctx.scr, package))
             )
-        elif dict(current.data) != dict(package.config_map):
+        elif not current.holds(package.config_map):
             decision.merge(_config_edit(ctx, work, package, current, decision))
     configmaps = ctx.index.snap.configmaps
     for cm in configmaps:

@@ -187,6 +187,6 @@ def _metadata_configmap(
         annotations=applied(node.annotations, changes.annotations),
     )
     existing = index.configmaps.get(manifest["metadata"]["name"])
-    if existing is not None and dict(existing.data) == manifest["data"]:
+    if existing is not None and existing.holds(manifest["data"]):
         return None
     return UpsertConfigMap(manifest)
