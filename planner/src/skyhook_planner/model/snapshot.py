@@ -100,11 +100,11 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class ContainerView:
-    """The parts of a (init) container spec the planner compares against what it would build."""
+    """The parts of a (init) container spec the planner compares against what it would build
+    (podbuilder.matches; not the arguments, which carry the Skyhook's generation)."""
 
     name: str
     image: str = ""
-    args: tuple[str, ...] = ()
     env: tuple[JsonDict, ...] = ()
     resources: JsonDict = field(default_factory=dict)
 
@@ -113,7 +113,6 @@ class ContainerView:
         return cls(
             name=_shared(body.get("name", "")),
             image=_shared(body.get("image", "")),
-            args=tuple(body.get("args") or ()),
             env=tuple(body.get("env") or ()),
             resources=dict(body.get("resources") or {}),
         )
