@@ -28,10 +28,11 @@ from skyhook_operator.settings import SettingsError, load_settings
 GC_THRESHOLDS = (700, 10, 1000)
 
 # asyncio gives every TLS connection a 256 KiB read buffer, allocated and zeroed when the
-# connection opens, so resident for its life: with the watches, the writer's lanes, Events and
-# the Lease that is 20-30 connections, 5-7 MiB. 64 KiB reads a watch stream or a LIST page in
-# a few more calls, for a quarter of the memory.
-TLS_READ_BUFFER = 64 * 1024
+# connection opens, so resident for its life: with the watches, the writer's lanes, Events,
+# the Lease and the apiserver's connections to the webhooks that is 20-50 connections, 5-12
+# MiB. 16 KiB, one TLS record, reads a watch stream or a LIST page in more calls of the same
+# loop iteration, for a sixteenth of the memory.
+TLS_READ_BUFFER = 16 * 1024
 
 
 def tune_garbage_collector() -> None:
