@@ -53,7 +53,7 @@ def test_a_listing_of_several_pages_fills_the_index_the_store_holds() -> None:
         assert held is index.index
         assert sorted(held) == [("", "n1"), ("", "n2")]
         assert held[("", "n2")][0].view == NodeView.from_api(_node("n2"))
-        assert client.queries[0]["limit"] == "500"
+        assert client.queries[0]["limit"] == "100"
         assert client.queries[1]["continue"] == "next", "the second page follows the first"
         assert pokes, "the loop is woken once the index is filled"
 
