@@ -1,9 +1,10 @@
 """The operator's one Kubernetes API client: JSON over one aiohttp session, on one event loop.
 
 Credentials (kubeconfig, the in-cluster service account and its rotating token, client
-certificates, TLS) come from kube/credentials.py; requests go through aiohttp, on the loop the client was first used from (the operator's one
-loop: every watch, write, review and the Lease go through this one session). Patches say
-exactly which patch type they are and answers stay the dicts the planner's views decode.
+certificates, TLS) come from kube/credentials.py; requests go through aiohttp, on the loop the
+client was first used from (the operator's one loop: every watch, write, review and the Lease
+go through this one session). Patches say exactly which patch type they are and answers stay
+the dicts the planner's views decode.
 
 `AsyncKube` is the client. Several views of one session differ only in their write fence
 (leader election fences the main view; the Lease, access reviews and webhook certificates use

@@ -114,15 +114,18 @@ def from_kubeconfig(paths: str) -> Credentials:
     server = str(cluster.fields.get("server") or "")
     if not server:
         raise CredentialsError(f"kubeconfig {paths}: cluster {cluster_name!r} has no server")
-    cert_file, key_file = _client_certificate(user, f"kubeconfig {paths}: user {user_name!r}")
+    user_at = f"kubeconfig {paths}: user {user_name!r}"
+    cert_file, key_file = _client_certificate(user, user_at)
     return Credentials(
         host=server.rstrip("/"),
         verify=not cluster.fields.get("insecure-skip-tls-verify", False),
         ca_file=cluster.path_of("certificate-authority"),
-        ca_data=_decoded(cluster, "certificate-authority-data", f"cluster {cluster_name!r}"),
+        ca_data=_decoded(
+            cluster, "certificate-authority-data", f"kubeconfig {paths}: cluster {cluster_name!r}"
+        ),
         cert_file=cert_file,
         key_file=key_file,
-        authorization=_user_authorization(user, f"kubeconfig {paths}: user {user_name!r}"),
+        authorization=_user_authorization(user, user_at),
     )
 
 
@@ -190,7 +193,7 @@ def _decoded(entry: _Entry, key: str, where: str) -> str | None:
     try:
         return base64.b64decode(str(value), validate=True).decode()
     except (ValueError, UnicodeDecodeError) as err:
-        raise CredentialsError(f"kubeconfig {where}: {key} is not base64 PEM: {err}") from err
+        raise CredentialsError(f"{where}: {key} is not base64 PEM: {err}") from err
 
 
 def _client_certificate(user: _Entry, where: str) -> tuple[str | None, str | None]:
