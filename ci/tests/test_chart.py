@@ -241,6 +241,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_STAGE_RETRIES": "3",
         "SKYHOOK_POD_TTL_SUCCEEDED": "1h",
         "SKYHOOK_POD_TTL_FAILED": "24h",
+        "SKYHOOK_STATUS_NODE_LISTS_BYTES": "1048576",
         "SKYHOOK_ALERT_POLL_INTERVAL": "30",
         "SKYHOOK_ALERT_QUERY_TIMEOUT": "5",
         "SKYHOOK_EVENT_INTERVAL": "30",

@@ -145,6 +145,7 @@ AtLeastOneSecond = Annotated[Seconds, _minimum_seconds(1)]
 AtLeastOneMinute = Annotated[Seconds, _minimum_seconds(60)]
 Concurrency = Annotated[int, _from_text(int), _check(lambda n: n >= 1, "{} must be at least 1")]
 Retries = Annotated[int, _from_text(int), _check(lambda n: n >= 0, "{} must not be negative")]
+ListBytes = Annotated[int, _from_text(int), _check(lambda n: n >= 1024, "{} must be at least 1024")]
 Address = Annotated[BindAddress, _from_text(BindAddress)]
 WebhookAddress = Annotated[
     Address,
@@ -434,6 +435,16 @@ class _PassSettings(BaseSettings):
             "kept for its logs.",
         ),
         default=_PLANNER.pod_ttl_failed_s,
+    )
+    status_node_lists_bytes: ListBytes = field(
+        "SKYHOOK_STATUS_NODE_LISTS_BYTES",
+        _meta(
+            None,
+            "Bytes a Skyhook's per-node status lists (nodeStatus, nodeState, nodeBootIds) may "
+            "take; past it they list only the nodes not complete that fit, and "
+            "nodesPerPackage counts every node (docs/status-at-scale.md).",
+        ),
+        default=_PLANNER.status_node_lists_bytes,
     )
     operator_version: NonEmpty = field(
         "SKYHOOK_OPERATOR_VERSION",
@@ -763,6 +774,7 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
             stage_retries=self.stage_retries,
             pod_ttl_succeeded_s=self.pod_ttl_succeeded,
             pod_ttl_failed_s=self.pod_ttl_failed,
+            status_node_lists_bytes=self.status_node_lists_bytes,
             operator_version=self.operator_version,
             alert_recheck_s=self.alert_poll_interval,
         )

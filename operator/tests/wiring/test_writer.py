@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from skyhook_operator.kube.client import ApiError, AsyncKube
+from skyhook_operator.kube.statuses import STATUS_BYTES_PER_SECOND
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
@@ -35,6 +36,7 @@ class HeldClient:
         self.held: dict[str, asyncio.Event] = {}
         self.waiting: set[str] = set()  # held nodes with a request waiting
         self.failing: set[str] = set()  # nodes whose requests the apiserver answers 500
+        self.skyhook_status = ""  # a string the answers to Skyhook writes carry as their status
 
     def hold(self, node: str) -> asyncio.Event:
         self.held[node] = asyncio.Event()
@@ -51,7 +53,10 @@ class HeldClient:
         self.sent.append((method, path))
         self.bodies.append(body)
         name = path.rstrip("/").split("/")[-1]
-        return {"metadata": {"name": name, "namespace": "skyhook", "resourceVersion": "7"}}
+        answer = {"metadata": {"name": name, "namespace": "skyhook", "resourceVersion": "7"}}
+        if "/skyhooks/" in path and self.skyhook_status:
+            answer["status"] = {"padding": self.skyhook_status}
+        return answer
 
     def paths(self) -> list[str]:
         return [path for _, path in self.sent]
@@ -435,6 +440,25 @@ def test_a_change_of_phase_is_not_held_back_by_the_status_interval() -> None:
         await stays_false(lambda: status_writes() == 3, 0.5)  # progress waits out the interval
         await writer.drain()
         assert status_writes() == 3
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_large_skyhooks_progress_is_written_less_often() -> None:
+    async def scenario() -> None:
+        client = HeldClient()
+        client.skyhook_status = "x" * (3 * STATUS_BYTES_PER_SECOND)  # written every 3 s
+        writer = _writer(client)
+
+        def status_writes() -> int:
+            return sum("skyhooks" in p for p in client.paths())
+
+        writer.submit(Plan((PatchSkyhookStatus("s", {"completeNodes": "1/2"}),)))
+        await eventually(lambda: status_writes() == 1, 0.5, "the first status written")
+        writer.submit(Plan((PatchSkyhookStatus("s", {"completeNodes": "2/3"}),)))
+        await stays_false(lambda: status_writes() == 2, 2.0)  # past the 1 s of a small one
+        await eventually(lambda: status_writes() == 2, 2.0, "the progress written by 3 s")
         await _closed(writer)
 
     run(scenario)

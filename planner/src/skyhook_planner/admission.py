@@ -8,7 +8,8 @@ was off. On top of them, admission adds what only makes sense at the door:
 - a policy still named by a Skyhook cannot be deleted;
 - a package that declares `uninstall.enabled` may only leave the spec, or go down in version,
   once it is uninstalled from every node (no node in the old status's nodeState holds its
-  version), and a downgrade also needs `uninstall.apply` set first; cancelling an uninstall is
+  version, nor does its nodesPerPackage count any when the node lists were shortened), and a
+  downgrade also needs `uninstall.apply` set first; cancelling an uninstall is
   admitted with a warning.
 
 An update that leaves `spec` as it was is always admitted: the operator's own metadata writes
@@ -131,8 +132,13 @@ def _uninstall_gates(spec: SkyhookSpec, old: Json) -> tuple[list[str], list[str]
         else []
     )
 
+    # A status whose node lists were shortened (model/status_size.py) counts every node's
+    # packages instead.
+    counted = (status or {}).get("nodesPerPackage") if isinstance(status, Mapping) else None
+    counts = counted if isinstance(counted, Mapping) else {}
+
     def installed(key: str) -> bool:
-        return any(key in node for node in nodes)
+        return bool(counts.get(key)) or any(key in node for node in nodes)
 
     refused: list[str] = []
     cancelled: list[str] = []

@@ -20,6 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 from skyhook_operator.kube.client import (
     APPLY_PATCH,
     FIELD_MANAGER,
@@ -60,6 +62,8 @@ class ApiVerbs:
     def __init__(self, kube: AsyncKube, store: ClusterStore) -> None:
         self._kube = kube
         self._store = store
+        # Per Skyhook, the bytes of the object its last status write returned.
+        self.skyhook_bytes: dict[str, int] = {}
         self._verbs: dict[type, Callable[[Any], Awaitable[None]]] = {
             PatchNode: self.patch_node,
             CreatePod: self.create_pod,
@@ -192,9 +196,11 @@ class ApiVerbs:
             )
         except ApiError as error:
             if error.status == 404:
+                self.skyhook_bytes.pop(action.name, None)
                 return  # deleted meanwhile: nothing left to report on
             raise
         self._store.skyhooks.wrote(answer)
+        self.skyhook_bytes[action.name] = len(orjson.dumps(answer))
 
     async def annotate_skyhook(self, action: AnnotateSkyhook) -> None:
         path = self._kube.skyhook_path(action.name)

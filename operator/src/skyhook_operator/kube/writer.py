@@ -100,7 +100,11 @@ class Writer:
         self._idle.set()
         self._closing = asyncio.Event()
         self._statuses = StatusWriter(
-            self._send_status, self._closing, self._update_idle, self._status_failed
+            self._send_status,
+            self._closing,
+            self._update_idle,
+            self._status_failed,
+            size=lambda name: self._verbs.skyhook_bytes.get(name, 0),
         )
         # Called when a node's lanes are all written (False) or a write failed (True).
         self.on_written: Callable[[bool], None] = lambda failed: None

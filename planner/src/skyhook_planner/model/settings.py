@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skyhook_planner.model.status_size import NODE_LISTS_BYTES
 from skyhook_planner.model.vocabulary import Taint
 from skyhook_schemas.images import image_tag
 
@@ -33,6 +34,8 @@ class PlannerSettings:
     pod_ttl_failed_s: float = 86400.0
     # The running operator's version, written into the version annotations of nodes and SCRs.
     operator_version: str = "dev"
+    # The per-node status lists are shortened past this many bytes (model/status_size.py).
+    status_node_lists_bytes: int = NODE_LISTS_BYTES
     # While an alert gate holds, read the alerts again after this many seconds.
     alert_recheck_s: float = 30.0
 

@@ -90,6 +90,7 @@ class NodeVerdict:
     running: bool  # the admission `finish` was decided with
     node_status: str
     mirror: Mapping[str, Any] | None  # its entries in the status's nodeState, None without
+    list_bytes: int  # its bytes in the status's nodeStatus and nodeState (model/status_size.py)
     # When the first of its finished stage pods kept for their logs is due to go (None: none)
     pods_go_at: datetime | None = None
 

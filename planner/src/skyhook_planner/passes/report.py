@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from skyhook_planner.model import nodestate, waiting
+from skyhook_planner.model import nodestate, status_size, waiting
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model.actions import PatchSkyhookStatus
 from skyhook_planner.model.nodestate import NodeState
@@ -289,8 +289,7 @@ def status(
     rollout: Rollout,
     node_statuses: Mapping[str, str],
     *,
-    node_state: Mapping[str, Mapping[str, Any]],
-    boot_ids: Mapping[str, str],
+    lists: status_size.NodeLists,
     gated: bool = False,
     node_order: tuple[Mapping[str, str], int] = ({}, 0),
     groups: Compartments | None,
@@ -301,7 +300,7 @@ def status(
     deferred: Mapping[str, str] | None = None,
 ) -> Step:
     """The Skyhook's status as a merge patch, with a Transition condition and Event when its
-    overall status changes."""
+    overall status changes; its per-node lists as `lists` has them (model/status_size.py)."""
     decided = Step()
     scr = ctx.scr
     current = scr.status.to_json()
@@ -322,6 +321,19 @@ def status(
     dropped |= {deadlines.CONDITION_DEADLINE} - {c["type"] for c in conditions}
     dropped |= {soak.CONDITION_SOAK} - {c["type"] for c in conditions}  # no soakTime any more
     dropped |= {health.CONDITION_WAITING, health.CONDITION_FAILED} - {c["type"] for c in conditions}
+    if lists.shortened:
+        found.append(
+            statuses.condition(
+                status_size.CONDITION_NODE_LISTS_SHORTENED,
+                True,
+                "StatusSizeLimit",
+                lists.message(),
+                ctx.now,
+                generation=scr.generation,
+            )
+        )
+    else:
+        dropped.add(status_size.CONDITION_NODE_LISTS_SHORTENED)
     old_status = current.get("status")
     if old_status != overall:
         found.append(
@@ -349,9 +361,9 @@ def status(
     )
     desired: dict[str, Any] = {
         "status": overall,
-        "nodeState": dict(node_state),
-        "nodeStatus": dict(node_statuses),
-        "nodeBootIds": dict(boot_ids),
+        "nodeState": dict(lists.node_state),
+        "nodeStatus": dict(lists.node_status),
+        "nodeBootIds": dict(lists.boot_ids),
         "configUpdates": {k: v for k, v in config_updates.items() if v},
         "completeNodes": f"{complete}/{len(rollout.matched)}",
         "nodesInProgress": in_progress,
@@ -368,6 +380,10 @@ def status(
             generation=scr.generation,
         ),
     }
+    if lists.package_nodes is not None or "nodesPerPackage" in current:
+        desired["nodesPerPackage"] = (
+            dict(lists.package_nodes) if lists.package_nodes is not None else None
+        )
     node_priority, node_order_offset = node_order
     if node_priority or "nodePriority" in current:
         desired["nodePriority"] = dict(node_priority)

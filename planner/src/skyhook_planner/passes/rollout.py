@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from skyhook_planner.model import status_size
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_planner.passes import (
@@ -161,6 +162,14 @@ class _ShareRun:
         blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in work.conditions)
         self.fold(report.drain_conditions(ctx, self.rollout, work.drains, blocked_already))
         node_state = _mirror(work, self.rollout, reused)
+        lists = status_size.fit(
+            node_statuses,
+            node_state,
+            boot_ids,
+            limit=ctx.settings.status_node_lists_bytes,
+            every_boot_id=ctx.settings.reapply_on_reboot,
+            known={name: verdict.list_bytes for name, verdict in reused.items()},
+        )
         selected = selection.nodes
         node_priority, node_order_offset = ordering.retire(
             {**ctx.scr.status.node_priority, **work.picked},
@@ -172,8 +181,7 @@ class _ShareRun:
                 ctx,
                 self.rollout,
                 node_statuses,
-                node_state=node_state,
-                boot_ids=boot_ids,
+                lists=lists,
                 gated=bool(self.closed_gates),
                 node_order=(node_priority, node_order_offset),
                 groups=groups,
@@ -201,6 +209,7 @@ class _ShareRun:
                 running=n.name in admission.running,
                 node_status=node_statuses[n.name],
                 mirror=node_state.get(n.name),
+                list_bytes=lists.sizes[n.name],
                 pods_go_at=self.pods_go_at.get(n.name),
             )
             for n in quiet
