@@ -135,3 +135,19 @@ def test_removing_an_installed_uninstallable_package_is_refused_from_a_shortened
     verdict = review_skyhook("UPDATE", new, old, ())
     assert not verdict.allowed
     assert "tools" in verdict.message
+
+
+def test_a_blocked_skyhook_counts_its_complete_nodes_from_the_nodes_not_the_short_lists() -> None:
+    d = _driver(12, 600)
+    d.sim.add_skyhook("scr", UNINSTALLABLE)
+    d.run()
+    assert d.status("scr")["nodeStatus"] == {}
+    spec = d.sim.skyhooks["scr"]["spec"]
+    del spec["interruptionBudget"]
+    spec["deploymentPolicy"] = "missing"
+    d.sim.skyhooks["scr"]["metadata"]["generation"] += 1
+    d.step()
+    status = d.status("scr")
+    assert status["status"] == "blocked"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "12/12 nodes complete" in ready["message"], ready["message"]

@@ -178,6 +178,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
         or previous.get("message") != why.message
     ):
         decided.event("Skyhook", scr.name, why.reason, why.message, type="Warning")
+    status_key = keys.node_status_key(scr.name)
     wanted = {
         "status": BLOCKED,
         "conditions": statuses.merge_conditions(
@@ -191,8 +192,9 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
                     message=why.message,
                     node_statuses=None  # an undecodable spec selects no node we could name
                     if why.condition == statuses.CONDITION_SPEC_INVALID
-                    else {
-                        node.name: scr.status.node_status.get(node.name, UNKNOWN)
+                    else {  # the node's own record first: the status may list only some
+                        node.name: node.labels.get(status_key)
+                        or scr.status.node_status.get(node.name, UNKNOWN)
                         for node in why.matched
                     },
                 ),
