@@ -134,7 +134,7 @@ def _uninstall_gates(spec: SkyhookSpec, old: Json) -> tuple[list[str], list[str]
 
     # A status whose node lists were shortened (model/status_size.py) counts every node's
     # packages instead.
-    counted = (status or {}).get("nodesPerPackage") if isinstance(status, Mapping) else None
+    counted = status.get("nodesPerPackage") if isinstance(status, Mapping) else None
     counts = counted if isinstance(counted, Mapping) else {}
 
     def installed(key: str) -> bool:

@@ -21,7 +21,7 @@ from skyhook_planner.model.status import compose_merge_patches
 STATUS_INTERVAL = 1.0
 # The apiserver decodes, validates and stores the whole object on each status write, whatever
 # the patch: a large status is written less often, one second per this many of its bytes (a
-# 1.2 MiB Skyhook of 5,000 nodes every 5 s).
+# 1 MiB Skyhook about every 4 s).
 STATUS_BYTES_PER_SECOND = 256 * 1024
 
 
@@ -77,9 +77,9 @@ class StatusWriter:
 
     async def _write_rounds(self) -> None:
         """One plan after another: once the plan's lanes are done and `STATUS_INTERVAL` (longer
-        for a large Skyhook) has passed since the last status write (at once if the Skyhook's phase changes), write its
-        statuses together with those of later plans whose lanes are done too, one merged patch
-        per Skyhook."""
+        for a large Skyhook) has passed since the last status write (at once if the Skyhook's
+        phase changes), write its statuses together with those of later plans whose lanes are
+        done too, one merged patch per Skyhook."""
         while (item := await self._plans.get()) is not None:
             first, lanes_done = item
             if not await _first_set(lanes_done, self._closing):

@@ -35,7 +35,12 @@ NODE_LISTS_BYTES = 1024 * 1024
 CONDITION_NODE_LISTS_SHORTENED = f"{keys.GROUP}/NodeListsShortened"
 
 # The order nodes are listed in once not all fit: what an administrator acts on first.
-_PRESSING = (ERRORING, BLOCKED, IN_PROGRESS, PAUSED, UNKNOWN, WAITING, DISABLED)
+_PRESSING = {
+    status: place
+    for place, status in enumerate(
+        (ERRORING, BLOCKED, IN_PROGRESS, PAUSED, UNKNOWN, WAITING, DISABLED)
+    )
+}
 # A node whose boot id the planner reads back: one that may be in an interrupt. A waiting or
 # complete node has no stage pod, and starts an interrupt only after another stage ran.
 _NO_INTERRUPT = frozenset({COMPLETE, WAITING})
@@ -53,9 +58,7 @@ class NodeLists:
     boot_ids: Mapping[str, str]
     # Set only when the lists were shortened: per nodeState key, the nodes that record it.
     package_nodes: Mapping[str, int] | None = None
-    listed: int = 0  # nodes in nodeStatus, when shortened
-    nodes: int = 0  # selected nodes, when shortened
-    # Each node's bytes in nodeStatus and nodeState, for the next pass's `known`
+    # Each selected node's bytes in nodeStatus and nodeState, for the next pass's `known`
     sizes: Mapping[str, int] = field(default_factory=dict)
     limit: int = NODE_LISTS_BYTES
 
@@ -65,8 +68,9 @@ class NodeLists:
 
     def message(self) -> str:
         """The NodeListsShortened condition's message."""
+        listed, nodes = len(self.node_status), len(self.sizes)
         return (
-            f"status.nodeStatus and status.nodeState list {self.listed} of {self.nodes} nodes "
+            f"status.nodeStatus and status.nodeState list {listed} of {nodes} nodes "
             f"(no complete node, the most pressing first) to keep them under {self.limit} "
             "bytes; every node's record is on the node: `kubectl skyhook node status`, or its "
             "annotations and labels"
@@ -92,10 +96,9 @@ def fit(
     ids = _ENTRY * len(boot_ids) + sum(map(len, boot_ids)) + sum(map(len, boot_ids.values()))
     if sum(sizes.values()) + ids + _BRACES <= limit:
         return NodeLists(node_status, node_state, boot_ids, sizes=sizes, limit=limit)
-    rank = {status: place for place, status in enumerate(_PRESSING)}
     pending = sorted(
         (name for name, status in node_status.items() if status != COMPLETE),
-        key=lambda name: (rank.get(node_status[name], len(rank)), name),
+        key=lambda name: (_PRESSING.get(node_status[name], len(_PRESSING)), name),
     )
     kept_ids = (
         boot_ids
@@ -122,8 +125,6 @@ def fit(
         listed_state,
         kept_ids,
         package_nodes=dict(sorted(package_nodes.items())),
-        listed=len(listed_status),
-        nodes=len(node_status),
         sizes=sizes,
         limit=limit,
     )
