@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from skyhook_sandbox.binaries import BuildError, bin_dir, ensure_binaries
+from skyhook_sandbox.cli import main
+from skyhook_sandbox.versions import KUBERNETES_VERSION
 
 
 def test_second_run_reuses_cached_binaries(sandbox):
@@ -43,3 +49,32 @@ def test_kubebuilder_assets_without_etcd_is_an_error_naming_it(tmp_path, monkeyp
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
     with pytest.raises(BuildError, match="no executable etcd"):
         ensure_binaries()
+
+
+def test_build_command_reports_the_cached_release_without_building_again(sandbox):
+    cache = bin_dir()
+    before = (cache / "kube-apiserver").stat().st_mtime_ns
+    result = CliRunner().invoke(main, ["build"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        f"Kubernetes {KUBERNETES_VERSION} (SKYHOOK_KUBERNETES): already built"
+    )
+    assert f"  {cache / 'kube-apiserver'}" in result.output.splitlines()
+    assert (cache / "kube-apiserver").stat().st_mtime_ns == before
+
+
+def test_build_command_refuses_an_unsupported_release_naming_the_variable():
+    env = {**os.environ, "SKYHOOK_KUBERNETES": "1.20"}
+    result = subprocess.run(
+        [Path(sys.executable).parent / "skyhook-sandbox", "build"], env=env, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "SKYHOOK_KUBERNETES='1.20': the sandbox runs 1.34 (v1.34.4)" in result.stderr
+
+
+def test_build_command_names_the_missing_asset(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    result = CliRunner().invoke(main, ["build"])
+    assert result.exit_code == 1
+    assert "no executable etcd" in result.output

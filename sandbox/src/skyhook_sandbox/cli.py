@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 
+from skyhook_sandbox.binaries import BuildError, ensure_binaries
 from skyhook_sandbox.kubeapi import ready_nodes
 from skyhook_sandbox.processes import is_running
 from skyhook_sandbox.sandbox import Sandbox, SandboxError, default_state_dir
+from skyhook_sandbox.versions import KUBERNETES_VERSION, VERSION_VARIABLE
 
 
 def _labels(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -93,6 +95,21 @@ def up(**options: Any) -> None:
     click.echo(f"{len(names)} node(s) Ready in {seconds:.1f} s")
     click.echo(f"kubeconfig: {sandbox.kubeconfig}")
     click.echo(f"export KUBECONFIG={sandbox.kubeconfig}")
+
+
+@main.command()
+def build() -> None:
+    """Build the control plane into the cache, or find it there, without starting it: a later
+    `up` or test session starts at once. The release is the one SKYHOOK_KUBERNETES names (the
+    oldest supported when unset)."""
+    try:
+        binaries = ensure_binaries()
+    except BuildError as error:
+        raise click.ClickException(str(error)) from error
+    done = "built" if binaries.built else "already built"
+    click.echo(f"Kubernetes {KUBERNETES_VERSION} ({VERSION_VARIABLE}): {done}")
+    for path in (binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd):
+        click.echo(f"  {path}")
 
 
 @main.command()
