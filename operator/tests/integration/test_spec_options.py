@@ -1,7 +1,8 @@
 """Spec and policy options the planner's tests prove, here on the sandbox against the real
 operator, each read back from a watch that recorded every node and pod version:
-`matchExpressions` selectors, `serial`, `autoTaintNewNodes`, `resetBatchStateOnCompletion`,
-a `batchThreshold` below 100 and a topology of `oneDomainAtATime`."""
+`matchExpressions` selectors, `serial`, `autoTaintNewNodes`, `runtimeRequiredCordonAfter`,
+`resetBatchStateOnCompletion`, a `batchThreshold` below 100 and a topology of
+`oneDomainAtATime`."""
 
 from __future__ import annotations
 
@@ -150,6 +151,62 @@ def test_auto_taint_new_nodes_holds_each_new_node_until_its_packages_are_done(
         labels = versions[untainted][1]["metadata"].get("labels") or {}
         done = labels.get(keys.node_status_key("tainted"))
         assert done == "complete", f"{node} lost its taint before it completed"
+
+
+def test_runtime_required_cordon_after_cordons_as_the_taint_comes_off_and_outlives_the_skyhook(
+    cluster: Cluster,
+) -> None:
+    (node,) = cluster.add_nodes(1)
+    recording = cluster.record("held")
+    cluster.skyhook(
+        "held",
+        {"pkg": agentless("1.0.0", sleep=1)},
+        runtimeRequired=True,
+        autoTaintNewNodes=True,
+        runtimeRequiredCordonAfter=True,
+    )
+    cluster.wait_complete("held", timeout=120)
+    marker = keys.RUNTIME_REQUIRED_CORDON_ANNOTATION
+
+    def tainted(obj: dict[str, Any]) -> bool:
+        taints = obj["spec"].get("taints") or ()
+        return any((t["key"], t["effect"]) == RUNTIME_TAINT for t in taints)
+
+    def untainted_version() -> dict[str, Any] | None:
+        versions = [o for _, _, o in recording.of("node") if o["metadata"]["name"] == node]
+        seen = [tainted(o) for o in versions]
+        if True not in seen or False not in seen[seen.index(True) :]:
+            return None
+        return versions[seen.index(False, seen.index(True))]
+
+    # The version that lost the taint is cordoned and marked: one write, no window in which
+    # the node takes workloads.
+    obj = wait_until(untainted_version, 30, "the runtime-required taint removed")
+    assert obj["spec"].get("unschedulable") is True
+    assert (obj["metadata"].get("annotations") or {}).get(marker) == "true"
+
+    def cordon_events() -> list[dict[str, Any]] | None:
+        query = {"fieldSelector": f"involvedObject.name={node},reason=RuntimeRequiredCordon"}
+        path = cluster.kube.namespaced_path("events", "default")
+        return cluster.kube.request("GET", path, query=query)["items"] or None
+
+    events = wait_until(cordon_events, 30, "the RuntimeRequiredCordon Event")
+    assert len(events) == 1 and "runtimeRequiredCordonAfter" in events[0]["message"]
+
+    # Deleting the Skyhook keeps the cordon; an uncordon that forgets the annotation ends it.
+    cluster.kube.request("DELETE", cluster.kube.skyhook_path("held"))
+    wait_until(lambda: cluster._gone("held"), 60, "the Skyhook deleted")
+    after = cluster.node(node)
+    assert after["spec"].get("unschedulable") is True
+    assert after["metadata"]["annotations"].get(marker) == "true"
+    body = {"spec": {"unschedulable": False}}
+    cluster.kube.request("PATCH", cluster.kube.node_path(node), body, MERGE_PATCH)
+    wait_until(
+        lambda: marker not in (cluster.node(node)["metadata"].get("annotations") or {}),
+        30,
+        "the annotation removed once the node was uncordoned",
+    )
+    assert not cluster.node(node)["spec"].get("unschedulable")
 
 
 def test_batch_state_resets_on_completion_unless_the_policy_says_not_to(

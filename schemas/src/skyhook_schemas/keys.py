@@ -36,6 +36,9 @@ RUNTIME_REQUIRED_TAINT = (
     f"{RUNTIME_REQUIRED_TAINT_KEY}={RUNTIME_REQUIRED_TAINT_VALUE}:{RUNTIME_REQUIRED_TAINT_EFFECT}"
 )
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+# A node cordoned when its runtime-required taint came off (spec.runtimeRequiredCordonAfter):
+# no Skyhook lifts that cordon; whoever uncordons the node removes this annotation with it.
+RUNTIME_REQUIRED_CORDON_ANNOTATION = f"{GROUP}/runtimeRequiredCordon"
 
 
 def node_state_key(scr: str) -> str:

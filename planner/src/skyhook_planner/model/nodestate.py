@@ -164,15 +164,25 @@ def is_cordon_key(key: str) -> bool:
     return key.startswith(_CORDON_PREFIX)
 
 
+# The holder `cordoned_by` names for the runtime-required cordon; no Skyhook is named so (their
+# names are lowercase), so every Skyhook sees it as someone else's share of the cordon.
+RUNTIME_REQUIRED_HOLDER = "runtimeRequiredCordon"
+
+
 def cordoned_by(annotations: Mapping[str, str | None]) -> frozenset[str]:
-    """The Skyhooks whose cordon marker (`cordon_<scr>: "true"`) is in `annotations`. A node
-    that is cordoned with no marker was cordoned by someone else (an administrator): no
-    Skyhook uncordons it (docs/fleet-safety.md#admin-cordons-kept)."""
-    return frozenset(
+    """Who holds the node's cordon: the Skyhooks whose cordon marker (`cordon_<scr>: "true"`)
+    is in `annotations`, and `RUNTIME_REQUIRED_HOLDER` while the runtime-required cordon's
+    annotation is there (no Skyhook lifts that one). A node that is cordoned with no holder was
+    cordoned by someone else (an administrator): no Skyhook uncordons it
+    (docs/fleet-safety.md#admin-cordons-kept)."""
+    holders = {
         key[len(_CORDON_PREFIX) :]
         for key, value in annotations.items()
         if key.startswith(_CORDON_PREFIX) and value == "true"
-    )
+    }
+    if annotations.get(keys.RUNTIME_REQUIRED_CORDON_ANNOTATION) is not None:
+        holders.add(RUNTIME_REQUIRED_HOLDER)
+    return frozenset(holders)
 
 
 def removal(node: NodeView, scr: str) -> NodeChanges:

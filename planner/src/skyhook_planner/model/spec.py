@@ -205,6 +205,8 @@ class SkyhookSpec:
     additional_tolerations: tuple[Toleration, ...] = ()
     runtime_required: bool = False
     auto_taint_new_nodes: bool = False
+    # Cordon a node when its runtime-required taint comes off (plan.runtime_required).
+    runtime_required_cordon_after: bool = False
     priority: int = DEFAULT_PRIORITY
     # How this Skyhook holds back the ones after it: "node" (on each node until it is complete
     # there) or "all" (everywhere until it is complete on every node it selects).
@@ -556,6 +558,7 @@ class _SpecWire(Wire):
     additional_tolerations: Annotated[tuple[_TolerationWire, ...], FalsyIsUnset] = ()
     runtime_required: StrictBool = False
     auto_taint_new_nodes: StrictBool = False
+    runtime_required_cordon_after: StrictBool = False
     priority: Annotated[StrictInt, in_range(1)] = DEFAULT_PRIORITY
     sequencing: Literal["node", "all", ""] = "node"
     serial: StrictBool = False
@@ -594,6 +597,7 @@ class _SpecWire(Wire):
             additional_tolerations=tuple(t.decoded() for t in self.additional_tolerations),
             runtime_required=self.runtime_required,
             auto_taint_new_nodes=self.auto_taint_new_nodes,
+            runtime_required_cordon_after=self.runtime_required_cordon_after,
             priority=self.priority,
             sequencing=self.sequencing or "node",
             serial=self.serial,
@@ -615,6 +619,11 @@ class _SpecWire(Wire):
             yield (
                 "spec.autoTaintNewNodes: has no effect without spec.runtimeRequired: true "
                 "(new nodes are only tainted for runtime-required Skyhooks)"
+            )
+        if self.runtime_required_cordon_after and not self.runtime_required:
+            yield (
+                "spec.runtimeRequiredCordonAfter: has no effect without spec.runtimeRequired: "
+                "true (only the runtime-required taint's removal cordons a node)"
             )
 
 

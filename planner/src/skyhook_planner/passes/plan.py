@@ -114,8 +114,14 @@ def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
 def runtime_required(
     index: PassIndex, skyhooks: Sequence[SkyhookView], earlier: Earlier
 ) -> Decision:
-    """Drop the runtime-required taint where every runtimeRequired Skyhook is complete."""
+    """Drop the runtime-required taint where every runtimeRequired Skyhook is complete, and in
+    the same write cordon the node if one of them asks to (runtimeRequiredCordonAfter). The
+    runtime-required cordon ends when someone uncordons the node: its annotation goes too."""
     decision = Decision()
+    marker = keys.RUNTIME_REQUIRED_CORDON_ANNOTATION
+    for node in index.snap.nodes:
+        if marker in node.annotations and not node.unschedulable:
+            decision.node(node.name).changes.annotations[marker] = None
     if not any(s.spec is not None and s.spec.runtime_required for s in skyhooks):
         return decision  # no Skyhook wants the taint dropped anywhere
     taint = index.settings.runtime_required_taint
@@ -130,8 +136,24 @@ def runtime_required(
             and s.spec.node_selector.matches(node.labels)
         ]
         live = [s for s in wanting if not s.deleting]
-        if wanting and all(earlier.is_complete(s.name, node.name) for s in live):
-            decision.node(node.name).remove_taints.append(taint)
+        if not (wanting and all(earlier.is_complete(s.name, node.name) for s in live)):
+            continue
+        out = decision.node(node.name)
+        out.remove_taints.append(taint)
+        asking = [
+            s.name for s in live if s.spec is not None and s.spec.runtime_required_cordon_after
+        ]
+        if asking:
+            out.unschedulable = True
+            out.changes.annotations[marker] = "true"
+            decision.event(
+                "Node",
+                node.name,
+                "RuntimeRequiredCordon",
+                f"runtime-required taint removed and node [{node.name}] cordoned for "
+                f"[skyhook:{', '.join(asking)}] (runtimeRequiredCordonAfter); uncordon it and "
+                f"remove the annotation {marker} together",
+            )
     return decision
 
 

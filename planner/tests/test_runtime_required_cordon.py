@@ -1,0 +1,141 @@
+"""spec.runtimeRequiredCordonAfter: a node whose runtime-required taint comes off is cordoned in
+the same write and marked `skyhook.nvidia.com/runtimeRequiredCordon`; no Skyhook lifts that
+cordon (not a later interrupt, not a deletion), and uncordoning the node ends it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyhook_planner.model.actions import EmitEvent, PatchNode
+from skyhook_planner.model.spec import decode_spec
+from skyhook_planner.passes import report
+from skyhook_planner.sim.driver import Driver, package
+from skyhook_schemas import keys
+
+SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
+TAINT = {"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}
+MARKER = keys.RUNTIME_REQUIRED_CORDON_ANNOTATION
+
+
+def _node(d: Driver, name: str) -> dict[str, Any]:
+    return d.sim.nodes[name]
+
+
+def _cordoned(d: Driver, name: str) -> bool:
+    return bool(_node(d, name)["spec"].get("unschedulable"))
+
+
+def _tainted_fleet(nodes: int = 2) -> Driver:
+    d = Driver(nodes, {"role": "gpu"})
+    _node(d, "node-0000")["spec"]["taints"] = [dict(TAINT)]  # node-0001: taint already gone
+    return d
+
+
+def _events(d: Driver) -> list[EmitEvent]:
+    return [a for plan in d.plans for a in plan.actions if isinstance(a, EmitEvent)]
+
+
+def test_the_taint_comes_off_and_the_cordon_goes_on_in_one_write() -> None:
+    d = _tainted_fleet()
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "runtimeRequired": True,
+            "runtimeRequiredCordonAfter": True,
+            "packages": {"alpha": package()},
+        },
+    )
+    d.run()
+    node = _node(d, "node-0000")
+    assert node["spec"]["taints"] == []
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"][MARKER] == "true"
+    writes = [
+        a
+        for plan in d.plans
+        for a in plan.actions
+        if isinstance(a, PatchNode) and a.name == "node-0000" and a.remove_taints
+    ]
+    assert len(writes) == 1 and writes[0].unschedulable is True
+    assert writes[0].annotations[MARKER] == "true"
+    # A node whose taint was already gone is left schedulable.
+    assert not _cordoned(d, "node-0001")
+    assert MARKER not in _node(d, "node-0001")["metadata"]["annotations"]
+    (event,) = [e for e in _events(d) if e.reason == "RuntimeRequiredCordon"]
+    assert (event.name, event.kind) == ("node-0000", "Node")
+    assert "cordoned for [skyhook:scr] (runtimeRequiredCordonAfter)" in event.message
+    # Quiet afterwards: the cordon is written once.
+    later = d.step()
+    assert not [a for a in later.actions if isinstance(a, PatchNode) and a.name == "node-0000"]
+
+
+def test_without_the_flag_the_taint_comes_off_and_the_node_stays_schedulable() -> None:
+    d = _tainted_fleet()
+    d.sim.add_skyhook("scr", {**SEL, "runtimeRequired": True, "packages": {"alpha": package()}})
+    d.run()
+    assert _node(d, "node-0000")["spec"]["taints"] == []
+    assert not _cordoned(d, "node-0000")
+    assert MARKER not in _node(d, "node-0000")["metadata"]["annotations"]
+
+
+def test_a_later_interrupt_and_a_deletion_leave_the_cordon_and_an_uncordon_ends_it() -> None:
+    d = _tainted_fleet(1)
+    d.sim.add_skyhook(
+        "first",
+        {
+            **SEL,
+            "runtimeRequired": True,
+            "runtimeRequiredCordonAfter": True,
+            "packages": {"alpha": package()},
+        },
+    )
+    d.run()
+    assert _cordoned(d, "node-0000")
+    # A second Skyhook reboots the node: it shares the cordon and leaves it on when done.
+    d.sim.add_skyhook(
+        "second", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}}
+    )
+    shared: list[bool] = []
+    d.run(
+        on_step=lambda d: shared.append(
+            keys.cordon_key("second") in _node(d, "node-0000")["metadata"]["annotations"]
+        )
+    )
+    assert d.node_status("second", "node-0000") == "complete"
+    assert any(shared), "the second Skyhook holds a share of the cordon while it reboots"
+    assert not [e for e in _events(d) if e.reason == report.ADMIN_CORDON_KEPT]
+    annotations = _node(d, "node-0000")["metadata"]["annotations"]
+    assert _cordoned(d, "node-0000")
+    assert annotations[MARKER] == "true"
+    assert keys.cordon_key("second") not in annotations
+    # Deleting the Skyhook that asked for the cordon keeps it.
+    d.sim.skyhooks["first"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:10Z"
+    d.run()
+    assert _cordoned(d, "node-0000")
+    assert _node(d, "node-0000")["metadata"]["annotations"][MARKER] == "true"
+    # Someone uncordons the node and forgets the annotation: it is removed, the node stays
+    # schedulable, and a later interrupt lifts its own cordon again.
+    _node(d, "node-0000")["spec"]["unschedulable"] = False
+    d.run()
+    assert MARKER not in _node(d, "node-0000")["metadata"]["annotations"]
+    assert not _cordoned(d, "node-0000")
+    d.sim.skyhooks["second"]["spec"]["packages"]["kernel"]["version"] = "1.0.1"
+    d.run()
+    assert d.node_status("second", "node-0000") == "complete"
+    assert not _cordoned(d, "node-0000")
+
+
+def test_the_flag_alone_is_admitted_with_a_warning_naming_it() -> None:
+    spec = decode_spec({"runtimeRequiredCordonAfter": True, "packages": {"alpha": package()}})
+    assert spec.runtime_required_cordon_after is True
+    assert any(
+        w.startswith("spec.runtimeRequiredCordonAfter: has no effect without spec.runtimeRequired")
+        for w in spec.warnings
+    )
+    d = _tainted_fleet(1)
+    d.sim.add_skyhook(
+        "scr", {**SEL, "runtimeRequiredCordonAfter": True, "packages": {"alpha": package()}}
+    )
+    d.run()
+    assert not _cordoned(d, "node-0000")
