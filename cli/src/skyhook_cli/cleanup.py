@@ -10,6 +10,9 @@ Two things upstream's plugin leaves wrong are set right here:
 - A node this Skyhook cordoned (its cordon marker is set) is uncordoned, unless another
   Skyhook's cordon marker is also set: without the marker the operator would take the cordon
   for an administrator's and never lift it.
+
+The runtime-required cordon (`runtimeRequiredCordon`, spec.runtimeRequiredCordonAfter) is
+neither removed nor lifted: it is no Skyhook's to lift.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ def reset_patch(
         for key in annotations
         if key.startswith(CORDON_PREFIX) and key != keys.cordon_key(skyhook)
     ]
-    if keys.cordon_key(skyhook) in annotations and unschedulable and not other_cordons:
+    if (
+        keys.cordon_key(skyhook) in annotations
+        and unschedulable
+        and not other_cordons
+        and keys.RUNTIME_REQUIRED_CORDON_ANNOTATION not in annotations
+    ):
         patch["spec"] = {"unschedulable": None}
     return patch

@@ -188,6 +188,14 @@ def test_node_list_and_status_outputs(
         },
     )
     annotate(core, third, {keys.node_state_key(label): "not json"})
+    # The second node is held by the runtime-required cordon.
+    core.patch_node(
+        second,
+        {
+            "spec": {"unschedulable": True},
+            "metadata": {"annotations": {keys.RUNTIME_REQUIRED_CORDON_ANNOTATION: "true"}},
+        },
+    )
 
     listed = cli("node", "list", "--skyhook", label)
     width = max(len(first), len(second)) + 2
@@ -227,11 +235,11 @@ def test_node_list_and_status_outputs(
     status = cli("node", "status", f"{label}-.*")
     rows = [line.split() for line in status.out.splitlines()]
     assert rows == [
-        ["NODE", "SKYHOOK", "STATUS", "PACKAGES"],
-        ["----", "-------", "------", "--------"],
-        [first, label, "complete", "2/2"],
-        [second, label, "erroring", "1/2"],
-        [second, other, "in_progress", "0/1"],
+        ["NODE", "SKYHOOK", "STATUS", "PACKAGES", "CORDONED", "RUNTIME-REQUIRED-CORDON"],
+        ["----", "-------", "------", "--------", "--------", "-----------------------"],
+        [first, label, "complete", "2/2", "false", "false"],
+        [second, label, "erroring", "1/2", "true", "true"],
+        [second, other, "in_progress", "0/1", "true", "true"],
     ]
     filtered = yaml.safe_load(cli("node", "status", second, "--skyhook", other, "-o", "yaml").out)
     assert filtered == [
@@ -251,6 +259,8 @@ def test_node_list_and_status_outputs(
                     "image": "ghcr.io/x/cc",
                 }
             ],
+            "cordoned": True,
+            "runtimeRequiredCordon": True,
         }
     ]
     wide_rows = [
@@ -265,8 +275,12 @@ def test_node_list_and_status_outputs(
         "STATE",
         "RESTARTS",
         "IMAGE",
+        "CORDONED",
+        "RUNTIME-REQUIRED-CORDON",
     ]
-    assert wide_rows[2] == [second, label, "aa", "1.0.0", "apply", "erroring", "3", "ghcr.io/x/aa"]
+    assert wide_rows[2] == [
+        second, label, "aa", "1.0.0", "apply", "erroring", "3", "ghcr.io/x/aa", "true", "true",
+    ]  # fmt: skip
     assert len(wide_rows) == 5
     assert cli("node", "status", "no-such-node").out == "No nodes matched the specified patterns\n"
     assert cli("node", "status", third).out == "No Skyhook activity found on specified nodes\n"

@@ -214,6 +214,17 @@ AUTO = keys.auto_taint_key(keys.RUNTIME_REQUIRED_TAINT_KEY)
             id="cordon-kept-for-another-skyhook",
         ),
         pytest.param(
+            {
+                keys.node_state_key("s"): "{}",
+                keys.cordon_key("s"): "true",
+                keys.RUNTIME_REQUIRED_CORDON_ANNOTATION: "true",
+            },
+            True,
+            {keys.node_state_key("s"), keys.cordon_key("s")},
+            False,
+            id="runtime-required-cordon-kept",
+        ),
+        pytest.param(
             {keys.node_state_key("s"): "{}"},
             True,
             {keys.node_state_key("s")},

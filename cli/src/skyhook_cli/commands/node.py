@@ -120,7 +120,12 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
     for node in nodes:
         if node.metadata.name not in targets:
             continue
-        for name, text in states_on_node(node.metadata.annotations or {}).items():
+        annotations = node.metadata.annotations or {}
+        cordon = {
+            "cordoned": bool(node.spec and node.spec.unschedulable),
+            "runtimeRequiredCordon": keys.RUNTIME_REQUIRED_CORDON_ANNOTATION in annotations,
+        }
+        for name, text in states_on_node(annotations).items():
             if skyhook and name != skyhook:
                 continue
             state = decoded(app, node.metadata.name, name, text, shown_skyhook=True)
@@ -147,6 +152,7 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
             }
             if packages:
                 summary["packages"] = packages
+            summary.update(cordon)
             summaries.append(summary)
     summaries.sort(key=lambda s: (s["nodeName"], s["skyhookName"]))
     if not summaries:
@@ -166,6 +172,7 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
                 p["state"],
                 str(p["restarts"]),
                 p.get("image", ""),
+                *_cordon_cells(s),
             ]
             for s in summaries
             for p in s.get("packages", [])
@@ -178,10 +185,18 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
                 s["skyhookName"],
                 s["status"],
                 f"{s['packagesComplete']}/{s['packagesTotal']}",
+                *_cordon_cells(s),
             ]
             for s in summaries
         ]
+    headers += ["CORDONED", "RUNTIME-REQUIRED-CORDON"]
     app.say(output.table(headers, rows), end="")
+
+
+def _cordon_cells(summary: dict[str, Any]) -> list[str]:
+    """The node's cordon and whether it is the runtime-required one (spec.unschedulable, and
+    the annotation that marks a cordon no Skyhook lifts)."""
+    return [str(summary["cordoned"]).lower(), str(summary["runtimeRequiredCordon"]).lower()]
 
 
 def set_ignore(patterns: tuple[str, ...], ignore: bool) -> None:
