@@ -137,6 +137,16 @@ HostPath = Annotated[
     str, _check(lambda path: path.startswith("/"), "{!r} must be an absolute path")
 ]
 TaintText = Annotated[Taint, _from_text(Taint.parse)]
+# The key also names the node annotation `skyhook.nvidia.com/autoTaint_<key>`, whose name part
+# holds at most 63 characters: no prefix of its own, and at most 53 characters.
+RuntimeRequiredTaint = Annotated[
+    TaintText,
+    _check(
+        lambda taint: "/" not in taint.key and len(taint.key) <= 53,
+        "{0.key!r}: the key must have no prefix (no '/') and at most 53 characters: it names "
+        "the node annotation skyhook.nvidia.com/autoTaint_<key>",
+    ),
+]
 Switch = Annotated[bool, _from_text(_parse_bool)]
 Seconds = Annotated[float, _from_text(parse_seconds)]
 NonNegativeSeconds = Annotated[Seconds, _check(lambda s: s >= 0, "{} must not be negative")]
@@ -292,7 +302,7 @@ class _PodSettings(BaseSettings):
         _meta("AGENT_LOG_ROOT", "Host directory the agent writes its logs under."),
         default=_PLANNER.agent_log_root,
     )
-    runtime_required_taint: TaintText = field(
+    runtime_required_taint: RuntimeRequiredTaint = field(
         "SKYHOOK_RUNTIME_REQUIRED_TAINT",
         _meta(
             "RUNTIME_REQUIRED_TAINT",

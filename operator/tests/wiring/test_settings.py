@@ -188,6 +188,22 @@ def test_taint_text_round_trips(text: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("example.com/dedicated=gpu:NoSchedule", id="prefixed"),
+        pytest.param("k" * 54 + ":NoSchedule", id="54-characters"),
+    ],
+)
+def test_a_runtime_required_taint_key_that_cannot_name_the_marker_is_refused(text: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"RUNTIME_REQUIRED_TAINT": text})
+    (problem,) = caught.value.problems
+    assert problem.startswith("RUNTIME_REQUIRED_TAINT")
+    assert "must have no prefix (no '/') and at most 53 characters" in problem
+    assert load_settings({"RUNTIME_REQUIRED_TAINT": "k" * 53 + ":NoSchedule"})
+
+
 def test_a_taint_removal_is_not_a_taint() -> None:
     with pytest.raises(ValueError, match="removes a taint"):
         Taint.parse("key=value:NoSchedule-")
