@@ -416,6 +416,64 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     assert cli("reset", label, "-y").out == f'No nodes have state for Skyhook "{label}"\n'
 
 
+def test_reset_package_forgets_one_package_and_keeps_the_batch_state(
+    *,
+    cli: Cli,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    nodes: Callable[[int], list[str]],
+    skyhooks: Callable[..., Any],
+    label: str,
+) -> None:
+    first, second = nodes(2)
+    state = keys.node_state_key(label)
+    annotate(
+        core,
+        first,
+        {state: node_state(aa=("1.0.0", "config", "complete"), bb=("2.0.0", "apply", "erroring"))},
+    )
+    annotate(core, second, {state: node_state(bb=("1.0.0", "config", "complete"))})
+    skyhooks(label, {})
+    batch = {
+        "currentBatch": 3,
+        "consecutiveFailures": 1,
+        "completedNodes": 1,
+        "failedNodes": 1,
+        "shouldStop": False,
+        "lastBatchSize": 1,
+        "lastBatchFailed": True,
+    }
+    compartment = {"matched": 2, "ceiling": 1, "inProgress": 0, "completed": 1}
+    set_compartments(
+        custom, label, {"__default__": {**compartment, "progressPercent": 50, "batchState": batch}}
+    )
+
+    missing = cli("reset", label, "--package", "bb:9.9.9", "-y")
+    assert missing.out == f'No nodes have state for package "bb:9.9.9" of Skyhook "{label}"\n'
+    dry = cli("--dry-run", "reset", label, "--package", "bb")
+    assert dry.out == (
+        f"Skyhook: {label}\nPackage: bb\nNodes to reset (2):\n"
+        f"  - {first} (2.0.0: apply erroring)\n  - {second} (1.0.0: config complete)\n"
+        "\nBatch state is kept (a package reset never resets it)\n"
+        "\n[dry-run] No changes applied\n"
+    )
+    one = cli("reset", label, "--package", "bb:2.0.0", "-y")
+    assert (one.code, one.out.splitlines()[-1]) == (
+        0,
+        'Successfully reset package "bb:2.0.0" on 1 node(s)',
+    )
+    assert json.loads(node_meta(core, first)[0][state]).keys() == {"aa|1.0.0"}
+    assert json.loads(node_meta(core, second)[0][state]).keys() == {"bb|1.0.0"}
+    every = cli("reset", label, "--package", "bb", "-y")
+    assert every.out.splitlines()[-1] == 'Successfully reset package "bb" on 1 node(s)'
+    assert state not in node_meta(core, second)[0]  # no package left: the annotation goes
+    assert json.loads(node_meta(core, first)[0][state]).keys() == {"aa|1.0.0"}
+    kept = skyhook(custom, label)["status"]["compartmentStatuses"]["__default__"]["batchState"]
+    assert kept["currentBatch"] == 3 and kept["failedNodes"] == 1
+    bad = cli("reset", label, "--package", ":1.0.0")
+    assert bad.code == 2 and "give a package name, NAME or NAME:VERSION" in bad.err
+
+
 def test_reset_can_keep_batch_state(
     *,
     cli: Cli,

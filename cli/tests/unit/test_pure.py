@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from skyhook_cli import batch, cleanup, nodestate, operator_version, output, prompts
 from skyhook_cli.commands import lifecycle
-from skyhook_cli.commands.package import rerun_state, runs_package
+from skyhook_cli.commands.package import rerun_state
 from skyhook_cli.kube import parse_duration
+from skyhook_cli.packagestate import runs_package
 from skyhook_cli.patterns import PatternError, is_regex, match_nodes
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import decode_entries, encode_entries

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -13,13 +11,13 @@ from skyhook_cli import nodestate, output
 from skyhook_cli.app import CliError, current_app, exactly_one, global_flags, require, write
 from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
+from skyhook_cli.packagestate import runs_package, write_states
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import IN_PROGRESS, Entries, decode_entries, encode_entries
+from skyhook_schemas.nodestate import IN_PROGRESS, Entries, decode_entries
 
 # The operator cuts package names to this length in container names (63 with the suffix).
 CONTAINER_PREFIX_LENGTH = 43
-VERSION_START = re.compile(r"v?\d")
 
 
 @click.group("package", invoke_without_command=True)
@@ -202,53 +200,10 @@ def rerun_state(state: Entries, key: str, stage: str) -> Entries:
 
 
 def apply_rerun(skyhook: str, states: dict[str, Entries], key: str, stage: str) -> list[str]:
-    """Write each node's new state (an empty state removes the annotation); the failures.
-
-    The package's finished pods on the node (kept for their logs) go first: a new round of
-    attempts must neither count a failed one nor take a succeeded one for its own result."""
-    app = current_app()
-    kube = app.kube
-    annotation = keys.node_state_key(skyhook)
-    failures = []
+    """Write each node's state after the rerun; the failures."""
     package = key.split("|", maxsplit=1)[0]
-    finished = [
-        pod
-        for pod in kube.list_pods(app.namespace, f"{keys.NAME_LABEL}={skyhook}")
-        if runs_package(pod, package)
-        and (pod.status.phase if pod.status else "") in ("Failed", "Succeeded")
-    ]
-    for node, state in states.items():
-        try:
-            for pod in finished:
-                if pod.spec.node_name == node:
-                    kube.delete_pod(app.namespace, pod.metadata.name)
-        except KubeError as error:
-            failures.append(f"{node}: {error}")
-            continue
-        after = rerun_state(state, key, stage)
-        value = encode_entries(after) if after else None
-        try:
-            kube.patch_node(node, {"metadata": {"annotations": {annotation: value}}})
-        except KubeError as error:
-            failures.append(f"{node}: {error}")
-    return failures
-
-
-def runs_package(pod: Any, package: str) -> bool:
-    """Whether a Skyhook pod runs `package`: by its package annotation, else by its label
-    `<package>-<version>` (so `foo` does not match the pods of `foo-bar`)."""
-    raw = (pod.metadata.annotations or {}).get(keys.PACKAGE_ANNOTATION)
-    try:
-        described = json.loads(raw) if raw else None
-    except ValueError:
-        described = None
-    if isinstance(described, dict) and described.get("name"):
-        return bool(described["name"] == package)
-    label = (pod.metadata.labels or {}).get(keys.PACKAGE_LABEL, "")
-    if label == package:
-        return True
-    rest = label.removeprefix(f"{package}-")
-    return rest != label and bool(VERSION_START.match(rest))
+    after = {node: rerun_state(state, key, stage) for node, state in states.items()}
+    return write_states(current_app(), skyhook, after, package)
 
 
 def containers_to_show(pod: Any, package: str, stage: str) -> list[str]:

@@ -13,6 +13,7 @@ import click
 from skyhook_cli import batch, cleanup, prompts
 from skyhook_cli.app import App, CliError, current_app, exactly_one, global_flags
 from skyhook_cli.kube import KubeError
+from skyhook_cli.packagestate import write_states
 from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import decode_entries
@@ -86,12 +87,22 @@ def reset_batch_state(app: App, name: str) -> None:
 @click.option(
     "--skip-batch-reset", is_flag=True, help="Skip resetting deployment policy batch state"
 )
+@click.option(
+    "--package",
+    default="",
+    metavar="NAME[:VERSION]",
+    help="Reset only this package (every version, or only VERSION); batch state is kept",
+)
 @global_flags
-def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool) -> None:
+def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool, package: str) -> None:
     """Remove a Skyhook's state from every node that has it, so all its packages rerun
-    from the beginning; by default the deployment-policy batch state restarts at batch 1."""
+    from the beginning; by default the deployment-policy batch state restarts at batch 1.
+    With --package, only that package's state goes, and the batch state stays."""
     name = exactly_one(args)
     app = current_app()
+    if package:
+        reset_package(app, name, package, confirm)
+        return
     state_key = keys.node_state_key(name)
     chosen: list[tuple[Any, int]] = []
     for node in app.kube.list_nodes():
@@ -130,3 +141,61 @@ def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool) -> Non
         reset_batch_state(app, name)
     if failures:
         raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be reset")
+
+
+def reset_package(app: App, skyhook: str, wanted: str, confirm: bool) -> None:
+    """`reset --package NAME[:VERSION]`: remove that package's entries (every version, or the
+    one named) from the Skyhook's nodeState on every node, so the operator runs it again from
+    the beginning there; the other packages and the batch state are left as they are."""
+    package, _, version = wanted.partition(":")
+    if not package:
+        raise click.UsageError(f"--package {wanted!r}: give a package name, NAME or NAME:VERSION")
+    state_key = keys.node_state_key(skyhook)
+    kept: dict[str, dict[str, Any]] = {}
+    removed: dict[str, list[str]] = {}
+    for node in app.kube.list_nodes():
+        text = (node.metadata.annotations or {}).get(state_key)
+        if text is None:
+            continue
+        try:
+            entries = decode_entries(text)
+        except ValueError as error:
+            app.note(
+                f"Warning: skipping node {quote(node.metadata.name)} - invalid annotation: {error}"
+            )
+            continue
+        going = [
+            entry
+            for entry in entries.values()
+            if entry.name == package and (not version or entry.version == version)
+        ]
+        if going:
+            kept[node.metadata.name] = {k: e for k, e in entries.items() if e not in going}
+            removed[node.metadata.name] = [f"{e.version}: {e.stage} {e.state}" for e in going]
+    if not removed:
+        app.say(f"No nodes have state for package {quote(wanted)} of Skyhook {quote(skyhook)}")
+        return
+    app.say(f"Skyhook: {skyhook}")
+    app.say(f"Package: {wanted}")
+    app.say(f"Nodes to reset ({len(removed)}):")
+    for node, entries in removed.items():
+        app.say(f"  - {node} ({'; '.join(entries)})")
+    app.say("\nBatch state is kept (a package reset never resets it)")
+    if app.dry_run:
+        app.say("\n[dry-run] No changes applied")
+        return
+    line = (
+        f"\nThis will remove the state of package {quote(wanted)} for Skyhook {quote(skyhook)} "
+        f"on {len(removed)} node(s); it re-runs from the beginning there."
+    )
+    if not confirm and not ask(app, [line]):
+        return
+    failures = write_states(app, skyhook, kept, package)
+    app.report_nodes(
+        failures,
+        len(removed),
+        "resetting",
+        f"Successfully reset package {quote(wanted)} on {{done}} node(s)",
+    )
+    if failures:
+        raise CliError(f"{len(failures)} of {len(removed)} node(s) could not be reset")
