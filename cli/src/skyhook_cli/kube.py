@@ -241,8 +241,9 @@ class Kube:
 
     # Nodes.
 
-    def list_nodes(self) -> list[Any]:
-        return list(self._call("listing nodes", self.core.list_node).items)
+    def list_nodes(self, selector: str = "") -> list[Any]:
+        """Every node, or those `selector` (a label selector) matches."""
+        return list(self._call("listing nodes", self.core.list_node, label_selector=selector).items)
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
         self._call(

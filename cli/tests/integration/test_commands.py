@@ -474,6 +474,57 @@ def test_reset_package_forgets_one_package_and_keeps_the_batch_state(
     assert bad.code == 2 and "give a package name, NAME or NAME:VERSION" in bad.err
 
 
+def test_update_state_sets_an_entry_on_chosen_nodes_and_adds_it_with_add(
+    *,
+    cli: Cli,
+    core: client.CoreV1Api,
+    nodes: Callable[[int], list[str]],
+    skyhooks: Callable[..., Any],
+    label: str,
+) -> None:
+    first, second, third = nodes(3)
+    state = keys.node_state_key(label)
+    annotate(core, first, {state: node_state(aa=("1.0.0", "apply", "erroring", 2))})
+    annotate(core, second, {state: node_state(aa=("1.0.0", "config", "complete"))})
+    annotate(core, third, {}, {"repair": "yes"})
+    skyhooks(label, {"aa": {"version": "1.0.0", "image": "ghcr.io/x/aa"}})
+
+    def entry(node: str) -> dict[str, Any]:
+        return dict(json.loads(node_meta(core, node)[0][state])["aa|1.0.0"])
+
+    command = ("update-state", label, "aa", "1.0.0")
+    dry = cli("--dry-run", *command, "apply", "complete", "--node", first)
+    assert dry.out == (
+        f"Skyhook: {label}\nPackage: aa (version 1.0.0)\nNodes to update (1):\n"
+        f"  - {first} (apply erroring -> apply complete)\n\n[dry-run] No changes applied\n"
+    )
+    assert entry(first)["state"] == "erroring"
+    done = cli(*command, "apply", "complete", "--node", first, "-y")
+    assert done.out.splitlines()[-1] == 'Successfully updated package "aa|1.0.0" on 1 node(s)'
+    assert entry(first) == {
+        "name": "aa", "version": "1.0.0", "image": "ghcr.io/x/aa", "stage": "apply",
+        "state": "complete", "restarts": 2,
+    }  # fmt: skip
+    assert entry(second)["stage"] == "config"
+    # A node without the entry is left alone unless --add; then it gets the Skyhook's image.
+    missing = cli(*command, "config", "complete", "-l", "repair=yes", "-y")
+    assert missing.out == f'No chosen node has package "aa|1.0.0" of Skyhook "{label}"\n'
+    added = cli(*command, "config", "complete", "-l", "repair=yes", "--add", "-y")
+    assert added.code == 0, added.err
+    assert entry(third) == {
+        "name": "aa", "version": "1.0.0", "image": "ghcr.io/x/aa", "stage": "config",
+        "state": "complete",
+    }  # fmt: skip
+    # Without --node or -l: every node that has the entry.
+    every = cli(*command, "config", "complete", "-y")
+    assert every.out.splitlines()[-1] == 'Successfully updated package "aa|1.0.0" on 3 node(s)'
+    assert {entry(n)["stage"] for n in (first, second, third)} == {"config"}
+    bad = cli(*command, "config", "done", "-y")
+    assert bad.code == 2 and 'invalid state "done": must be one of' in bad.err
+    refused = cli(*command, "config", "complete", "--add", "-y")
+    assert refused.code == 2 and "--add needs --node or -l/--selector" in refused.err
+
+
 def test_reset_can_keep_batch_state(
     *,
     cli: Cli,

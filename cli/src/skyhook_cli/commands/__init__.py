@@ -11,6 +11,7 @@ from skyhook_cli.commands import (
     package,
     plan,
     reset,
+    update_state,
     version,
 )
 
@@ -20,6 +21,7 @@ def register(root: click.Group) -> None:
     for command in lifecycle.commands:
         root.add_command(command)
     root.add_command(reset.command)
+    root.add_command(update_state.command)
     root.add_command(deployment_policy.group, "deployment-policy")
     root.add_command(deployment_policy.group, "dp")
     root.add_command(node.group)

@@ -178,8 +178,8 @@ def reset_package(app: App, skyhook: str, wanted: str, confirm: bool) -> None:
     app.say(f"Skyhook: {skyhook}")
     app.say(f"Package: {wanted}")
     app.say(f"Nodes to reset ({len(removed)}):")
-    for node, entries in removed.items():
-        app.say(f"  - {node} ({'; '.join(entries)})")
+    for node, shown in removed.items():
+        app.say(f"  - {node} ({'; '.join(shown)})")
     app.say("\nBatch state is kept (a package reset never resets it)")
     if app.dry_run:
         app.say("\n[dry-run] No changes applied")
