@@ -219,6 +219,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "RUNTIME_REQUIRED_TAINT": "skyhook.nvidia.com=runtime-required:NoSchedule",
         "REAPPLY_ON_REBOOT": "false",
         "IMAGE_PULL_SECRET": "",
+        "PACKAGE_PRIORITY_CLASS_NAME": "",
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
         "LOG_ENCODER": "console",
@@ -316,6 +317,7 @@ OVERRIDES: Obj = {
     "reapplyOnReboot": True,
     "imagePullSecrets": ["regcred", {"name": "other-cred"}],
     "packagePullSecret": "pkgcred",
+    "packagePriorityClassName": "system-node-critical",
     "serviceAccount": {"name": "skyhook-sa", "annotations": {"example.com/role": "x"}},
 }
 
@@ -330,6 +332,7 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert env["AGENT_LOG_ROOT"] == "/opt/skyhook-logs"
     assert env["REAPPLY_ON_REBOOT"] == "true"
     assert env["IMAGE_PULL_SECRET"] == "pkgcred"
+    assert env["PACKAGE_PRIORITY_CLASS_NAME"] == "system-node-critical"
     assert env["DEFAULT_INTERVAL"] == "1h30m"
     assert env["LOG_LEVEL"] == "debug"
     assert (env["LOG_ENCODER"], env["LOG_TIME_ENCODER"], env["LOG_STACK_TRACE_LEVEL"]) == (
@@ -813,6 +816,10 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
         (
             {"packagePullSecret": "Bad Secret"},
             'packagePullSecret: "Bad Secret" is not a secret name',
+        ),
+        (
+            {"packagePriorityClassName": "Critical"},
+            'packagePriorityClassName: "Critical" is not a PriorityClass name',
         ),
         ({"serviceAccount": {"name": "Bad_Name"}}, "serviceAccount.name:"),
         ({"operator": {"replicas": 0}}, "operator.replicas: 0 must be a whole number"),

@@ -194,6 +194,18 @@ def test_stage_and_interrupt_pods_mount_no_service_account_token() -> None:
     assert [pod["spec"]["automountServiceAccountToken"] for pod in pods] == [False, False]
 
 
+def test_a_priority_class_goes_on_stage_and_interrupt_pods_only_when_set() -> None:
+    view = scr()
+    package = view.spec.packages["dexter"]  # type: ignore[union-attr]
+    critical = replace(SETTINGS, package_priority_class_name="system-node-critical")
+    for settings, wanted in ((SETTINGS, None), (critical, "system-node-critical")):
+        pods = [
+            podbuilder.build_stage_pod(settings, view, package, "n", "apply"),
+            podbuilder.build_interrupt_pod(settings, view, package, "n", Interrupt("reboot")),
+        ]
+        assert [pod["spec"].get("priorityClassName") for pod in pods] == [wanted, wanted]
+
+
 def test_decode_is_the_inverse_of_build() -> None:
     view = scr()
     pod = podbuilder.build_stage_pod(SETTINGS, view, view.spec.packages["dexter"], "n", "upgrade")  # type: ignore[union-attr]

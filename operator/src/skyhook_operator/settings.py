@@ -36,7 +36,7 @@ from pydantic_settings import (
 
 from skyhook_operator import logs
 from skyhook_planner.model.settings import PlannerSettings
-from skyhook_planner.model.vocabulary import Taint
+from skyhook_planner.model.vocabulary import Taint, is_object_name
 from skyhook_schemas.durations import parse_duration
 from skyhook_schemas.images import image_tag
 
@@ -137,6 +137,13 @@ HostPath = Annotated[
     str, _check(lambda path: path.startswith("/"), "{!r} must be an absolute path")
 ]
 TaintText = Annotated[Taint, _from_text(Taint.parse)]
+PriorityClassName = Annotated[
+    str,
+    _check(
+        lambda name: not name or is_object_name(name),
+        "{!r} is not a PriorityClass name (lowercase letters, digits, '-', '.'; at most 253)",
+    ),
+]
 # The key also names the node annotation `skyhook.nvidia.com/autoTaint_<key>`, whose name part
 # holds at most 63 characters: no prefix of its own, and at most 53 characters.
 RuntimeRequiredTaint = Annotated[
@@ -324,6 +331,16 @@ class _PodSettings(BaseSettings):
         "SKYHOOK_IMAGE_PULL_SECRET",
         _meta("IMAGE_PULL_SECRET", "Pull secret name put on every pod; empty: none."),
         default=_PLANNER.image_pull_secret,
+    )
+    package_priority_class_name: PriorityClassName = field(
+        "SKYHOOK_PACKAGE_PRIORITY_CLASS_NAME",
+        _meta(
+            "PACKAGE_PRIORITY_CLASS_NAME",
+            "PriorityClass put on every stage, interrupt and health-check pod; empty: none. "
+            "Only system-node-critical or system-cluster-critical change the kubelet's "
+            "admission.",
+        ),
+        default=_PLANNER.package_priority_class_name,
     )
 
 
@@ -778,6 +795,7 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
             runtime_required_taint=self.runtime_required_taint,
             reapply_on_reboot=self.reapply_on_reboot,
             image_pull_secret=self.image_pull_secret,
+            package_priority_class_name=self.package_priority_class_name,
             retry_backoff_base_s=self.retry_backoff_base,
             retry_backoff_max_s=self.retry_backoff_max,
             stage_timeout_s=self.stage_timeout,

@@ -204,6 +204,17 @@ def test_a_runtime_required_taint_key_that_cannot_name_the_marker_is_refused(tex
     assert load_settings({"RUNTIME_REQUIRED_TAINT": "k" * 53 + ":NoSchedule"})
 
 
+def test_the_package_priority_class_reaches_the_planner_and_a_bad_name_is_refused() -> None:
+    settings = load_settings({"PACKAGE_PRIORITY_CLASS_NAME": "system-node-critical"})
+    assert settings.for_planner().package_priority_class_name == "system-node-critical"
+    assert load_settings({}).for_planner().package_priority_class_name == ""
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"PACKAGE_PRIORITY_CLASS_NAME": "Node_Critical"})
+    (problem,) = caught.value.problems
+    assert problem.startswith("PACKAGE_PRIORITY_CLASS_NAME")
+    assert "'Node_Critical' is not a PriorityClass name" in problem
+
+
 def test_a_taint_removal_is_not_a_taint() -> None:
     with pytest.raises(ValueError, match="removes a taint"):
         Taint.parse("key=value:NoSchedule-")

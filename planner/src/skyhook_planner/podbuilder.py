@@ -206,6 +206,8 @@ def _base_pod(
     }
     if settings.image_pull_secret:
         spec["imagePullSecrets"] = [{"name": settings.image_pull_secret}]
+    if settings.package_priority_class_name:
+        spec["priorityClassName"] = settings.package_priority_class_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from skyhook_planner.model.decoding import Loc
-from skyhook_planner.model.vocabulary import label_key_problem, label_value_problem
+from skyhook_planner.model.vocabulary import is_object_name, label_key_problem, label_value_problem
 
 Problems = Iterator[tuple[Loc, str]]
 
@@ -23,7 +23,6 @@ Problems = Iterator[tuple[Loc, str]]
 MAX_CONFIG_MAP_BYTES = 1024 * 1024
 
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def config_map_key_problem(key: str) -> str | None:
@@ -109,7 +108,7 @@ def env_var_problems(env: Mapping[str, Any]) -> Problems:
 def _source_problems(kind: str, body: Mapping[str, Any]) -> Problems:
     if kind in {"configMapKeyRef", "secretKeyRef"}:
         name, key = body.get("name"), body.get("key")
-        if not isinstance(name, str) or not (len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)):
+        if not isinstance(name, str) or not is_object_name(name):
             yield ("name",), f"{name!r} is not a valid object name (a DNS subdomain)"
         if not isinstance(key, str) or not key:
             yield ("key",), "required"

@@ -22,6 +22,8 @@ class PlannerSettings:
     runtime_required_taint: Taint = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
     reapply_on_reboot: bool = False
     image_pull_secret: str = ""
+    # PriorityClass of the Skyhook pods on nodes (stage, interrupt, health check); "": none.
+    package_priority_class_name: str = ""
     # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.
     retry_backoff_base_s: float = 10.0
     retry_backoff_max_s: float = 300.0

@@ -111,6 +111,11 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
+def is_object_name(name: str) -> bool:
+    """Whether `name` is a valid name for most Kubernetes objects (a DNS subdomain)."""
+    return len(name) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(name))
+
+
 def label_key_problem(key: str) -> str | None:
     """Why `key` is not a valid label key, or None."""
     prefix, slash, name = key.rpartition("/")
