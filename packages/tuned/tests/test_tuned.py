@@ -9,36 +9,8 @@ Fedora installs are exercised with a recording dnf/yum in the same root.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
-import yaml
-
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-STATE = "/var/lib/skyhook-tuned"
-FAST_CHECK = {"TUNED_START_TIMEOUT": "1"}
-
-
-def readme_package() -> tuple[str, dict]:
-    block = re.search(r"```yaml\n(.*?)```", (PACKAGE_DIR / "README.md").read_text(), re.S)
-    assert block, "README.md has no yaml example"
-    ((name, package),) = yaml.safe_load(block.group(1))["spec"]["packages"].items()
-    return name, package
-
-
-def make_host(factory):
-    name, package = readme_package()
-    env = {item["name"]: item["value"] for item in package["env"]} | FAST_CHECK
-    host = factory("tuned", cr_name=name, cr_version=package["version"], env=env)
-    host.set_configmap(package["configMap"])
-    host.enable_network()
-    return host
-
-
-def installed_packages(host) -> set[str]:
-    listing = host.chroot("dpkg-query -W -f='${Package} ${Status}\\n'").stdout
-    return {line.split()[0] for line in listing.splitlines() if line.endswith(" installed")}
+from tuned_host import STATE, installed_packages, make_host, readme_package
 
 
 @pytest.fixture(scope="module")
@@ -162,32 +134,6 @@ def test_config_refuses_profiles_tuned_cannot_activate(tuned, profile, reason):
     result = tuned.run("config")
     assert result.returncode != 0
     assert reason in result.stderr
-
-
-@pytest.mark.chroot
-def test_uninstall_restores_the_package_set_and_leaves_no_files(package_host):
-    host = make_host(package_host)
-    before = installed_packages(host)
-    assert host.run("apply").returncode == 0
-    assert host.run("config").returncode == 0
-    host.set_service_active("tuned")
-    assert host.run("uninstall-check").returncode != 0  # still installed
-
-    host.clear_calls()
-    assert host.stage("uninstall") == (0, 0)
-    assert installed_packages(host) == before
-    assert ["systemctl", "disable", "--now", "tuned"] in host.calls()
-    assert not host.path("/etc/tuned/gpu-base").exists()
-    assert not host.path("/etc/tuned/scripts").exists()
-    assert not host.path(STATE).exists()
-    assert host.stage("uninstall") == (0, 0)  # rerun is harmless
-
-    # A tuned the host already had stays when the package leaves.
-    assert host.chroot("apt-get install -y -q tuned").returncode == 0
-    assert host.run("apply").returncode == 0
-    assert host.path(f"{STATE}/preinstalled").exists()
-    assert host.stage("uninstall") == (0, 0)
-    assert "tuned" in installed_packages(host)
 
 
 @pytest.mark.chroot
