@@ -16,7 +16,7 @@ from skyhook_cli.kube import KubeError
 from skyhook_cli.packagestate import write_states
 from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
-from skyhook_schemas.nodestate import decode_entries
+from skyhook_schemas.nodestate import Entries, decode_entries
 
 
 def ask(app: App, lines: Sequence[str]) -> bool:
@@ -151,7 +151,7 @@ def reset_package(app: App, skyhook: str, wanted: str, confirm: bool) -> None:
     if not package:
         raise click.UsageError(f"--package {wanted!r}: give a package name, NAME or NAME:VERSION")
     state_key = keys.node_state_key(skyhook)
-    kept: dict[str, dict[str, Any]] = {}
+    kept: dict[str, Entries] = {}
     removed: dict[str, list[str]] = {}
     for node in app.kube.list_nodes():
         text = (node.metadata.annotations or {}).get(state_key)

@@ -57,6 +57,7 @@ def command(
     key = keys.package_key(package, version)
     annotation = keys.node_state_key(skyhook)
     writes: list[tuple[Any, dict[str, PackageEntry], str]] = []
+    image = _image(app, skyhook, package) if add else ""  # for the entries --add creates
     for node in chosen:
         text = (node.metadata.annotations or {}).get(annotation)
         try:
@@ -70,7 +71,7 @@ def command(
         if before is None and not add:
             continue
         if before is None:
-            after = PackageEntry(package, version, _image(app, skyhook, package), stage, state)
+            after = PackageEntry(package, version, image, stage, state)
             change = f"added at {stage} {state}"
         else:
             after = replace(before, stage=stage, state=state)
