@@ -93,11 +93,11 @@ class Admission:
         self.indexes = indexes  # the runtime's WatchedIndexes, by the name the store uses
         self.fetcher = fetcher
         self.handlers: dict[str, Handler] = {
-            "validate-skyhook.nvidia.com": self.validate_skyhook,
-            "validate-deploymentpolicy.nvidia.com": self.validate_policy,
-            "mutate-skyhook.nvidia.com": self.normalise_skyhook,
-            "mutate-deploymentpolicy.nvidia.com": self.default_policy,
-            "mutate-pod-image.skyhook.nvidia.com": self.choose_pod_image,
+            webhooks.VALIDATE_SCR: self.validate_skyhook,
+            webhooks.VALIDATE_POLICY: self.validate_policy,
+            webhooks.MUTATE_SCR: self.normalise_skyhook,
+            webhooks.MUTATE_POLICY: self.default_policy,
+            webhooks.MUTATE_POD_IMAGE: self.choose_pod_image,
         }
 
     async def validate_skyhook(self, request: Request) -> Answer:

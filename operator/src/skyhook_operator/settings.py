@@ -37,6 +37,7 @@ from pydantic_settings import (
 from skyhook_operator import logs
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.vocabulary import Taint, is_object_name
+from skyhook_schemas import keys
 from skyhook_schemas.durations import parse_duration
 from skyhook_schemas.images import image_tag
 
@@ -781,8 +782,11 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
         return image_tag(self.agent_image)
 
     def describe(self) -> list[str]:
-        """`name = value` lines for the startup log."""
-        return [f"{name} = {getattr(self, name)}" for name in type(self).model_fields]
+        """`name = value` lines for the startup log, the API group the process speaks first
+        (read by skyhook_schemas.keys as the process starts, not a field: it cannot change)."""
+        return [f"api_group = {keys.GROUP}"] + [
+            f"{name} = {getattr(self, name)}" for name in type(self).model_fields
+        ]
 
     def for_planner(self) -> PlannerSettings:
         """The subset the pure planner decides with."""

@@ -1,24 +1,47 @@
 """Every name Skyhook writes into a cluster, in one table.
 
-These match upstream Skyhook exactly: an SCR, node or tool written for upstream reads and writes
-the same keys. ``<scr>`` below is a Skyhook object's name, verbatim.
+These match upstream exactly: an SCR, node or tool written for upstream reads and writes the
+same keys. ``<scr>`` below is a Skyhook object's name, verbatim.
+
+Upstream renamed its API group: `skyhook.nvidia.com` (kind `Skyhook`) until v0.17,
+`nodewright.nvidia.com` (kind `NodeWright`) from v0.18, with every key below moved to the new
+prefix. A process speaks one of them, chosen by `SKYHOOK_API_GROUP` before it starts (default
+`skyhook.nvidia.com`): the operator reconciles that group's objects and writes its keys.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import lru_cache
 
-GROUP = "skyhook.nvidia.com"
+SKYHOOK_GROUP = "skyhook.nvidia.com"
+NODEWRIGHT_GROUP = "nodewright.nvidia.com"
+# Per group: the kind, its plural and singular (the singular also names the finalizer).
+KINDS = {
+    SKYHOOK_GROUP: ("Skyhook", "skyhooks", "skyhook"),
+    NODEWRIGHT_GROUP: ("NodeWright", "nodewrights", "nodewright"),
+}
+API_GROUP_VARIABLE = "SKYHOOK_API_GROUP"
+
+
+def _spoken_group() -> str:
+    group = os.environ.get(API_GROUP_VARIABLE) or SKYHOOK_GROUP
+    if group not in KINDS:
+        # The process cannot speak any API: say why in one line rather than a traceback.
+        raise SystemExit(f"{API_GROUP_VARIABLE}={group!r}: must be one of {', '.join(KINDS)}")
+    return group
+
+
+GROUP = _spoken_group()
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "Skyhook"
-PLURAL = "skyhooks"
+KIND, PLURAL, SINGULAR = KINDS[GROUP]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 POLICY_KIND = "DeploymentPolicy"
 POLICY_PLURAL = "deploymentpolicies"
-FINALIZER = f"{GROUP}/skyhook"
+FINALIZER = f"{GROUP}/{SINGULAR}"
 PREFIX = f"{GROUP}/"
 
 # Annotations a user (or the kubectl plugin) sets on a Skyhook object.

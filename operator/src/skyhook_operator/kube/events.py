@@ -64,7 +64,7 @@ ONE_EVENT_PER_REASON = frozenset({"Node"})
 class Subject:
     """The object an event is about."""
 
-    kind: str  # "Node" or "Skyhook"
+    kind: str  # "Node" or the SCR kind (keys.KIND)
     name: str
     uid: str = ""
 

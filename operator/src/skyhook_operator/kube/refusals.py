@@ -69,7 +69,7 @@ class RefusedWrites:
             f"spec changes: {error.reason}"
         )
         log.warning("Skyhook %s: %s", skyhook, message)
-        return EmitEvent("Skyhook", skyhook, "WriteRefused", message, "Warning")
+        return EmitEvent(keys.KIND, skyhook, "WriteRefused", message, "Warning")
 
     def written(self, action: Action) -> None:
         """`action` went through: a refusal of its object is over."""
@@ -100,7 +100,7 @@ def object_of(action: Action) -> ObjectKey | None:
     if isinstance(action, PatchNode):
         return ("Node", "", action.name)
     if isinstance(action, AddFinalizer):
-        return ("Skyhook", "", action.name)
+        return (keys.KIND, "", action.name)
     return None
 
 

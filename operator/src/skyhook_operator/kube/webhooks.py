@@ -81,10 +81,19 @@ class Webhook:
         return self.path.removeprefix("/")
 
 
+# Named after the group the operator speaks, as upstream names them: the apiserver's denial
+# reads `admission webhook "validate-<group>" denied the request`.
+VALIDATE_SCR = f"validate-{keys.GROUP}"
+MUTATE_SCR = f"mutate-{keys.GROUP}"
+VALIDATE_POLICY = "validate-deploymentpolicy.nvidia.com"
+MUTATE_POLICY = "mutate-deploymentpolicy.nvidia.com"
+MUTATE_POD_IMAGE = f"mutate-pod-image.{keys.GROUP}"
+_PATH_GROUP = f"{keys.GROUP.replace('.', '-')}-{keys.VERSION}"
+
 WEBHOOKS = (
     Webhook(
-        "validate-skyhook.nvidia.com",
-        "/validate-skyhook-nvidia-com-v1alpha1-skyhook",
+        VALIDATE_SCR,
+        f"/validate-{_PATH_GROUP}-{keys.SINGULAR}",
         keys.GROUP,
         keys.VERSION,
         keys.PLURAL,
@@ -92,8 +101,8 @@ WEBHOOKS = (
         mutating=False,
     ),
     Webhook(
-        "validate-deploymentpolicy.nvidia.com",
-        "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        VALIDATE_POLICY,
+        f"/validate-{_PATH_GROUP}-deploymentpolicy",
         keys.GROUP,
         keys.VERSION,
         keys.POLICY_PLURAL,
@@ -101,8 +110,8 @@ WEBHOOKS = (
         mutating=False,
     ),
     Webhook(
-        "mutate-skyhook.nvidia.com",
-        "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
+        MUTATE_SCR,
+        f"/mutate-{_PATH_GROUP}-{keys.SINGULAR}",
         keys.GROUP,
         keys.VERSION,
         keys.PLURAL,
@@ -110,8 +119,8 @@ WEBHOOKS = (
         mutating=True,
     ),
     Webhook(
-        "mutate-deploymentpolicy.nvidia.com",
-        "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        MUTATE_POLICY,
+        f"/mutate-{_PATH_GROUP}-deploymentpolicy",
         keys.GROUP,
         keys.VERSION,
         keys.POLICY_PLURAL,
@@ -119,7 +128,7 @@ WEBHOOKS = (
         mutating=True,
     ),
     Webhook(
-        "mutate-pod-image.skyhook.nvidia.com",
+        MUTATE_POD_IMAGE,
         "/mutate-v1-pod-image",
         "",
         "v1",

@@ -119,7 +119,7 @@ class AnnotateSkyhook:
 class EmitEvent:
     """A Kubernetes Event (type Normal unless said), component `skyhook-controller`.
 
-    `kind` is "Node" or "Skyhook"; both are cluster-scoped, so `name` identifies the object.
+    `kind` is "Node" or `keys.KIND` (the SCR); both are cluster-scoped, so `name` identifies the object.
     """
 
     kind: str

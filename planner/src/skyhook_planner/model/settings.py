@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from skyhook_planner.model.status_size import NODE_LISTS_BYTES
 from skyhook_planner.model.vocabulary import Taint
+from skyhook_schemas import keys
 from skyhook_schemas.images import image_tag
 
 
@@ -19,7 +20,11 @@ class PlannerSettings:
     pause_image: str = "registry.k8s.io/pause:3.10"
     copy_dir_root: str = "/var/lib/skyhook"
     agent_log_root: str = "/var/log/skyhook"
-    runtime_required_taint: Taint = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
+    runtime_required_taint: Taint = Taint(
+        keys.RUNTIME_REQUIRED_TAINT_KEY,
+        keys.RUNTIME_REQUIRED_TAINT_EFFECT,
+        keys.RUNTIME_REQUIRED_TAINT_VALUE,
+    )
     reapply_on_reboot: bool = False
     image_pull_secret: str = ""
     # PriorityClass of the Skyhook pods on nodes (stage, interrupt, health check); "": none.

@@ -27,6 +27,7 @@ from skyhook_planner.rules import (
     sharing,
 )
 from skyhook_planner.rules.soak import NO_POLICY_GROUP, Soak, soak_time
+from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,
 )
@@ -90,7 +91,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
         )
         if after is not None and after.should_stop and not (before and before.should_stop):
             decided.event(
-                "Skyhook",
+                keys.KIND,
                 ctx.name,
                 "RolloutStopped",
                 f'Compartment "{compartment.name}" stopped after '
@@ -274,7 +275,7 @@ def _shared_conditions(ctx: SkyhookContext, admitted: Step) -> Step:
         message = f"{len(held)} node(s) wait: {first.message} (in progress: {holders})"
         decided.changes.conditions.append(statuses.condition(kind, True, reason, message, ctx.now))
         if ctx.scr.status.condition(kind) is None:
-            decided.event("Skyhook", ctx.name, reason, message)
+            decided.event(keys.KIND, ctx.name, reason, message)
     return decided
 
 
@@ -295,7 +296,7 @@ def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Step:
     decided = Step()
     decided.changes.conditions.append(soaking.condition(ctx.scr.generation))
     for group in sorted(soaking.started):
-        decided.event("Skyhook", ctx.name, "SoakStarted", soaking.start_message(group))
+        decided.event(keys.KIND, ctx.name, "SoakStarted", soaking.start_message(group))
     wake = soaking.wake_in()
     if wake is not None:
         decided.wake_in(wake)

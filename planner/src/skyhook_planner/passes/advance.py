@@ -263,7 +263,7 @@ class _NodeRun:
                 self.decision.event(
                     "Node", node.name, "Drain", f"{message} from [skyhook:{ctx.name}]", "Warning"
                 )
-                self.decision.event("Skyhook", ctx.name, "Drain", message, "Warning")
+                self.decision.event(keys.KIND, ctx.name, "Drain", message, "Warning")
             self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
             return
         if drained.to_remove:
@@ -341,7 +341,7 @@ class _NodeRun:
             f"Applying package {label} from [skyhook:{ctx.name}] stage [{stage}]",
         )
         self.decision.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             "Apply",
             f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
@@ -452,7 +452,7 @@ class _NodeRun:
             self.entries[package.key] = replace(base, stage=stage, state=state, restarts=0)
         chosen = merged.chosen
         self.decision.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             "Interrupt",
             f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [skyhook:{ctx.name}]",

@@ -126,7 +126,7 @@ def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Step:
             type="Warning",
         )
         decided.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             health.FAILED,
             f"rollout halted: node [{failure.node}] {failure.why}",

@@ -170,7 +170,7 @@ def _failed_attempt(
             f"once the package is edited, rerun or reset"
         )
         decision.event("Node", node.name, "Apply", message, type="Warning")
-        decision.event("Skyhook", ctx.name, "Apply", message, type="Warning")
+        decision.event(keys.KIND, ctx.name, "Apply", message, type="Warning")
     else:
         decision.event(
             "Node",
@@ -234,7 +234,7 @@ def _interrupt_timed_out(
         f"node [{node.name}]; its logs: kubectl logs -n {pod.namespace} {pod.name} -c interrupt"
     )
     decision.event("Node", node.name, "Interrupt", message, type="Warning")
-    decision.event("Skyhook", ctx.name, "Interrupt", message, type="Warning")
+    decision.event(keys.KIND, ctx.name, "Interrupt", message, type="Warning")
     return decision
 
 
@@ -268,7 +268,7 @@ def _restart_limit(
         f"{ctx.settings.agent_log_root}/{ctx.name}"
     )
     decision.event("Node", node.name, "Interrupt", message, type="Warning")
-    decision.event("Skyhook", ctx.name, "Interrupt", message, type="Warning")
+    decision.event(keys.KIND, ctx.name, "Interrupt", message, type="Warning")
     return decision
 
 
@@ -363,7 +363,7 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
                 f"detected reboot, resetting node for [{ctx.name}] to be reapplied",
             )
             decision.event(
-                "Skyhook",
+                keys.KIND,
                 ctx.name,
                 "Reboot",
                 f"detected reboot, resetting node [{node.name}] to be reapplied",
@@ -432,7 +432,7 @@ def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | No
             type="Warning",
         )
         decision.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             deadlines.EXCEEDED,
             f"node [{node.name}]: {message}",
@@ -468,7 +468,7 @@ def stop_for_pause(ctx: SkyhookContext, work: SkyhookWork) -> Step:
         nodes = sorted(set(stopped))
         listed = ", ".join(nodes[:10]) + (" ..." if len(nodes) > 10 else "")
         decision.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             "Paused",
             f"paused: stopping {len(stopped)} running stage pod{'s' if len(stopped) != 1 else ''}"

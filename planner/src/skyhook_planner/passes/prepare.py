@@ -131,7 +131,7 @@ def _finalizer_refused(index: PassIndex, scr: SkyhookView) -> str:
         (
             r
             for r in index.snap.refusals
-            if (r.skyhook, r.kind, r.generation) == (scr.name, "Skyhook", scr.generation)
+            if (r.skyhook, r.kind, r.generation) == (scr.name, keys.KIND, scr.generation)
         ),
         None,
     )
@@ -177,7 +177,7 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
         or previous.get("status") != "True"
         or previous.get("message") != why.message
     ):
-        decided.event("Skyhook", scr.name, why.reason, why.message, type="Warning")
+        decided.event(keys.KIND, scr.name, why.reason, why.message, type="Warning")
     status_key = keys.node_status_key(scr.name)
     wanted = {
         "status": BLOCKED,
@@ -222,7 +222,7 @@ def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Step
     if not message and (previous is None or previous.get("status") == "False"):
         return decided
     if message and (previous is None or previous.get("message") != message):
-        decided.event("Skyhook", scr.name, "SpecWarning", message, type="Warning")
+        decided.event(keys.KIND, scr.name, "SpecWarning", message, type="Warning")
     decided.changes.conditions.append(
         statuses.condition(
             statuses.CONDITION_SPEC_WARNING,

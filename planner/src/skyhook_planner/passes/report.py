@@ -142,7 +142,7 @@ def admin_cordons(ctx: SkyhookContext, rollout: Rollout) -> Step:
                 CONDITION_ADMIN_CORDONS,
                 True,
                 ADMIN_CORDON_KEPT,
-                f"{_named(kept)} cordoned by someone else (no skyhook.nvidia.com/cordon_ "
+                f"{_named(kept)} cordoned by someone else (no {keys.cordon_key('')} "
                 "marker): the rollout runs there and leaves them cordoned.",
                 ctx.now,
                 generation=ctx.scr.generation,
@@ -203,7 +203,7 @@ def selection_conditions(ctx: SkyhookContext, rollout: Rollout, selection: Selec
                 bool(unmatched),
                 "NoCompatibleImage",
                 f"Node [{', '.join(unmatched)}] matches no candidate of an image compatibility "
-                "artifact (reason in its skyhook.nvidia.com/imageSelection_ annotation). Skipping."
+                f"artifact (reason in its {keys.image_selection_key('')} annotation). Skipping."
                 if unmatched
                 else "Every node matches a candidate image.",
                 now,
@@ -262,7 +262,7 @@ def _raise(ctx: SkyhookContext, decided: Step, kind: str, reason: str, message: 
     reason) before this pass."""
     before = ctx.scr.status.condition(kind)
     if before is None or before.get("reason") != reason or before.get("status") != "True":
-        decided.event("Skyhook", ctx.name, "Drain", message, type="Warning")
+        decided.event(keys.KIND, ctx.name, "Drain", message, type="Warning")
     decided.changes.conditions.append(
         statuses.condition(kind, True, reason, message, ctx.now, generation=ctx.scr.generation)
     )
@@ -347,7 +347,7 @@ def status(
             )
         )
         decided.event(
-            "Skyhook",
+            keys.KIND,
             ctx.name,
             "State",
             f"Skyhook transitioned [{old_status or ''}] -> [{overall}]",

@@ -81,7 +81,7 @@ def report(
             )
             previous = ctx.scr.status.condition(keys.CONDITION_DELETION_BLOCKED)
             if previous is None or previous.get("reason") != reason:
-                decided.event("Skyhook", ctx.name, "DeletionBlocked", event, type="Warning")
+                decided.event(keys.KIND, ctx.name, "DeletionBlocked", event, type="Warning")
     return decided
 
 

@@ -1,0 +1,176 @@
+"""An operator speaking upstream's newer API (SKYHOOK_API_GROUP=nodewright.nvidia.com): a
+NodeWright written as upstream v0.18+ documents it is admitted by our webhooks, rolls out, and
+every key the operator writes on nodes, pods, ConfigMaps and Events is under
+`nodewright.nvidia.com/`, none under `skyhook.nvidia.com/`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from skyhook_dev.harness import OperatorProcess, WaitTimeout, wait_until
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
+from skyhook_sandbox.sandbox import Sandbox
+
+from .conftest import NAMESPACE
+from .helpers import SHELLSCRIPT, TEST_LABEL, Cluster, marker_scripts
+
+GROUP = "nodewright.nvidia.com"
+NODEWRIGHTS = f"/apis/{GROUP}/v1alpha1/nodewrights"
+LEGACY = "skyhook.nvidia.com/"
+
+
+@pytest.fixture
+def nodewright_cluster(
+    sandbox: Sandbox,
+    kube: Kube,
+    test_label: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> Iterator[Cluster]:
+    view = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    view.operator = start_operator(SKYHOOK_API_GROUP=GROUP)
+    yield view
+    # Deleted through the NodeWright's own finalizer, which only this operator removes.
+    for name in view.skyhooks:
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
+        try:
+            wait_until(lambda n=name: _gone(kube, n), 60, f"NodeWright {name} deleted")
+        except WaitTimeout:
+            with contextlib.suppress(ApiError):
+                body = {"metadata": {"finalizers": []}}
+                kube.request("PATCH", f"{NODEWRIGHTS}/{name}", body, MERGE_PATCH)
+    sandbox.remove_nodes(view.nodes)
+
+
+def _gone(kube: Kube, name: str) -> bool:
+    try:
+        kube.request("GET", f"{NODEWRIGHTS}/{name}")
+    except ApiError as error:
+        return error.status == 404
+    return False
+
+
+def nodewright(name: str, label: str, **package: Any) -> dict[str, Any]:
+    """A NodeWright as upstream v0.18+'s docs write one."""
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "NodeWright",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelectors": {"matchLabels": {TEST_LABEL: label}},
+            "interruptionBudget": {"count": 1},
+            "packages": {
+                "marker": {
+                    "version": "1.0.0",
+                    "image": SHELLSCRIPT,
+                    "stageTimeout": "5m",
+                    "interrupt": {"type": "service", "services": ["demo"]},
+                    "configMap": marker_scripts(),
+                    **package,
+                }
+            },
+        },
+    }
+
+
+def ours(obj: Json) -> dict[str, str]:
+    """The annotations, labels, condition types and taints an object carries, by key."""
+    meta = obj.get("metadata") or {}
+    found = {**(meta.get("annotations") or {}), **(meta.get("labels") or {})}
+    found.pop(TEST_LABEL, None)  # the test's own node label
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        found[condition["type"]] = condition.get("status", "")
+    for taint in (obj.get("spec") or {}).get("taints") or ():
+        found[taint["key"]] = taint.get("effect", "")
+    for finalizer in meta.get("finalizers") or ():
+        found[finalizer] = "finalizer"
+    return found
+
+
+def legacy_keys(obj: Json) -> list[str]:
+    return sorted(k for k in ours(obj) if k.startswith(LEGACY) or k == LEGACY.rstrip("/"))
+
+
+def test_a_nodewright_rolls_out_under_its_own_keys(nodewright_cluster: Cluster) -> None:
+    cluster = nodewright_cluster
+    kube = cluster.kube
+    nodes = cluster.add_nodes(2)
+    name = cluster.label
+    label = f"{GROUP}/name={name}"
+    recording = cluster.record(name, extra={"nw-pod": ("/api/v1/pods", {"labelSelector": label})})
+    cluster.skyhooks.append(name)
+    created = kube.request("POST", NODEWRIGHTS, nodewright(name, cluster.label))
+    assert created["kind"] == "NodeWright"
+
+    def complete() -> bool:
+        status = kube.request("GET", f"{NODEWRIGHTS}/{name}").get("status") or {}
+        states = [
+            (cluster.node(n)["metadata"].get("annotations") or {}).get(f"{GROUP}/status_{name}")
+            for n in nodes
+        ]
+        return status.get("status") == "complete" and states == ["complete", "complete"]
+
+    wait_until(complete, 180, f"NodeWright {name} complete", interval=0.5)
+
+    scr = kube.request("GET", f"{NODEWRIGHTS}/{name}")
+    assert scr["metadata"]["finalizers"] == [f"{GROUP}/nodewright"]
+    assert scr["status"]["nodeState"].keys() == set(nodes)
+    for node_name in nodes:
+        node = cluster.node(node_name)
+        found = ours(node)
+        state = json.loads(found[f"{GROUP}/nodeState_{name}"])
+        assert state["marker|1.0.0"]["state"] == "complete", state
+        assert found[f"{GROUP}/status_{name}"] == "complete"
+        assert found[f"{GROUP}/{name}/NotReady"] == "False"
+        assert f"{GROUP}/version_{name}" in found
+        assert cluster.host_file(node_name, "/skyhook-markers").splitlines() == ["apply", "config"]
+        assert legacy_keys(node) == [], node_name
+
+    # Every version of every node the watch saw: cordoned by this NodeWright for its interrupt,
+    # and never a legacy key.
+    seen = [n for _, _, n in recording.of("node")]
+    assert any(
+        (n["metadata"].get("annotations") or {}).get(f"{GROUP}/cordon_{name}") == "true"
+        and n["spec"].get("unschedulable")
+        for n in seen
+    ), "never cordoned under the nodewright key"
+    assert {tuple(legacy_keys(n)) for n in seen} == {()}
+
+    pods = [p for _, _, p in recording.of("nw-pod")]
+    assert {p["metadata"]["labels"].get(f"{GROUP}/interrupt") for p in pods} >= {"True"}
+    for pod in pods:
+        assert legacy_keys(pod) == [], pod["metadata"]["name"]
+        owner = pod["metadata"]["ownerReferences"][0]
+        assert (owner["apiVersion"], owner["kind"]) == (f"{GROUP}/v1alpha1", "NodeWright")
+    assert not recording.of("pod"), "a pod labelled skyhook.nvidia.com/name"
+
+    configmaps = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
+    mine = [c for c in configmaps if name in c["metadata"]["name"]]
+    assert {c["metadata"]["name"] for c in mine} >= {f"{name}-marker-1.0.0"}
+    meta = [c for c in mine if f"{GROUP}/skyhook-node-meta" in c["metadata"]["labels"]]
+    assert len(meta) == 2, [c["metadata"]["name"] for c in mine]
+    for configmap in mine:
+        assert legacy_keys(configmap) == [], configmap["metadata"]["name"]
+
+    # Events about cluster-scoped objects live in "default", as kubectl describe looks for them.
+    events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    about = [e["involvedObject"] for e in events if e["involvedObject"].get("name") == name]
+    assert about, "no Event about the NodeWright"
+    assert {(o["apiVersion"], o["kind"]) for o in about} == {(f"{GROUP}/v1alpha1", "NodeWright")}
+
+
+def test_a_bad_nodewright_is_refused_by_the_nodewright_webhook(
+    nodewright_cluster: Cluster,
+) -> None:
+    manifest = nodewright(nodewright_cluster.label, nodewright_cluster.label)
+    manifest["spec"]["packages"]["marker"]["dependsOn"] = {"missing": "1.0.0"}
+    with pytest.raises(ApiError) as refused:
+        nodewright_cluster.kube.request("POST", NODEWRIGHTS, manifest)
+    message = str(refused.value)
+    assert 'admission webhook "validate-nodewright.nvidia.com" denied the request' in message
+    assert "spec.packages.marker.dependsOn.missing: no package 'missing'" in message
