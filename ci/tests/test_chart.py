@@ -220,6 +220,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "REAPPLY_ON_REBOOT": "false",
         "IMAGE_PULL_SECRET": "",
         "PACKAGE_PRIORITY_CLASS_NAME": "",
+        "SKYHOOK_API_GROUP": "skyhook.nvidia.com",
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
         "LOG_ENCODER": "console",
@@ -425,6 +426,55 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
 
 
+def test_api_group_nodewright_names_the_webhooks_and_the_operator_speaks_it(
+    render: Callable[..., list[Obj]], render_error: Callable[[Obj], str]
+) -> None:
+    objects = render({"apiGroup": "nodewright.nvidia.com"})
+    hooks = webhooks_by_name(objects)
+    found = {
+        name: (
+            hook["clientConfig"]["service"]["path"],
+            hook["rules"][0]["apiGroups"],
+            hook["rules"][0]["resources"],
+        )
+        for name, hook in hooks.items()
+    }
+    group = ["nodewright.nvidia.com"]
+    assert found == {
+        "validate-nodewright.nvidia.com": (
+            "/validate-nodewright-nvidia-com-v1alpha1-nodewright",
+            group,
+            ["nodewrights"],
+        ),
+        "validate-deploymentpolicy.nvidia.com": (
+            "/validate-nodewright-nvidia-com-v1alpha1-deploymentpolicy",
+            group,
+            ["deploymentpolicies"],
+        ),
+        "mutate-nodewright.nvidia.com": (
+            "/mutate-nodewright-nvidia-com-v1alpha1-nodewright",
+            group,
+            ["nodewrights"],
+        ),
+        "mutate-deploymentpolicy.nvidia.com": (
+            "/mutate-nodewright-nvidia-com-v1alpha1-deploymentpolicy",
+            group,
+            ["deploymentpolicies"],
+        ),
+        "mutate-pod-image.nodewright.nvidia.com": ("/mutate-v1-pod-image", [""], ["pods"]),
+    }
+    assert env_of(objects)["SKYHOOK_API_GROUP"] == "nodewright.nvidia.com"
+    # Both groups' definitions, whichever the operator speaks.
+    crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
+    assert crds == {
+        "skyhooks.skyhook.nvidia.com",
+        "deploymentpolicies.skyhook.nvidia.com",
+        "nodewrights.nodewright.nvidia.com",
+        "deploymentpolicies.nodewright.nvidia.com",
+    }
+    assert "apiGroup" in render_error({"apiGroup": "example.com"})
+
+
 def test_cert_manager_certificates(render: Callable[..., list[Obj]]) -> None:
     objects = render({"webhook": {"certificates": "cert-manager", "secretName": "sky-cert"}})
     certificate = named(objects, "Certificate", FULLNAME)
@@ -585,17 +635,32 @@ def test_limit_range_gives_stage_containers_upstreams_defaults(
     }
 
 
+# The SCR resource of each API group the chart serves.
+SCR_RESOURCES = (("skyhook.nvidia.com", "skyhooks"), ("nodewright.nvidia.com", "nodewrights"))
+
+
+def scr_grants(group: str, scrs: str) -> set[tuple[str, str, str]]:
+    """What the operator needs of one API group's SCRs and DeploymentPolicies."""
+    return (
+        expand(group, scrs, "get list watch patch")
+        | expand(group, f"{scrs}/status", "get patch")
+        | expand(group, f"{scrs}/finalizers", "update")
+        | expand(group, "deploymentpolicies", "get list watch")
+    )
+
+
 def test_user_roles_view_and_edit_both_kinds(render: Callable[..., list[Obj]]) -> None:
     objects = render()
     viewer = named(objects, "ClusterRole", f"{FULLNAME}-viewer")
     editor = named(objects, "ClusterRole", f"{FULLNAME}-editor")
-    kinds = "skyhooks deploymentpolicies"
-    assert grants(viewer["rules"]) == expand("skyhook.nvidia.com", kinds, "get list watch") | {
-        ("skyhook.nvidia.com", "skyhooks/status", "get")
-    }
-    assert grants(editor["rules"]) >= expand(
-        "skyhook.nvidia.com", kinds, "create delete get list patch update watch"
-    )
+    viewing: set[tuple[str, str, str]] = set()
+    for group, scrs in SCR_RESOURCES:
+        kinds = f"{scrs} deploymentpolicies"
+        viewing |= expand(group, kinds, "get list watch") | {(group, f"{scrs}/status", "get")}
+        assert grants(editor["rules"]) >= expand(
+            group, kinds, "create delete get list patch update watch"
+        )
+    assert grants(viewer["rules"]) == viewing
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
 
@@ -619,8 +684,18 @@ def test_pre_delete_job_removes_skyhooks_then_policies_then_webhooks(
     ]
     secret = ["secret", "webhook-cert", "--namespace", NAMESPACE]
     assert cleanup_steps(objects) == [
-        ["kubectl", "delete", "skyhooks.skyhook.nvidia.com", *delete_all],
-        ["kubectl", "delete", "deploymentpolicies.skyhook.nvidia.com", *delete_all],
+        [
+            "kubectl",
+            "delete",
+            "skyhooks.skyhook.nvidia.com,nodewrights.nodewright.nvidia.com",
+            *delete_all,
+        ],
+        [
+            "kubectl",
+            "delete",
+            "deploymentpolicies.skyhook.nvidia.com,deploymentpolicies.nodewright.nvidia.com",
+            *delete_all,
+        ],
         ["kubectl", "delete", *configurations, "--ignore-not-found"],
         ["kubectl", "delete", *secret, "--ignore-not-found"],
     ]
@@ -677,10 +752,8 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         | expand("", "pods", "get list watch")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
-        | expand("skyhook.nvidia.com", "skyhooks", "get list watch patch")
-        | expand("skyhook.nvidia.com", "skyhooks/status", "get patch")
-        | expand("skyhook.nvidia.com", "skyhooks/finalizers", "update")
-        | expand("skyhook.nvidia.com", "deploymentpolicies", "get list watch")
+        | scr_grants("skyhook.nvidia.com", "skyhooks")
+        | scr_grants("nodewright.nvidia.com", "nodewrights")
         | expand(
             "admissionregistration.k8s.io",
             "validatingwebhookconfigurations mutatingwebhookconfigurations",

@@ -272,10 +272,31 @@ _CONFIG = SettingsConfigDict(
 )
 
 
+# skyhook_schemas.keys reads the group as the process starts, for every name it spells; the
+# setting shows it and refuses a value given any later (a test's mapping).
+ApiGroup = Annotated[
+    str,
+    _check(
+        lambda group: group == keys.GROUP,
+        "{!r}: this process speaks " + keys.GROUP + "; set the variable before it starts",
+    ),
+]
+
+
 class _PodSettings(BaseSettings):
     """What stage and interrupt pods are built with."""
 
     model_config = _CONFIG
+
+    api_group: ApiGroup = field(
+        keys.API_GROUP_VARIABLE,
+        _meta(
+            None,
+            "API group the operator reconciles and whose prefix its node, pod and ConfigMap "
+            f"keys carry: {' or '.join(keys.KINDS)} (upstream from v0.18).",
+        ),
+        default=keys.GROUP,
+    )
 
     namespace: NonEmpty = field(
         "SKYHOOK_NAMESPACE",
@@ -782,11 +803,8 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
         return image_tag(self.agent_image)
 
     def describe(self) -> list[str]:
-        """`name = value` lines for the startup log, the API group the process speaks first
-        (read by skyhook_schemas.keys as the process starts, not a field: it cannot change)."""
-        return [f"api_group = {keys.GROUP}"] + [
-            f"{name} = {getattr(self, name)}" for name in type(self).model_fields
-        ]
+        """`name = value` lines for the startup log."""
+        return [f"{name} = {getattr(self, name)}" for name in type(self).model_fields]
 
     def for_planner(self) -> PlannerSettings:
         """The subset the pure planner decides with."""

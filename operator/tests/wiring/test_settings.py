@@ -413,3 +413,16 @@ def test_the_readme_documents_every_setting() -> None:
         if info.default_factory is None:
             assert (variables, f"`{info.default}`") in [(v, d) for v, d, _ in rows], name
     assert [(v, m) for v, _, m in rows] == documented
+
+
+def test_an_api_group_other_than_the_one_the_process_speaks_is_refused() -> None:
+    """The keys are spelled as the process starts: a later value could not take effect."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"SKYHOOK_API_GROUP": "nodewright.nvidia.com"})
+    assert caught.value.problems == [
+        "SKYHOOK_API_GROUP: 'nodewright.nvidia.com': this process speaks skyhook.nvidia.com; "
+        "set the variable before it starts"
+    ]
+    assert load_settings({"SKYHOOK_API_GROUP": "skyhook.nvidia.com"}).api_group == (
+        "skyhook.nvidia.com"
+    )
