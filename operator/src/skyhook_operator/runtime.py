@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from skyhook_operator import admission
+from skyhook_operator.kube import carryover
 from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
-from skyhook_operator.kube.client import AsyncKube, connect_async
+from skyhook_operator.kube.client import ApiError, AsyncKube, connect_async
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
@@ -36,11 +37,15 @@ from skyhook_operator.observability import Endpoints, Secure, ServingTls, Teleme
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings
 from skyhook_operator.store import ClusterStore
+from skyhook_planner.model.carryover import OTHER_GROUP
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView, PolicyView, SkyhookView
 from skyhook_planner.passes.plan import Replanner
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
+
+
+CARRY_OVER_RETRY_S = 10.0
 
 
 class StartError(Exception):
@@ -185,8 +190,31 @@ class Operator:
         started = time.monotonic()
         await asyncio.gather(*(w.listed.wait() for w in self.watches.values()))
         log.info("every index listed in %.1f s", time.monotonic() - started)
+        await self._carry_over()
         assert self.reconciler is not None
         await self.reconciler.run_forever()
+
+    async def _carry_over(self) -> None:
+        """Once leading, carry the other API group's SCRs and state over (kube/carryover.py);
+        no pass runs before it has succeeded."""
+        while True:
+            if self.leader is not None and not self.leader.leading:
+                await self.leader.wait_leading()
+            try:
+                done = await carryover.carry_over(self.kube, self.store, self.ours.namespace)
+            except (ApiError, OSError) as error:
+                log.warning(
+                    "carrying state over from %s failed, no pass until it succeeds "
+                    "(again in %.0f s): %s",
+                    OTHER_GROUP,
+                    CARRY_OVER_RETRY_S,
+                    error,
+                )
+                await asyncio.sleep(CARRY_OVER_RETRY_S)
+                continue
+            if done.mirrored or done.nodes or done.pods or done.configmaps:
+                log.info("carried over from %s: %s", OTHER_GROUP, done)
+            return
 
     async def abandon(self) -> None:
         """After a failed start: close what did start (no Lease was taken, no write made)."""

@@ -174,3 +174,77 @@ def test_a_bad_nodewright_is_refused_by_the_nodewright_webhook(
     message = str(refused.value)
     assert 'admission webhook "validate-nodewright.nvidia.com" denied the request' in message
     assert "spec.packages.marker.dependsOn.missing: no package 'missing'" in message
+
+
+def _markers(cluster: Cluster, node: str) -> list[str]:
+    return cluster.host_file(node, "/skyhook-markers").splitlines()
+
+
+def _complete_under(cluster: Cluster, group: str, name: str) -> list[str]:
+    """The nodes whose status for `name` reads complete under `group`'s key."""
+    return [
+        n
+        for n in cluster.nodes
+        if (cluster.node(n)["metadata"].get("annotations") or {}).get(f"{group}/status_{name}")
+        == "complete"
+    ]
+
+
+def test_a_half_finished_rollout_moves_to_nodewright_and_back_running_no_stage_twice(
+    sandbox: Sandbox,
+    kube: Kube,
+    test_label: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """Skyhook, then NodeWright (the operator stopped mid-rollout, a stage pod maybe still
+    running), then back to Skyhook (the operator killed): every node runs apply and config
+    once, and each switch carries the rollout on from where the other group left it."""
+    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    nodes = cluster.add_nodes(4)
+    name = cluster.label
+    try:
+        cluster.operator = start_operator(log_name="skyhook-1.log")
+        package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
+        cluster.skyhook(name, {"marker": package}, interruptionBudget={"count": 1})
+        wait_until(lambda: _complete_under(cluster, "skyhook.nvidia.com", name), 120, "a node done")
+        cluster.operator.stop()
+        skyhook_done = _complete_under(cluster, "skyhook.nvidia.com", name)
+        assert len(skyhook_done) < 4, "finished before the switch: nothing left to carry over"
+
+        cluster.operator = start_operator(log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP)
+        mirror = wait_until(lambda: _nodewright(kube, name), 30, "NodeWright mirrored")
+        annotations = mirror["metadata"]["annotations"]
+        assert annotations[f"{GROUP}/mirrored-from"] == name
+        assert mirror["spec"]["packages"]["marker"]["version"] == "1.0.0"
+        # The nodes the Skyhook finished are complete under the new keys at once.
+        assert set(skyhook_done) <= set(_complete_under(cluster, GROUP, name))
+        legacy = cluster.get_skyhook(name)
+        assert "skyhook.nvidia.com/skyhook" not in (legacy["metadata"].get("finalizers") or ())
+        wait_until(
+            lambda: len(_complete_under(cluster, GROUP, name)) >= len(skyhook_done) + 1,
+            120,
+            "the NodeWright completes a node of its own",
+        )
+        cluster.operator.kill()
+        nodewright_done = _complete_under(cluster, GROUP, name)
+
+        cluster.operator = start_operator(log_name="skyhook-2.log")
+        cluster.wait_complete(name, timeout=180)
+        for node in nodes:
+            assert _markers(cluster, node) == ["apply", "config"], (node, _markers(cluster, node))
+        # The copies under the group spoken before stay (a later switch finds them).
+        for node in nodewright_done:
+            assert cluster.node(node)["metadata"]["annotations"].get(f"{GROUP}/version_{name}")
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
+        cluster.cleanup()
+
+
+def _nodewright(kube: Kube, name: str) -> Json | None:
+    try:
+        return kube.request("GET", f"{NODEWRIGHTS}/{name}")
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise

@@ -1,0 +1,173 @@
+"""Carrying SCRs and their state over from the other API group, once the replica leads and
+before its first pass (the decisions: skyhook_planner.model.carryover). Until it has finished
+no pass runs, so no stage starts from a node state that is not yet ours.
+
+A ConfigMap in our namespace records the group the operator last spoke. When that was the
+other group, the other group's node state is newer than ours and replaces it; otherwise it is
+copied only where we have none (upstream's migration from the legacy group).
+
+These are one-off writes at start, not a pass's: they are sent here, and each answer is put
+into the store's overlays as the writer's are, so the first pass plans from them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from skyhook_operator.kube.client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    AsyncKube,
+    Json,
+)
+from skyhook_operator.store import ClusterStore
+from skyhook_planner.model import carryover
+from skyhook_schemas import keys
+
+log = logging.getLogger(__name__)
+
+# Which group the operator spoke last: data.group of this ConfigMap in its namespace.
+SPOKEN_CONFIGMAP = "skyhook-operator-api-group"
+_PAGE = 500
+
+
+@dataclass
+class CarriedOver:
+    """What one carry-over wrote, for the log."""
+
+    mirrored: int = 0
+    nodes: int = 0
+    pods: int = 0
+    configmaps: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.mirrored} objects mirrored, node state carried to {self.nodes} nodes, "
+            f"{self.pods} pods and {self.configmaps} ConfigMaps adopted"
+        )
+
+
+def _other_path(plural: str, name: str = "") -> str:
+    path = f"/apis/{carryover.OTHER_GROUP}/{keys.VERSION}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+async def _items(
+    kube: AsyncKube, path: str, query: Mapping[str, str] | None = None
+) -> AsyncIterator[Json]:
+    """Every object a LIST returns, a page at a time."""
+    token = ""
+    while True:
+        paging = {"limit": str(_PAGE), **({"continue": token} if token else {})}
+        page = await kube.request("GET", path, query={**(query or {}), **paging})
+        for item in page.get("items") or ():
+            yield item
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+
+
+async def _others(kube: AsyncKube, plural: str) -> list[Json]:
+    """The other group's objects; none when the cluster does not serve that group."""
+    try:
+        return [item async for item in _items(kube, _other_path(plural))]
+    except ApiError as error:
+        if error.status == 404:
+            return []
+        raise
+
+
+async def _last_spoken(kube: AsyncKube, namespace: str) -> str | None:
+    try:
+        found = await kube.request(
+            "GET", kube.namespaced_path("configmaps", namespace, SPOKEN_CONFIGMAP)
+        )
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    return (found.get("data") or {}).get("group")
+
+
+async def _record_spoken(kube: AsyncKube, namespace: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SPOKEN_CONFIGMAP, "namespace": namespace},
+        "data": {"group": keys.GROUP},
+    }
+    path = kube.namespaced_path("configmaps", namespace, SPOKEN_CONFIGMAP)
+    await kube.request(
+        "PATCH",
+        path,
+        body,
+        APPLY_PATCH,
+        query={"fieldManager": FIELD_MANAGER, "force": "true"},
+    )
+
+
+async def carry_over(kube: AsyncKube, store: ClusterStore, namespace: str) -> CarriedOver:
+    """Mirror the other group's objects, carry their node state to our keys and adopt their
+    pods and ConfigMaps; then record that we speak our group. Idempotent: run again after a
+    failure, it writes what is still missing."""
+    done = CarriedOver()
+    newer = await _last_spoken(kube, namespace) == carryover.OTHER_GROUP
+    # Policies first: a mirrored SCR names its policy.
+    own_policies = {p["metadata"]["name"] for p in await _own(kube, kube.policy_path())}
+    for policy in await _others(kube, keys.POLICY_PLURAL):
+        if policy["metadata"]["name"] not in own_policies:
+            body = carryover.mirrored(policy, keys.POLICY_KIND)
+            await kube.request("POST", kube.policy_path(), body)
+            done.mirrored += 1
+    own = {s["metadata"]["name"]: s for s in await _own(kube, kube.skyhook_path())}
+    # Our SCR of each name the other group has: its state is carried over to it.
+    owners: dict[str, Json] = {}
+    for other in await _others(kube, carryover.OTHER_PLURAL):
+        name = other["metadata"]["name"]
+        if name not in own:
+            created = await kube.request(
+                "POST", kube.skyhook_path(), carryover.mirrored(other, keys.KIND)
+            )
+            store.skyhooks.wrote(created, created=True)
+            own[name] = created
+            done.mirrored += 1
+            log.info("%s %r mirrored from %s", keys.KIND, name, carryover.OTHER_GROUP)
+        owners[name] = own[name]
+        release = carryover.finalizer_patch(other)
+        if release is not None:
+            path = _other_path(carryover.OTHER_PLURAL, name)
+            await kube.request("PATCH", path, release, MERGE_PATCH)
+    if not owners:
+        await _record_spoken(kube, namespace)
+        return done
+    async for node in _items(kube, "/api/v1/nodes"):
+        patch = carryover.node_patch(node, owners, newer)
+        if patch is not None:
+            path = kube.node_path(node["metadata"]["name"], "status")
+            store.nodes.wrote(await kube.request("PATCH", path, patch, STRATEGIC_MERGE_PATCH))
+            done.nodes += 1
+    for plural, overlay in (("pods", store.pods), ("configmaps", store.configmaps)):
+        for label in (keys.NAME_LABEL, keys.NODE_META_LABEL):
+            query = {"labelSelector": carryover.theirs(label)}
+            async for obj in _items(kube, kube.namespaced_path(plural, namespace), query):
+                owner = owners.get(obj["metadata"]["labels"][carryover.theirs(label)])
+                patch = carryover.adoption_patch(obj, owner) if owner else None
+                if patch is None:
+                    continue
+                path = kube.namespaced_path(plural, namespace, obj["metadata"]["name"])
+                overlay.wrote(await kube.request("PATCH", path, patch, MERGE_PATCH))
+                if plural == "pods":
+                    done.pods += 1
+                else:
+                    done.configmaps += 1
+    await _record_spoken(kube, namespace)
+    return done
+
+
+async def _own(kube: AsyncKube, path: str) -> list[Json]:
+    return [item async for item in _items(kube, path)]

@@ -1,0 +1,134 @@
+"""What carrying state over from the other API group writes (model/carryover.py). This process
+speaks skyhook.nvidia.com, so the other group is nodewright.nvidia.com."""
+
+from skyhook_planner.model import carryover
+
+NW = "nodewright.nvidia.com/"
+SK = "skyhook.nvidia.com/"
+
+
+def node(
+    annotations: dict[str, str], labels: dict[str, str] | None = None, **status: object
+) -> dict:
+    return {
+        "metadata": {"name": "n1", "annotations": annotations, "labels": labels or {}},
+        "status": status,
+    }
+
+
+def test_a_nodes_state_is_copied_where_we_have_none_and_the_other_groups_is_kept() -> None:
+    found = node(
+        {
+            f"{NW}nodeState_demo": '{"p|1":{"state":"complete"}}',
+            f"{NW}status_demo": "in_progress",
+            f"{NW}version_demo": "v0.18.0",
+            f"{NW}cordon_demo": "true",
+            f"{NW}autoTaint_gpu": "true",
+        },
+        {f"{NW}status_demo": "in_progress", f"{NW}team": "users-own", f"{NW}ignore": "true"},
+        conditions=[{"type": f"{NW}demo/NotReady", "status": "True", "reason": "Incomplete"}],
+    )
+    patch = carryover.node_patch(found, ["demo"], newer=False)
+    assert patch == {
+        "metadata": {
+            "annotations": {
+                f"{SK}nodeState_demo": '{"p|1":{"state":"complete"}}',
+                f"{SK}status_demo": "in_progress",
+                f"{SK}version_demo": "v0.18.0",
+                f"{SK}cordon_demo": "true",
+                f"{SK}autoTaint_gpu": "true",
+            },
+            # The user's own label under the other prefix is not the operator's to copy.
+            "labels": {f"{SK}status_demo": "in_progress", f"{SK}ignore": "true"},
+        },
+        "status": {
+            "conditions": [{"type": f"{SK}demo/NotReady", "status": "True", "reason": "Incomplete"}]
+        },
+    }
+
+
+def test_our_state_stays_unless_the_other_group_was_spoken_last() -> None:
+    found = node(
+        {
+            f"{NW}version_demo": "v1",
+            f"{NW}status_demo": "complete",
+            f"{SK}version_demo": "v1",
+            f"{SK}status_demo": "in_progress",
+            f"{SK}cordon_demo": "true",
+        }
+    )
+    assert carryover.node_patch(found, ["demo"], newer=False) is None
+    # Spoken last, the other group moved on: ours becomes its, down to a cordon it lifted.
+    assert carryover.node_patch(found, ["demo"], newer=True) == {
+        "metadata": {
+            "annotations": {f"{SK}status_demo": "complete", f"{SK}cordon_demo": None},
+        }
+    }
+
+
+def test_a_node_the_other_group_never_handled_is_left_alone() -> None:
+    assert carryover.node_patch(node({f"{NW}status_other": "complete"}), ["demo"], True) is None
+
+
+def test_a_mirror_keeps_name_spec_and_pause_and_is_stamped() -> None:
+    other = {
+        "metadata": {
+            "name": "demo",
+            "labels": {"team": "a"},
+            "annotations": {
+                f"{NW}pause": "true",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            },
+            "uid": "u1",
+            "resourceVersion": "7",
+        },
+        "spec": {"packages": {"p": {"version": "1.0.0", "image": "img"}}},
+        "status": {"status": "in_progress"},
+    }
+    body = carryover.mirrored(other, "Skyhook")
+    assert body == {
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "Skyhook",
+        "metadata": {
+            "name": "demo",
+            "labels": {"team": "a"},
+            "annotations": {f"{SK}pause": "true", f"{SK}mirrored-from": "demo"},
+        },
+        "spec": {"packages": {"p": {"version": "1.0.0", "image": "img"}}},
+    }
+    assert not carryover.user_managed(body)
+    assert carryover.user_managed({"metadata": {"name": "demo"}})
+
+
+def test_a_pod_is_adopted_once_beside_its_other_owner() -> None:
+    owner = {"metadata": {"name": "demo", "uid": "ours"}}
+    pod = {
+        "metadata": {
+            "name": "demo-p-apply",
+            "resourceVersion": "5",
+            "labels": {f"{NW}name": "demo", f"{NW}package": "p-1.0.0"},
+            "annotations": {f"{NW}package": '{"name":"p"}'},
+            "ownerReferences": [{"uid": "theirs", "kind": "NodeWright", "name": "demo"}],
+        }
+    }
+    patch = carryover.adoption_patch(pod, owner)
+    assert patch is not None
+    meta = patch["metadata"]
+    assert meta["labels"] == {f"{SK}name": "demo", f"{SK}package": "p-1.0.0"}
+    assert meta["annotations"] == {f"{SK}package": '{"name":"p"}'}
+    assert [r["uid"] for r in meta["ownerReferences"]] == ["theirs", "ours"]
+    assert meta["resourceVersion"] == "5"
+    for field in ("labels", "annotations"):
+        pod["metadata"][field].update(meta[field])
+    pod["metadata"]["ownerReferences"] = meta["ownerReferences"]
+    assert carryover.adoption_patch(pod, owner) is None
+
+
+def test_the_other_groups_finalizer_is_released_and_others_kept() -> None:
+    other = {
+        "metadata": {"finalizers": [f"{NW}nodewright", "example.com/x"], "resourceVersion": "3"}
+    }
+    assert carryover.finalizer_patch(other) == {
+        "metadata": {"finalizers": ["example.com/x"], "resourceVersion": "3"}
+    }
+    assert carryover.finalizer_patch({"metadata": {}}) is None
