@@ -64,3 +64,8 @@ The scheme /metrics is served with, also the name of its port: https (secure, th
 {{- define "skyhook.metricsScheme" -}}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end }}
 {{- end }}
+
+{{/* The runtime-required taint: the value, or the spoken API group's default. */}}
+{{- define "skyhook.runtimeRequiredTaint" -}}
+{{- .Values.runtimeRequiredTaint | default (printf "%s=runtime-required:NoSchedule" .Values.apiGroup) -}}
+{{- end }}

@@ -463,7 +463,9 @@ def test_api_group_nodewright_names_the_webhooks_and_the_operator_speaks_it(
         ),
         "mutate-pod-image.nodewright.nvidia.com": ("/mutate-v1-pod-image", [""], ["pods"]),
     }
-    assert env_of(objects)["SKYHOOK_API_GROUP"] == "nodewright.nvidia.com"
+    env = env_of(objects)
+    assert env["SKYHOOK_API_GROUP"] == "nodewright.nvidia.com"
+    assert env["RUNTIME_REQUIRED_TAINT"] == "nodewright.nvidia.com=runtime-required:NoSchedule"
     # Both groups' definitions, whichever the operator speaks.
     crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
     assert crds == {
