@@ -59,7 +59,9 @@ class Root(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
-            raise click.UsageError(f"unknown command {quote(name)} for {quote('skyhook')}")
+            raise click.UsageError(
+                f"unknown command {quote(name)} for {quote(ctx.info_name or '')}"
+            )
         return super().resolve_command(ctx, args)
 
 

@@ -151,6 +151,8 @@ def test_installed_plugin_runs_node_list_and_plan(
     home, _ = venv
     plugin = home / "bin" / "kubectl-skyhook"
     assert plugin.exists(), f"no console script at {plugin}"
+    nodewright = home / "bin" / "kubectl-nodewright"
+    assert run([str(nodewright), "--version"], 60, clean_env()).returncode == 0, nodewright
 
     def cli(*args: str) -> Result:
         done = run([str(plugin), "--kubeconfig", str(sandbox.kubeconfig), *args], 120, clean_env())

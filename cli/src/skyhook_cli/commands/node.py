@@ -50,7 +50,9 @@ def decoded(
 
 
 @group.command("list", short_help="List all nodes targeted by a Skyhook")
-@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option(
+    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+)
 @global_flags
 def list_(skyhook: str) -> None:
     """List the nodes that have state for a Skyhook, with package completion."""
@@ -102,7 +104,7 @@ def list_(skyhook: str) -> None:
 
 @group.command("status", short_help="Show all Skyhook activity on specific node(s)")
 @click.argument("patterns", nargs=-1, metavar="[node-name...]")
-@click.option("--skyhook", default="", help="Filter by Skyhook name")
+@click.option("--skyhook", "--nodewright", "skyhook", default="", help="Filter by Skyhook name")
 @global_flags
 def status(patterns: tuple[str, ...], skyhook: str) -> None:
     """Show every Skyhook's state on the given nodes (names or regexes; default all nodes)."""
@@ -252,7 +254,9 @@ def unignore(patterns: tuple[str, ...]) -> None:
 
 @group.command("reset", short_help="Reset all package state on node(s) for a Skyhook")
 @click.argument("patterns", nargs=-1, metavar="<node-name...>")
-@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option(
+    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+)
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @global_flags
 def reset(patterns: tuple[str, ...], skyhook: str, confirm: bool) -> None:

@@ -63,7 +63,9 @@ def states(skyhook: str) -> tuple[dict[str, Entries], list[Any]]:
 
 @group.command("status", short_help="Query package status across nodes")
 @click.argument("args", nargs=-1, metavar="<package-name>")
-@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option(
+    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+)
 @click.option("--node", "nodes", multiple=True, help="Node name or regex pattern (repeatable)")
 @global_flags
 def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
@@ -125,7 +127,9 @@ def _selection_fields(record: dict[str, str]) -> dict[str, str]:
 
 @group.command("rerun", short_help="Force a package to re-run on specific node(s)")
 @click.argument("args", nargs=-1, metavar="<package-name>")
-@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option(
+    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+)
 @click.option(
     "--node", "nodes", multiple=True, help="Node name or regex pattern (repeatable, required)"
 )
@@ -250,7 +254,9 @@ def describe(status: Any) -> str:
 
 @group.command("logs", short_help="Retrieve logs from Skyhook package pods")
 @click.argument("args", nargs=-1, metavar="<package-name>")
-@click.option("--skyhook", default="", help="Name of the Skyhook CR (required)")
+@click.option(
+    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+)
 @click.option("--node", default="", help="Filter by node name (or regex)")
 @click.option(
     "--stage", default="", help="Filter by stage (apply, config, interrupt, post-interrupt)"
