@@ -232,6 +232,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_LEASE_RETRY_PERIOD": "2",
         "METRICS_PORT": ":8443",
         "SKYHOOK_METRICS_SECURE": "true",
+        "PUBLISH_LEGACY_METRICS": "true",
         "PROBE_PORT": ":8081",
         "SKYHOOK_PASS_DEBOUNCE": "0.05",
         "SKYHOOK_RETRY_INTERVAL": "2",

@@ -52,6 +52,7 @@ from skyhook_planner.telemetry import (
     skyhook_families,
     waiting_family,
 )
+from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,10 @@ class _FamiliesCollector(Collector):
     """Upstream's gauges, counted at scrape time from the last pass's snapshot and plan: a
     pass every few hundred milliseconds need not count every node of the fleet each time."""
 
-    def __init__(self) -> None:
+    def __init__(self, spellings: tuple[str, ...]) -> None:
         self.last: tuple[ClusterSnapshot, Plan] | None = None
         self._counted: tuple[object, tuple[Family, ...]] = (None, ())
+        self._spellings = spellings
 
     def families(self) -> tuple[Family, ...]:
         last = self.last
@@ -124,10 +126,28 @@ class _FamiliesCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         for family in self.families():
-            gauge = GaugeMetricFamily(family.name, family.help, labels=family.labels)
-            for sample in family.samples:
-                gauge.add_metric(sample.labels, sample.value)
-            yield gauge
+            for prefix in self._spellings:
+                gauge = GaugeMetricFamily(
+                    _respelled(family.name, prefix),
+                    family.help,
+                    labels=[_respelled(label, prefix) for label in family.labels],
+                )
+                for sample in family.samples:
+                    gauge.add_metric(sample.labels, sample.value)
+                yield gauge
+
+
+def metric_prefixes(publish_legacy: bool) -> tuple[str, ...]:
+    """The prefixes the gauges are published under: `skyhook_`; speaking upstream's newer
+    group, `nodewright_` (and `skyhook_` beside it unless told not to)."""
+    if keys.GROUP == keys.SKYHOOK_GROUP:
+        return ("skyhook_",)
+    return ("nodewright_", "skyhook_") if publish_legacy else ("nodewright_",)
+
+
+def _respelled(name: str, prefix: str) -> str:
+    """`skyhook_status` as `nodewright_status`, `skyhook_name` as `nodewright_name`."""
+    return prefix + name.removeprefix("skyhook_") if name.startswith("skyhook_") else name
 
 
 class _RequestsCollector(Collector):
@@ -166,10 +186,13 @@ class Telemetry:
     """Every metric the operator exposes, in one registry of its own."""
 
     def __init__(
-        self, requests: Callable[[], RequestTotals], queue_depth: Callable[[], float]
+        self,
+        requests: Callable[[], RequestTotals],
+        queue_depth: Callable[[], float],
+        prefixes: tuple[str, ...] = ("skyhook_",),
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self._families = _FamiliesCollector()
+        self._families = _FamiliesCollector(prefixes)
         self.registry.register(self._families)
         self.registry.register(_RequestsCollector(requests))
         self._pass_seconds = Histogram(

@@ -33,7 +33,14 @@ from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
 from skyhook_operator.kube.watch import WatchedIndex
 from skyhook_operator.kube.writer import Writer
-from skyhook_operator.observability import Endpoints, Secure, ServingTls, Telemetry, serve
+from skyhook_operator.observability import (
+    Endpoints,
+    Secure,
+    ServingTls,
+    Telemetry,
+    metric_prefixes,
+    serve,
+)
 from skyhook_operator.reconcile import Reconciler
 from skyhook_operator.settings import Settings
 from skyhook_operator.store import ClusterStore
@@ -118,7 +125,11 @@ class Operator:
             kube, self.store, evictor.ensure, ours.write_concurrency, ours.event_interval
         )
         secure = _secure_metrics(ours, kube.unfenced())
-        telemetry = Telemetry(kube.request_totals, lambda: writer.queue_depth)
+        telemetry = Telemetry(
+            kube.request_totals,
+            lambda: writer.queue_depth,
+            metric_prefixes(ours.publish_legacy_metrics),
+        )
         fetcher = ArtifactFetcher(
             kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
         )

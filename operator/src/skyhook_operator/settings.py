@@ -530,6 +530,17 @@ class _EndpointSettings(BaseSettings):
         ),
         default=True,
     )
+    publish_legacy_metrics: Switch = field(
+        "SKYHOOK_PUBLISH_LEGACY_METRICS",
+        _meta(
+            "PUBLISH_LEGACY_METRICS",
+            "Speaking nodewright.nvidia.com, publish every `skyhook_*` gauge beside its "
+            "`nodewright_*` twin (label `skyhook_name` beside `nodewright_name`), as upstream "
+            "v0.18-v0.20; false: only `nodewright_*`. Speaking skyhook.nvidia.com: `skyhook_*` "
+            "only, whatever this says.",
+        ),
+        default=True,
+    )
     metrics_cert_dir: str = field(
         "SKYHOOK_METRICS_CERT_DIR",
         _meta(

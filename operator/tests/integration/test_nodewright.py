@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import urllib3
 
 from skyhook_dev.harness import OperatorProcess, WaitTimeout, wait_until
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
@@ -158,6 +159,13 @@ def test_a_nodewright_rolls_out_under_its_own_keys(nodewright_cluster: Cluster) 
         assert legacy_keys(configmap) == [], configmap["metadata"]["name"]
 
     # Events about cluster-scoped objects live in "default", as kubectl describe looks for them.
+    # Upstream v0.18+'s gauges, with the skyhook_* ones beside them (PUBLISH_LEGACY_METRICS).
+    assert cluster.operator is not None
+    lines = urllib3.request("GET", cluster.operator.metrics_url).data.decode().splitlines()
+    for prefix in ("nodewright", "skyhook"):
+        series = f'{prefix}_status{{{prefix}_name="{name}",status="complete"}} 1'
+        assert series in lines, [line for line in lines if "_status{" in line]
+
     events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
     about = [e["involvedObject"] for e in events if e["involvedObject"].get("name") == name]
     assert about, "no Event about the NodeWright"
