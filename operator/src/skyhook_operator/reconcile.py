@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,8 +74,11 @@ class Reconciler:
         telemetry: Telemetry | None = None,
         leader: LeaderElector | None = None,
         artifacts: ArtifactResolver | None = None,
+        before_passes: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._leader = leader
+        # Awaited once, leading, before the first pass (runtime.py: the carry-over).
+        self._before_passes = before_passes
         self._artifacts = artifacts
         self._artifact_sources = False
         self._store = store
@@ -149,6 +152,9 @@ class Reconciler:
                     log.info("not the leader: no passes until this replica holds the Lease")
                     await self._leader.wait_leading()
                     log.info("leading: planning from the current indexes")
+                if self._before_passes is not None:
+                    await self._before_passes()
+                    self._before_passes = None
                 if self._settings.pass_debounce:
                     await asyncio.sleep(self._settings.pass_debounce)
                 self._wake.clear()

@@ -141,6 +141,7 @@ class Operator:
             telemetry=telemetry,
             leader=leader,
             artifacts=ArtifactResolver(fetcher),
+            before_passes=self._carry_over,
         )
         certificates = await self._webhooks(fetcher) if ours.enable_webhooks else None
         # The probes answer from here on: not ready until every index is full (and, with
@@ -201,13 +202,12 @@ class Operator:
         started = time.monotonic()
         await asyncio.gather(*(w.listed.wait() for w in self.watches.values()))
         log.info("every index listed in %.1f s", time.monotonic() - started)
-        await self._carry_over()
         assert self.reconciler is not None
         await self.reconciler.run_forever()
 
     async def _carry_over(self) -> None:
-        """Once leading, carry the other API group's SCRs and state over (kube/carryover.py);
-        no pass runs before it has succeeded."""
+        """Carry the other API group's SCRs and state over (kube/carryover.py); the loop
+        awaits it once leading, so no pass runs before it has succeeded."""
         while True:
             if self.leader is not None and not self.leader.leading:
                 await self.leader.wait_leading()
