@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from skyhook_operator.kube.webhooks import WEBHOOKS
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
@@ -399,7 +400,15 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
         "mutate-skyhook.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
         "mutate-deploymentpolicy.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
         "mutate-pod-image.skyhook.nvidia.com": "/mutate-v1-pod-image",
+        "validate-readonly.nodewright.nvidia.com": (
+            "/validate-readonly-nodewright-nvidia-com-v1alpha1-nodewright"
+        ),
+        "validate-readonly-deploymentpolicy.nodewright.nvidia.com": (
+            "/validate-readonly-nodewright-nvidia-com-v1alpha1-deploymentpolicy"
+        ),
     }
+    # Every webhook the chart registers is one the operator serves, at the same path.
+    assert paths == {hook.name: hook.path for hook in WEBHOOKS}
     operations = {name: hook["rules"][0]["operations"] for name, hook in hooks.items()}
     assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE", "DELETE"]
     assert operations["validate-skyhook.nvidia.com"] == ["CREATE", "UPDATE"]
@@ -463,6 +472,16 @@ def test_api_group_nodewright_names_the_webhooks_and_the_operator_speaks_it(
             ["deploymentpolicies"],
         ),
         "mutate-pod-image.nodewright.nvidia.com": ("/mutate-v1-pod-image", [""], ["pods"]),
+        "validate-readonly.skyhook.nvidia.com": (
+            "/validate-readonly-skyhook-nvidia-com-v1alpha1-skyhook",
+            ["skyhook.nvidia.com"],
+            ["skyhooks"],
+        ),
+        "validate-readonly-deploymentpolicy.skyhook.nvidia.com": (
+            "/validate-readonly-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+            ["skyhook.nvidia.com"],
+            ["deploymentpolicies"],
+        ),
     }
     env = env_of(objects)
     assert env["SKYHOOK_API_GROUP"] == "nodewright.nvidia.com"

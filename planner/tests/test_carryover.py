@@ -132,3 +132,23 @@ def test_the_other_groups_finalizer_is_released_and_others_kept() -> None:
         "metadata": {"finalizers": ["example.com/x"], "resourceVersion": "3"}
     }
     assert carryover.finalizer_patch({"metadata": {}}) is None
+
+
+def test_only_an_edit_our_twin_decides_is_refused_on_the_other_groups_object() -> None:
+    old = {
+        "metadata": {"name": "demo", "annotations": {f"{NW}pause": "true"}, "labels": {}},
+        "spec": {"packages": {"p": {"version": "1.0.0"}}},
+    }
+    relabelled = {**old, "metadata": {**old["metadata"], "labels": {"team": "a"}}}
+    assert carryover.frozen_edit("NodeWright", old, relabelled) is None
+    unpaused = {**old, "metadata": {**old["metadata"], "annotations": {}}}
+    bumped = {**old, "spec": {"packages": {"p": {"version": "1.0.1"}}}}
+    for edit in (unpaused, bumped):
+        assert carryover.frozen_edit("NodeWright", old, edit) == (
+            'nodewright.nvidia.com NodeWright "demo" is carried over to skyhook.nvidia.com '
+            'Skyhook and is read-only; edit Skyhook "demo" instead (its spec, or kubectl '
+            "skyhook pause/disable/...)"
+        )
+    assert 'DeploymentPolicy "demo"' in (
+        carryover.frozen_edit("DeploymentPolicy", old, bumped) or ""
+    )

@@ -4,12 +4,14 @@ cordon (not a later interrupt, not a deletion), and uncordoning the node ends it
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from skyhook_planner.model.actions import EmitEvent, PatchNode
 from skyhook_planner.model.spec import decode_spec
+from skyhook_planner.model.vocabulary import Taint
 from skyhook_planner.passes import report
-from skyhook_planner.sim.driver import Driver, package
+from skyhook_planner.sim.driver import SETTINGS, Driver, package
 from skyhook_schemas import keys
 
 SEL = {"nodeSelectors": {"matchLabels": {"role": "gpu"}}}
@@ -139,3 +141,56 @@ def test_the_flag_alone_is_admitted_with_a_warning_naming_it() -> None:
     )
     d.run()
     assert not _cordoned(d, "node-0000")
+
+
+def test_the_legacy_runtime_taint_is_tolerated_and_removed_never_applied() -> None:
+    """Speaking nodewright.nvidia.com, a node provisioned before the rename (with
+    skyhook.nvidia.com=runtime-required) is rolled out and untainted as one with the new taint
+    would be. (This process speaks skyhook.nvidia.com: the settings spell the other side.)"""
+    ours = Taint("nodewright.nvidia.com", "NoSchedule", "runtime-required")
+    legacy = Taint("skyhook.nvidia.com", "NoSchedule", "runtime-required")
+    settings = replace(SETTINGS, runtime_required_taint=ours, legacy_runtime_required_taint=legacy)
+    d = Driver(2, {"role": "gpu"}, settings)
+    _node(d, "node-0000")["spec"]["taints"] = [dict(TAINT)]
+    d.sim.add_skyhook(
+        "scr",
+        {
+            **SEL,
+            "runtimeRequired": True,
+            "autoTaintNewNodes": True,
+            "packages": {"alpha": package()},
+        },
+    )
+    d.run()
+    assert _node(d, "node-0000")["spec"]["taints"] == []
+    pods = [a.manifest for p in d.plans for a in p.actions if type(a).__name__ == "CreatePod"]
+    assert pods and all(
+        {
+            "key": "skyhook.nvidia.com",
+            "operator": "Equal",
+            "value": "runtime-required",
+            "effect": "NoSchedule",
+        }
+        in pod["spec"]["tolerations"]
+        for pod in pods
+    )
+    # autoTaintNewNodes taints the node that joined without one (with the new taint), never
+    # the one with the legacy taint.
+    added = {
+        (a.name, t.key)
+        for p in d.plans
+        for a in p.actions
+        if isinstance(a, PatchNode)
+        for t in a.add_taints
+    }
+    assert added == {("node-0001", "nodewright.nvidia.com")}, added
+
+
+def test_speaking_skyhook_no_other_runtime_taint_is_touched() -> None:
+    d = Driver(1, {"role": "gpu"})
+    theirs = {**TAINT, "key": "nodewright.nvidia.com"}
+    _node(d, "node-0000")["spec"]["taints"] = [dict(TAINT), dict(theirs)]
+    d.sim.add_skyhook("scr", {**SEL, "runtimeRequired": True, "packages": {"alpha": package()}})
+    d.run()
+    # Upstream's newer taint is any other taint here: not tolerated, so the node waits.
+    assert _node(d, "node-0000")["spec"]["taints"] == [TAINT, theirs]

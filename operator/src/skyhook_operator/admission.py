@@ -32,7 +32,9 @@ from skyhook_operator.kube.client import ApiError, AsyncKube, Json
 from skyhook_operator.observability import Endpoints, ServingTls, refresh_forever, start_site
 from skyhook_operator.settings import Settings
 from skyhook_planner import admission
+from skyhook_planner.model import carryover
 from skyhook_planner.model.spec import normalising_patch
+from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,39 @@ class Admission:
             webhooks.MUTATE_SCR: self.normalise_skyhook,
             webhooks.MUTATE_POLICY: self.default_policy,
             webhooks.MUTATE_POD_IMAGE: self.choose_pod_image,
+            webhooks.FREEZE_OTHER_SCR: self.freeze_other_scr,
+            webhooks.FREEZE_OTHER_POLICY: self.freeze_other_policy,
         }
+
+    async def freeze_other_scr(self, request: Request) -> Answer:
+        return await self._freeze_other(request, carryover.OTHER_KIND, self.kube.skyhook_path)
+
+    async def freeze_other_policy(self, request: Request) -> Answer:
+        return await self._freeze_other(request, keys.POLICY_KIND, self.kube.policy_path)
+
+    async def _freeze_other(
+        self, request: Request, kind: str, ours: Callable[[str], str]
+    ) -> Answer:
+        """The other API group's objects: an edit only our twin may make is refused once that
+        twin exists; every write is told which group this operator speaks."""
+        body = request.new or {}
+        name = str((body.get("metadata") or {}).get("name") or "")
+        notice = (
+            f"{carryover.OTHER_GROUP} {kind} is not reconciled by this operator, which speaks "
+            f"{keys.GROUP}: it carries {kind} {name!r} over to its own group within a minute"
+        )
+        if request.operation != "UPDATE" or request.old is None:
+            return Answer(warnings=(notice,))
+        try:
+            await self.kube.request("GET", ours(name))
+        except ApiError as error:
+            if error.status == 404:
+                return Answer(warnings=(notice,))
+            raise
+        refusal = carryover.frozen_edit(kind, request.old, body)
+        if refusal is not None:
+            raise Refused(refusal)
+        return Answer(warnings=(notice,))
 
     async def validate_skyhook(self, request: Request) -> Answer:
         policies = {name for (_, name) in self.indexes["policy_index"].index}

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 
 CARRY_OVER_RETRY_S = 10.0
+MIRROR_INTERVAL_S = 30.0
 
 
 class StartError(Exception):
@@ -225,7 +226,24 @@ class Operator:
                 continue
             if done.mirrored or done.nodes or done.pods or done.configmaps:
                 log.info("carried over from %s: %s", OTHER_GROUP, done)
+            self._task(self._mirror_forever(), "skyhook-mirror")
             return
+
+    async def _mirror_forever(self) -> None:
+        """The other group's objects created since are mirrored within MIRROR_INTERVAL_S
+        (nothing to carry: no operator of that group handled them)."""
+        while True:
+            await asyncio.sleep(MIRROR_INTERVAL_S)
+            if self.leader is not None and not self.leader.leading:
+                continue
+            done = carryover.CarriedOver()
+            try:
+                await carryover.mirror(self.kube, self.store, done)
+            except (ApiError, OSError) as error:
+                log.warning("mirroring %s objects failed: %s", OTHER_GROUP, error)
+                continue
+            if done.mirrored:
+                self._wake()
 
     async def abandon(self) -> None:
         """After a failed start: close what did start (no Lease was taken, no write made)."""

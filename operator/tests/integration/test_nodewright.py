@@ -256,3 +256,38 @@ def _nodewright(kube: Kube, name: str) -> Json | None:
         if error.status == 404:
             return None
         raise
+
+
+def test_a_skyhook_made_while_speaking_nodewright_is_mirrored_and_then_read_only(
+    nodewright_cluster: Cluster,
+) -> None:
+    cluster = nodewright_cluster
+    kube = cluster.kube
+    (node,) = cluster.add_nodes(1)
+    name = cluster.label
+    cluster.skyhooks.append(name)  # the mirror: the fixture deletes the NodeWright
+    package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
+    try:
+        cluster.skyhook(name, {"marker": package})  # skyhook.nvidia.com, as before the switch
+        mirror = wait_until(lambda: _nodewright(kube, name), 60, "NodeWright mirrored")
+        assert mirror["metadata"]["annotations"][f"{GROUP}/mirrored-from"] == name
+        wait_until(lambda: _complete_under(cluster, GROUP, name) == [node], 120, "rolled out")
+
+        # Its twin decides now: the legacy object's spec and pause are refused, named.
+        bumped = {"spec": {"packages": {"marker": {"version": "1.0.1"}}}}
+        paused = {"metadata": {"annotations": {"skyhook.nvidia.com/pause": "true"}}}
+        for patch in (bumped, paused):
+            with pytest.raises(ApiError) as refused:
+                cluster.patch_skyhook(name, patch)
+            assert refused.value.status == 403
+            assert (
+                f'skyhook.nvidia.com Skyhook "{name}" is carried over to nodewright.nvidia.com '
+                f'NodeWright and is read-only; edit NodeWright "{name}" instead'
+            ) in str(refused.value)
+        # Anything else of its metadata may change; the NodeWright is left as it was.
+        cluster.patch_skyhook(name, {"metadata": {"labels": {"team": "gpu"}}})
+        assert _nodewright(kube, name)["spec"]["packages"]["marker"]["version"] == "1.0.0"
+        assert _markers(cluster, node) == ["apply", "config"]
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", kube.skyhook_path(name))

@@ -142,10 +142,12 @@ def _owner_reference(scr: SkyhookView) -> dict[str, Any]:
 
 
 def _tolerations(settings: PlannerSettings, scr: SkyhookView) -> list[dict[str, Any]]:
-    taint = settings.runtime_required_taint
     tolerations: list[dict[str, Any]] = [
         {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists"},
-        {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect},
+        *(
+            {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+            for taint in settings.runtime_required_taints
+        ),
     ]
     if scr.spec is not None:
         tolerations += [t.to_api() for t in scr.spec.additional_tolerations]

@@ -35,6 +35,9 @@ def _spoken_group() -> str:
 
 
 GROUP = _spoken_group()
+# The group this process does not speak: what it carries state over from, and whose default
+# runtime-required taint it tolerates and removes too (never applies).
+OTHER_GROUP = next(group for group in KINDS if group != GROUP)
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND, PLURAL, SINGULAR = KINDS[GROUP]

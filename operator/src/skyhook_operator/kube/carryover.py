@@ -117,31 +117,7 @@ async def carry_over(kube: AsyncKube, store: ClusterStore, namespace: str) -> Ca
     failure, it writes what is still missing."""
     done = CarriedOver()
     newer = await _last_spoken(kube, namespace) == carryover.OTHER_GROUP
-    # Policies first: a mirrored SCR names its policy.
-    own_policies = {p["metadata"]["name"] for p in await _own(kube, kube.policy_path())}
-    for policy in await _others(kube, keys.POLICY_PLURAL):
-        if policy["metadata"]["name"] not in own_policies:
-            body = carryover.mirrored(policy, keys.POLICY_KIND)
-            await kube.request("POST", kube.policy_path(), body)
-            done.mirrored += 1
-    own = {s["metadata"]["name"]: s for s in await _own(kube, kube.skyhook_path())}
-    # Our SCR of each name the other group has: its state is carried over to it.
-    owners: dict[str, Json] = {}
-    for other in await _others(kube, carryover.OTHER_PLURAL):
-        name = other["metadata"]["name"]
-        if name not in own:
-            created = await kube.request(
-                "POST", kube.skyhook_path(), carryover.mirrored(other, keys.KIND)
-            )
-            store.skyhooks.wrote(created, created=True)
-            own[name] = created
-            done.mirrored += 1
-            log.info("%s %r mirrored from %s", keys.KIND, name, carryover.OTHER_GROUP)
-        owners[name] = own[name]
-        release = carryover.finalizer_patch(other)
-        if release is not None:
-            path = _other_path(carryover.OTHER_PLURAL, name)
-            await kube.request("PATCH", path, release, MERGE_PATCH)
+    owners = await mirror(kube, store, done)
     if not owners:
         await _record_spoken(kube, namespace)
         return done
@@ -171,3 +147,34 @@ async def carry_over(kube: AsyncKube, store: ClusterStore, namespace: str) -> Ca
 
 async def _own(kube: AsyncKube, path: str) -> list[Json]:
     return [item async for item in _items(kube, path)]
+
+
+async def mirror(kube: AsyncKube, store: ClusterStore, done: CarriedOver) -> dict[str, Json]:
+    """Mirror the other group's objects that have no twin of ours and release their
+    finalizer; our SCR of each name the other group has, by name (its state is carried over
+    to it)."""
+    # Policies first: a mirrored SCR names its policy.
+    own_policies = {p["metadata"]["name"] for p in await _own(kube, kube.policy_path())}
+    for policy in await _others(kube, keys.POLICY_PLURAL):
+        if policy["metadata"]["name"] not in own_policies:
+            body = carryover.mirrored(policy, keys.POLICY_KIND)
+            await kube.request("POST", kube.policy_path(), body)
+            done.mirrored += 1
+    own = {s["metadata"]["name"]: s for s in await _own(kube, kube.skyhook_path())}
+    owners: dict[str, Json] = {}
+    for other in await _others(kube, carryover.OTHER_PLURAL):
+        name = other["metadata"]["name"]
+        if name not in own:
+            created = await kube.request(
+                "POST", kube.skyhook_path(), carryover.mirrored(other, keys.KIND)
+            )
+            store.skyhooks.wrote(created, created=True)
+            own[name] = created
+            done.mirrored += 1
+            log.info("%s %r mirrored from %s", keys.KIND, name, carryover.OTHER_GROUP)
+        owners[name] = own[name]
+        release = carryover.finalizer_patch(other)
+        if release is not None:
+            path = _other_path(carryover.OTHER_PLURAL, name)
+            await kube.request("PATCH", path, release, MERGE_PATCH)
+    return owners

@@ -88,7 +88,12 @@ MUTATE_SCR = f"mutate-{keys.GROUP}"
 VALIDATE_POLICY = "validate-deploymentpolicy.nvidia.com"
 MUTATE_POLICY = "mutate-deploymentpolicy.nvidia.com"
 MUTATE_POD_IMAGE = f"mutate-pod-image.{keys.GROUP}"
+# The other API group's objects, read-only once carried over (model/carryover.py).
+_OTHER_KIND, _OTHER_PLURAL, _OTHER_SINGULAR = keys.KINDS[keys.OTHER_GROUP]
+FREEZE_OTHER_SCR = f"validate-readonly.{keys.OTHER_GROUP}"
+FREEZE_OTHER_POLICY = f"validate-readonly-deploymentpolicy.{keys.OTHER_GROUP}"
 _PATH_GROUP = f"{keys.GROUP.replace('.', '-')}-{keys.VERSION}"
+_OTHER_PATH_GROUP = f"{keys.OTHER_GROUP.replace('.', '-')}-{keys.VERSION}"
 
 WEBHOOKS = (
     Webhook(
@@ -107,6 +112,24 @@ WEBHOOKS = (
         keys.VERSION,
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE", "DELETE"),
+        mutating=False,
+    ),
+    Webhook(
+        FREEZE_OTHER_SCR,
+        f"/validate-readonly-{_OTHER_PATH_GROUP}-{_OTHER_SINGULAR}",
+        keys.OTHER_GROUP,
+        keys.VERSION,
+        _OTHER_PLURAL,
+        ("CREATE", "UPDATE"),
+        mutating=False,
+    ),
+    Webhook(
+        FREEZE_OTHER_POLICY,
+        f"/validate-readonly-{_OTHER_PATH_GROUP}-deploymentpolicy",
+        keys.OTHER_GROUP,
+        keys.VERSION,
+        keys.POLICY_PLURAL,
+        ("CREATE", "UPDATE"),
         mutating=False,
     ),
     Webhook(

@@ -24,7 +24,7 @@ from skyhook_schemas import keys
 
 Json = dict[str, Any]
 
-OTHER_GROUP = next(group for group in keys.KINDS if group != keys.GROUP)
+OTHER_GROUP = keys.OTHER_GROUP
 OTHER_PREFIX = f"{OTHER_GROUP}/"
 OTHER_KIND, OTHER_PLURAL, OTHER_SINGULAR = keys.KINDS[OTHER_GROUP]
 OTHER_FINALIZER = f"{OTHER_GROUP}/{OTHER_SINGULAR}"
@@ -182,3 +182,25 @@ def finalizer_patch(other: Mapping[str, Any]) -> Json | None:
         return None
     kept = [f for f in finalizers if f != OTHER_FINALIZER]
     return {"metadata": {"finalizers": kept, "resourceVersion": meta.get("resourceVersion")}}
+
+
+def frozen_edit(kind: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """Why an update of the other group's `kind` object (SCR or DeploymentPolicy) is refused
+    once ours carries it: it changes the spec or the pause or disable annotation, which only
+    our twin decides now. None: the update may go (metadata, finalizers, status, the same
+    spec applied again)."""
+    watched = {theirs(keys.PAUSE_ANNOTATION), theirs(keys.DISABLE_ANNOTATION)}
+
+    def decisive(obj: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        return obj.get("spec"), {k: v for k, v in annotations.items() if k in watched}
+
+    if decisive(old) == decisive(new):
+        return None
+    name = (new.get("metadata") or {}).get("name", "")
+    ours_kind = keys.KIND if kind == OTHER_KIND else kind
+    return (
+        f'{OTHER_GROUP} {kind} "{name}" is carried over to {keys.GROUP} {ours_kind} and is '
+        f'read-only; edit {ours_kind} "{name}" instead (its spec, or kubectl '
+        f"{keys.SINGULAR} pause/disable/...)"
+    )

@@ -25,6 +25,18 @@ class PlannerSettings:
         keys.RUNTIME_REQUIRED_TAINT_EFFECT,
         keys.RUNTIME_REQUIRED_TAINT_VALUE,
     )
+    # Speaking nodewright.nvidia.com, the legacy group's default runtime-required taint, as
+    # upstream v0.18+ does: a node that joined with it is tolerated and untainted too (never
+    # tainted with it). Speaking skyhook.nvidia.com: none, as upstream before the rename.
+    legacy_runtime_required_taint: Taint | None = (
+        Taint(
+            keys.SKYHOOK_GROUP,
+            keys.RUNTIME_REQUIRED_TAINT_EFFECT,
+            keys.RUNTIME_REQUIRED_TAINT_VALUE,
+        )
+        if keys.GROUP == keys.NODEWRIGHT_GROUP
+        else None
+    )
     reapply_on_reboot: bool = False
     image_pull_secret: str = ""
     # PriorityClass of the Skyhook pods on nodes (stage, interrupt, health check); "": none.
@@ -45,6 +57,16 @@ class PlannerSettings:
     status_node_lists_bytes: int = NODE_LISTS_BYTES
     # While an alert gate holds, read the alerts again after this many seconds.
     alert_recheck_s: float = 30.0
+
+    @property
+    def runtime_required_taints(self) -> tuple[Taint, ...]:
+        """The configured runtime-required taint, and the legacy group's default if any."""
+        legacy = self.legacy_runtime_required_taint
+        return (
+            (self.runtime_required_taint,)
+            if legacy is None
+            else (self.runtime_required_taint, legacy)
+        )
 
     @property
     def agent_version(self) -> str:

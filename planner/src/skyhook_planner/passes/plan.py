@@ -89,6 +89,7 @@ def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
     """Taint nodes new to Skyhook that a runtimeRequired, autoTaintNewNodes Skyhook selects."""
     decision = Decision()
     taint = index.settings.runtime_required_taint
+    runtime_taints = index.settings.runtime_required_taints
     for scr in skyhooks:
         spec = scr.spec
         if (
@@ -102,7 +103,8 @@ def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
             if (
                 new
                 and spec.node_selector.matches(node.labels)
-                and not any(t.same_as(taint) for t in node.taints)
+                # One that joined with the other group's runtime taint is tainted already.
+                and not any(t.same_as(runtime) for runtime in runtime_taints for t in node.taints)
             ):
                 out = decision.node(node.name)
                 if taint not in out.add_taints:
@@ -124,9 +126,10 @@ def runtime_required(
             decision.node(node.name).changes.annotations[marker] = None
     if not any(s.spec is not None and s.spec.runtime_required for s in skyhooks):
         return decision  # no Skyhook wants the taint dropped anywhere
-    taint = index.settings.runtime_required_taint
+    runtime_taints = index.settings.runtime_required_taints
     for node in index.snap.nodes:
-        if not any(t.same_as(taint) for t in node.taints):
+        present = [t for t in runtime_taints if any(t.same_as(n) for n in node.taints)]
+        if not present:
             continue
         wanting = [
             s
@@ -139,7 +142,7 @@ def runtime_required(
         if not (wanting and all(earlier.is_complete(s.name, node.name) for s in live)):
             continue
         out = decision.node(node.name)
-        out.remove_taints.append(taint)
+        out.remove_taints.extend(present)
         asking = [
             s.name for s in live if s.spec is not None and s.spec.runtime_required_cordon_after
         ]

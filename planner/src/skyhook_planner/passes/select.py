@@ -118,7 +118,7 @@ def select(
     kept = kept or {}
     selection_blockers = (
         blockers.IgnoreLabel(),
-        blockers.Taints.of(rollout.spec, index.settings.runtime_required_taint),
+        blockers.Taints.of(rollout.spec, index.settings.runtime_required_taints),
     )
     readiness = (
         blockers.NotReady(),

@@ -73,17 +73,16 @@ UNSCHEDULABLE_TOLERATION = Toleration(keys.UNSCHEDULABLE_TAINT_KEY, "Exists", ef
 @dataclass(frozen=True)
 class Taints:
     """The node's taints must all be tolerated: the cordon taint always is, the runtime-required
-    taint when the Skyhook is runtimeRequired, the rest by additionalTolerations."""
+    taints (ours and the other API group's default) when the Skyhook is runtimeRequired, the
+    rest by additionalTolerations."""
 
     tolerations: tuple[Toleration, ...]
 
     @classmethod
-    def of(cls, spec: SkyhookSpec, runtime_taint: Taint) -> Taints:
+    def of(cls, spec: SkyhookSpec, runtime_taints: Sequence[Taint]) -> Taints:
         tolerations = [UNSCHEDULABLE_TOLERATION, *spec.additional_tolerations]
         if spec.runtime_required:
-            tolerations.append(
-                Toleration(runtime_taint.key, "Equal", runtime_taint.value, runtime_taint.effect)
-            )
+            tolerations += [Toleration(t.key, "Equal", t.value, t.effect) for t in runtime_taints]
         return cls(tuple(tolerations))
 
     def untolerated(self, node: NodeView) -> list[Taint]:
