@@ -6,6 +6,7 @@ list` and `kubectl skyhook node list -o json`), as kubectl plugins built on cobr
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from click.core import ParameterSource
 
 from skyhook_cli import output
 from skyhook_cli.kube import ConnectionFlags, Kube, KubeError, connect
+from skyhook_cli.operator_version import looks_like_skyhook
 from skyhook_cli.patterns import quote
+from skyhook_schemas import keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 FLAGS_KEY = "skyhook_cli.flags"
@@ -27,16 +30,38 @@ class CliError(Exception):
     """A failure to report on stderr as one line, with exit code 1."""
 
 
+def operator_namespace(kube: Kube, warn: Callable[[str], None]) -> str:
+    """Where `kubectl nodewright` finds the operator when not told: `nodewright`, else
+    `skyhook` (saying so), else `nodewright`. A namespace it may not list is passed over."""
+    for namespace in ("nodewright", DEFAULT_NAMESPACE):
+        try:
+            deployments = kube.list_deployments(namespace)
+        except KubeError:
+            continue
+        if any(looks_like_skyhook(d) for d in deployments):
+            if namespace != "nodewright":
+                warn(f"using the operator in namespace {quote(namespace)} (pass -n to choose)")
+            return namespace
+    return "nodewright"
+
+
 @dataclass
 class App:
-    """The resolved global flags of one invocation and the client built from them."""
+    """The resolved global flags of one invocation and the client built from them.
+    `namespace` "" (not given): found when first asked for (`operator_namespace`)."""
 
     connection: ConnectionFlags
-    namespace: str = DEFAULT_NAMESPACE
+    given_namespace: str = DEFAULT_NAMESPACE
     output: str = "table"
     verbose: bool = False
     dry_run: bool = False
     _kube: Kube | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def namespace(self) -> str:
+        if self.given_namespace:
+            return self.given_namespace
+        return operator_namespace(self.kube, self.warn)
 
     @property
     def kube(self) -> Kube:
@@ -94,7 +119,11 @@ def current_app() -> App:
     fmt = str(given.get("output", "table")).lower()
     if fmt not in output.FORMATS:
         raise CliError(f"invalid output format {quote(fmt)}")
-    namespace = str(given.get("namespace") or "").strip() or DEFAULT_NAMESPACE
+    # kubectl skyhook: `skyhook` unless told. kubectl nodewright looks for the operator, as
+    # upstream's newer plugin does.
+    namespace = str(given.get("namespace") or "").strip() or (
+        DEFAULT_NAMESPACE if keys.GROUP == keys.SKYHOOK_GROUP else ""
+    )
     connection = ConnectionFlags(
         kubeconfig=given.get("kubeconfig"),
         context=given.get("context"),
@@ -117,7 +146,7 @@ def current_app() -> App:
     )
     return App(
         connection,
-        namespace=namespace,
+        given_namespace=namespace,
         output=fmt,
         verbose=bool(given.get("verbose")),
         dry_run=bool(given.get("dry_run")),

@@ -1,0 +1,45 @@
+"""Where `kubectl nodewright` looks for the operator when -n is not given."""
+
+from types import SimpleNamespace
+from typing import Any
+
+from skyhook_cli.app import operator_namespace
+from skyhook_cli.kube import KubeError
+
+
+def deployment(image: str) -> Any:
+    container = SimpleNamespace(image=image)
+    spec = SimpleNamespace(template=SimpleNamespace(spec=SimpleNamespace(containers=[container])))
+    return SimpleNamespace(spec=spec, metadata=SimpleNamespace(labels={}))
+
+
+class Listing:
+    """The deployments per namespace; a namespace absent from `allowed` may not be listed."""
+
+    def __init__(self, found: dict[str, list[Any]], refused: set[str] = frozenset()) -> None:
+        self.found, self.refused = found, refused
+
+    def list_deployments(self, namespace: str) -> list[Any]:
+        if namespace in self.refused:
+            raise KubeError(f"listing deployments in namespace {namespace!r}: forbidden")
+        return self.found.get(namespace, [])
+
+
+OPERATOR = deployment("ghcr.io/nvidia/skyhook/operator:v0.1.0")
+
+
+def test_the_nodewright_namespace_first_then_skyhook_saying_so() -> None:
+    said: list[str] = []
+    both = Listing({"nodewright": [OPERATOR], "skyhook": [OPERATOR]})
+    assert operator_namespace(both, said.append) == "nodewright" and said == []  # type: ignore[arg-type]
+    only_skyhook = Listing({"nodewright": [deployment("nginx")], "skyhook": [OPERATOR]})
+    assert operator_namespace(only_skyhook, said.append) == "skyhook"  # type: ignore[arg-type]
+    assert said == ['using the operator in namespace "skyhook" (pass -n to choose)']
+
+
+def test_nothing_found_or_nothing_listable_means_nodewright() -> None:
+    said: list[str] = []
+    assert operator_namespace(Listing({}), said.append) == "nodewright"  # type: ignore[arg-type]
+    hidden = Listing({"skyhook": [OPERATOR]}, refused={"nodewright", "skyhook"})
+    assert operator_namespace(hidden, said.append) == "nodewright"  # type: ignore[arg-type]
+    assert said == []
