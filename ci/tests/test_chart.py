@@ -222,6 +222,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "IMAGE_PULL_SECRET": "",
         "PACKAGE_PRIORITY_CLASS_NAME": "",
         "SKYHOOK_API_GROUP": "skyhook.nvidia.com",
+        "LEGACY_CLEANUP_DELAY": "24h",
         "DEFAULT_INTERVAL": "10m",
         "LOG_LEVEL": "info",
         "LOG_ENCODER": "console",

@@ -152,3 +152,26 @@ def test_only_an_edit_our_twin_decides_is_refused_on_the_other_groups_object() -
     assert 'DeploymentPolicy "demo"' in (
         carryover.frozen_edit("DeploymentPolicy", old, bumped) or ""
     )
+
+
+def test_the_other_groups_copies_are_removed_and_ours_and_the_users_kept() -> None:
+    found = node(
+        {
+            f"{NW}nodeState_demo": "{}",
+            f"{NW}version_demo": "v1",
+            f"{NW}status_other": "complete",
+            f"{SK}nodeState_demo": "{}",
+        },
+        {f"{NW}status_demo": "complete", f"{NW}team": "users-own"},
+        conditions=[{"type": f"{NW}demo/NotReady", "status": "False"}, {"type": "Ready"}],
+    )
+    assert carryover.prune_node_patch(found, ["demo"]) == {
+        "metadata": {
+            "annotations": {f"{NW}nodeState_demo": None, f"{NW}version_demo": None},
+            "labels": {f"{NW}status_demo": None},
+        },
+        "status": {"conditions": [{"type": f"{NW}demo/NotReady", "$patch": "delete"}]},
+    }
+    assert carryover.prune_node_patch(node({f"{SK}status_demo": "x"}), ["demo"]) is None
+    configmap = {"metadata": {"labels": {f"{NW}name": "demo", f"{SK}name": "demo"}}}
+    assert carryover.unlabel_patch(configmap) == {"metadata": {"labels": {f"{NW}name": None}}}

@@ -231,7 +231,8 @@ class Operator:
 
     async def _mirror_forever(self) -> None:
         """The other group's objects created since are mirrored within MIRROR_INTERVAL_S
-        (nothing to carry: no operator of that group handled them)."""
+        (nothing to carry: no operator of that group handled them), and its copies of state
+        carried over LEGACY_CLEANUP_DELAY ago are removed."""
         while True:
             await asyncio.sleep(MIRROR_INTERVAL_S)
             if self.leader is not None and not self.leader.leading:
@@ -239,9 +240,14 @@ class Operator:
             done = carryover.CarriedOver()
             try:
                 await carryover.mirror(self.kube, self.store, done)
+                pruned = await carryover.prune(
+                    self.kube, self.store, self.ours.namespace, self.ours.legacy_cleanup_delay
+                )
             except (ApiError, OSError) as error:
                 log.warning("mirroring %s objects failed: %s", OTHER_GROUP, error)
                 continue
+            if pruned:
+                log.info("%s copies of %s removed (LEGACY_CLEANUP_DELAY)", OTHER_GROUP, pruned)
             if done.mirrored:
                 self._wake()
 

@@ -434,6 +434,16 @@ class _PassSettings(BaseSettings):
         ),
         default=600.0,
     )
+    legacy_cleanup_delay: Seconds = field(
+        "SKYHOOK_LEGACY_CLEANUP_DELAY",
+        _meta(
+            "LEGACY_CLEANUP_DELAY",
+            "After state was carried over from the other API group, keep that group's copies "
+            "on nodes and ConfigMaps this long (a rollback within it finds them), then remove "
+            "them; 0 or less: at once.",
+        ),
+        default=86400.0,
+    )
     retry_backoff_base: NonNegativeSeconds = field(
         "SKYHOOK_RETRY_BACKOFF_BASE",
         _meta(

@@ -291,3 +291,55 @@ def test_a_skyhook_made_while_speaking_nodewright_is_mirrored_and_then_read_only
     finally:
         with contextlib.suppress(ApiError):
             kube.request("DELETE", kube.skyhook_path(name))
+
+
+def _legacy_keys_of(cluster: Cluster, name: str) -> dict[str, list[str]]:
+    """Per node, the skyhook.nvidia.com keys it still has for `name`."""
+    found = {}
+    for node in cluster.nodes:
+        keys_for = [k for k in legacy_keys(cluster.node(node)) if name in k]
+        if keys_for:
+            found[node] = keys_for
+    return found
+
+
+def test_the_old_groups_copies_go_after_the_cleanup_delay_and_a_switch_back_still_resumes(
+    sandbox: Sandbox,
+    kube: Kube,
+    test_label: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    nodes = cluster.add_nodes(2)
+    name = cluster.label
+    try:
+        cluster.operator = start_operator(log_name="skyhook-1.log")
+        package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
+        cluster.skyhook(name, {"marker": package}, interruptionBudget={"count": 1})
+        wait_until(lambda: _complete_under(cluster, "skyhook.nvidia.com", name), 120, "a node")
+        cluster.operator.stop()
+
+        cluster.operator = start_operator(
+            log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP, SKYHOOK_LEGACY_CLEANUP_DELAY="0"
+        )
+        wait_until(lambda: len(_complete_under(cluster, GROUP, name)) == 2, 120, "rolled out")
+        wait_until(lambda: not _legacy_keys_of(cluster, name), 90, "old copies removed")
+        stamp = f"{GROUP}/legacy-migrated-at"
+        wait_until(
+            lambda: stamp not in (_nodewright(kube, name) or {})["metadata"]["annotations"],
+            30,
+            "the carry-over's stamp cleared",
+        )
+        configmaps = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
+        assert not [c for c in configmaps if name in c["metadata"]["name"] and legacy_keys(c)]
+        cluster.operator.stop()
+
+        # Back to Skyhook: its copies are gone, the NodeWright's are carried back.
+        cluster.operator = start_operator(log_name="skyhook-2.log")
+        cluster.wait_complete(name, timeout=120)
+        for node in nodes:
+            assert _markers(cluster, node) == ["apply", "config"], node
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
+        cluster.cleanup()

@@ -12,6 +12,7 @@ into the store's overlays as the writer's are, so the first pass plans from them
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -141,8 +142,61 @@ async def carry_over(kube: AsyncKube, store: ClusterStore, namespace: str) -> Ca
                     done.pods += 1
                 else:
                     done.configmaps += 1
+    for name, owner in owners.items():
+        annotations = owner["metadata"].get("annotations") or {}
+        if carryover.CARRIED_AT not in annotations:
+            stamp = {"metadata": {"annotations": {carryover.CARRIED_AT: _now()}}}
+            answer = await kube.request("PATCH", kube.skyhook_path(name), stamp, MERGE_PATCH)
+            store.skyhooks.wrote(answer)
     await _record_spoken(kube, namespace)
     return done
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def prune(kube: AsyncKube, store: ClusterStore, namespace: str, delay: float) -> list[str]:
+    """Remove the other group's copies of the state carried over `delay` seconds ago or more
+    (from nodes and our ConfigMaps), then the SCR's `legacy-migrated-at`; the SCRs pruned."""
+    now = dt.datetime.now(dt.UTC)
+    due: dict[str, Json] = {}
+    for scr in await _own(kube, kube.skyhook_path()):
+        stamped = (scr["metadata"].get("annotations") or {}).get(carryover.CARRIED_AT)
+        if stamped is None:
+            continue
+        try:
+            at = dt.datetime.fromisoformat(stamped.replace("Z", "+00:00"))
+        except ValueError:
+            at = now  # unreadable: count from now, the annotation is rewritten below
+        if (now - at).total_seconds() >= delay:
+            due[scr["metadata"]["name"]] = scr
+    if not due:
+        return []
+    async for node in _items(kube, "/api/v1/nodes"):
+        patch = carryover.prune_node_patch(node, due)
+        if patch is not None:
+            path = kube.node_path(node["metadata"]["name"], "status")
+            store.nodes.wrote(await kube.request("PATCH", path, patch, STRATEGIC_MERGE_PATCH))
+    for label in (keys.NAME_LABEL, keys.NODE_META_LABEL):
+        query = {"labelSelector": carryover.theirs(label)}
+        path = kube.namespaced_path("configmaps", namespace)
+        async for configmap in _items(kube, path, query):
+            if configmap["metadata"]["labels"][carryover.theirs(label)] not in due:
+                continue
+            patch = carryover.unlabel_patch(configmap)
+            if patch is not None:
+                name = configmap["metadata"]["name"]
+                answer = await kube.request(
+                    "PATCH", kube.namespaced_path("configmaps", namespace, name), patch, MERGE_PATCH
+                )
+                store.configmaps.wrote(answer)
+    for name in due:
+        clear = {"metadata": {"annotations": {carryover.CARRIED_AT: None}}}
+        store.skyhooks.wrote(
+            await kube.request("PATCH", kube.skyhook_path(name), clear, MERGE_PATCH)
+        )
+    return sorted(due)
 
 
 async def _own(kube: AsyncKube, path: str) -> list[Json]:

@@ -204,3 +204,51 @@ def frozen_edit(kind: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> st
         f'read-only; edit {ours_kind} "{name}" instead (its spec, or kubectl '
         f"{keys.SINGULAR} pause/disable/...)"
     )
+
+
+# On our SCR: when its carry-over found the other group's state (RFC 3339). The other group's
+# copies go once LEGACY_CLEANUP_DELAY has passed since; the annotation goes with them.
+CARRIED_AT = f"{keys.GROUP}/legacy-migrated-at"
+
+
+def prune_node_patch(node: Mapping[str, Any], scrs: Iterable[str]) -> Json | None:
+    """The nodes/status patch that removes the other group's keys for `scrs` from `node`,
+    once ours carry the state; None when it has none."""
+    meta = node.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    types = {c.get("type") for c in (node.get("status") or {}).get("conditions") or ()}
+    drop_annotations: dict[str, None] = {}
+    drop_labels: dict[str, None] = {}
+    drop_conditions: list[Json] = []
+    for scr in scrs:
+        for spell in _SCR_ANNOTATIONS:
+            if theirs(spell(scr)) in annotations:
+                drop_annotations[theirs(spell(scr))] = None
+        if theirs(keys.node_status_key(scr)) in labels:
+            drop_labels[theirs(keys.node_status_key(scr))] = None
+        for kind in (keys.not_ready_condition(scr), keys.erroring_condition(scr)):
+            if theirs(kind) in types:
+                drop_conditions.append({"type": theirs(kind), "$patch": "delete"})
+    if not (drop_annotations or drop_labels or drop_conditions):
+        return None
+    patch: Json = {"metadata": {}}
+    if drop_annotations:
+        patch["metadata"]["annotations"] = drop_annotations
+    if drop_labels:
+        patch["metadata"]["labels"] = drop_labels
+    if drop_conditions:
+        patch["status"] = {"conditions": drop_conditions}
+    return patch
+
+
+def unlabel_patch(obj: Mapping[str, Any]) -> Json | None:
+    """The merge patch that removes the other group's labels and annotations from one of our
+    ConfigMaps, once ours carry it; None when it has none."""
+    meta = obj.get("metadata") or {}
+    patch: Json = {}
+    for field in ("labels", "annotations"):
+        gone = {k: None for k in meta.get(field) or {} if k.startswith(OTHER_PREFIX)}
+        if gone:
+            patch[field] = gone
+    return {"metadata": patch} if patch else None
