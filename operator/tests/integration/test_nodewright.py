@@ -224,8 +224,12 @@ def test_a_half_finished_rollout_moves_to_nodewright_and_back_running_no_stage_t
         annotations = mirror["metadata"]["annotations"]
         assert annotations[f"{GROUP}/mirrored-from"] == name
         assert mirror["spec"]["packages"]["marker"]["version"] == "1.0.0"
-        # The nodes the Skyhook finished are complete under the new keys at once.
-        assert set(skyhook_done) <= set(_complete_under(cluster, GROUP, name))
+        # The nodes the Skyhook finished are complete under the new keys before any pass.
+        wait_until(
+            lambda: set(skyhook_done) <= set(_complete_under(cluster, GROUP, name)),
+            30,
+            "the finished nodes carried over",
+        )
         legacy = cluster.get_skyhook(name)
         assert "skyhook.nvidia.com/skyhook" not in (legacy["metadata"].get("finalizers") or ())
         wait_until(

@@ -137,7 +137,12 @@ async def carry_over(kube: AsyncKube, store: ClusterStore, namespace: str) -> Ca
                 if patch is None:
                     continue
                 path = kube.namespaced_path(plural, namespace, obj["metadata"]["name"])
-                overlay.wrote(await kube.request("PATCH", path, patch, MERGE_PATCH))
+                try:
+                    overlay.wrote(await kube.request("PATCH", path, patch, MERGE_PATCH))
+                except ApiError as error:
+                    if error.status == 404:
+                        continue  # gone since it was listed (a finished pod deleted)
+                    raise
                 if plural == "pods":
                     done.pods += 1
                 else:
