@@ -18,7 +18,7 @@ from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube
 from skyhook_sandbox.sandbox import Sandbox
 
 from .conftest import NAMESPACE
-from .helpers import SHELLSCRIPT, TEST_LABEL, Cluster, marker_scripts
+from .helpers import SHELLSCRIPT, TEST_LABEL, Cluster, Recording, marker_scripts
 
 GROUP = "nodewright.nvidia.com"
 NODEWRIGHTS = f"/apis/{GROUP}/v1alpha1/nodewrights"
@@ -45,6 +45,8 @@ def nodewright_cluster(
             with contextlib.suppress(ApiError):
                 body = {"metadata": {"finalizers": []}}
                 kube.request("PATCH", f"{NODEWRIGHTS}/{name}", body, MERGE_PATCH)
+    with contextlib.suppress(ApiError):  # a test's policy, once no NodeWright names it
+        kube.request("DELETE", f"/apis/{GROUP}/v1alpha1/deploymentpolicies/{view.label}")
     sandbox.remove_nodes(view.nodes)
 
 
@@ -65,6 +67,7 @@ def nodewright(name: str, label: str, **package: Any) -> dict[str, Any]:
         "spec": {
             "nodeSelectors": {"matchLabels": {TEST_LABEL: label}},
             "interruptionBudget": {"count": 1},
+            "drainConfig": {"timeout": "5m", "gracePeriod": "10s", "deleteEmptyDirData": True},
             "packages": {
                 "marker": {
                     "version": "1.0.0",
@@ -105,7 +108,18 @@ def test_a_nodewright_rolls_out_under_its_own_keys(nodewright_cluster: Cluster) 
     label = f"{GROUP}/name={name}"
     recording = cluster.record(name, extra={"nw-pod": ("/api/v1/pods", {"labelSelector": label})})
     cluster.skyhooks.append(name)
-    created = kube.request("POST", NODEWRIGHTS, nodewright(name, cluster.label))
+    # A DeploymentPolicy of the same group: batches of two, a budget of one node.
+    policy = {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 2}}}},
+    }
+    kube.request("POST", f"/apis/{GROUP}/v1alpha1/deploymentpolicies", policy)
+    manifest = nodewright(name, cluster.label)
+    del manifest["spec"]["interruptionBudget"]
+    manifest["spec"]["deploymentPolicy"] = name
+    created = kube.request("POST", NODEWRIGHTS, manifest)
     assert created["kind"] == "NodeWright"
 
     def complete() -> bool:
@@ -142,6 +156,23 @@ def test_a_nodewright_rolls_out_under_its_own_keys(nodewright_cluster: Cluster) 
     ), "never cordoned under the nodewright key"
     assert {tuple(legacy_keys(n)) for n in seen} == {()}
 
+    _pods_configmaps_events_and_metrics_speak_nodewright(cluster, name, recording)
+    # The policy's budget of one node: never both nodes in progress at once.
+    status_key = f"{GROUP}/status_{name}"
+    latest: dict[str, str | None] = {}
+    most = 0
+    for node in seen:
+        latest[node["metadata"]["name"]] = (node["metadata"].get("annotations") or {}).get(
+            status_key
+        )
+        most = max(most, sum(1 for status in latest.values() if status == "in_progress"))
+    assert most == 1, "the DeploymentPolicy's budget of one node was not kept"
+
+
+def _pods_configmaps_events_and_metrics_speak_nodewright(
+    cluster: Cluster, name: str, recording: Recording
+) -> None:
+    kube = cluster.kube
     pods = [p for _, _, p in recording.of("nw-pod")]
     assert {p["metadata"]["labels"].get(f"{GROUP}/interrupt") for p in pods} >= {"True"}
     for pod in pods:
