@@ -32,8 +32,12 @@ controllerManager.manager.env.probePort: "operator.probePort (a port number)"
 controllerManager.manager.env.reapplyOnReboot: "reapplyOnReboot (true or false)"
 controllerManager.manager.env.runtimeRequiredTaint: runtimeRequiredTaint
 controllerManager.manager.env.pauseImage: pauseImage
-controllerManager.manager.env.legacyCleanupDelay: "none: this operator keeps the skyhook.nvidia.com names, so there is no legacy state to prune"
-controllerManager.manager.env.publishLegacyMetrics: "none: this operator keeps the skyhook_* metric names"
+controllerManager.manager.env.legacyCleanupDelay: legacyCleanupDelay
+controllerManager.manager.env.publishLegacyMetrics: "metrics.publishLegacy (true or false)"
+controllerManager.manager.env.jobTtlSucceeded: operator.tuning.podTtlSucceeded
+controllerManager.manager.env.jobTtlFailed: operator.tuning.podTtlFailed
+controllerManager.manager.env.jobStageTimeout: operator.tuning.stageTimeout
+controllerManager.manager.env.jobBackoffLimit: operator.tuning.stageRetries
 kubernetesClusterDomain: "none: the webhook certificate names the Service <name>.<namespace>.svc and .svc.cluster.local"
 metricsService: "metrics.port and metrics.service.enabled"
 webhookService: "webhook.port (the Service listens on 443)"
