@@ -330,3 +330,14 @@ def test_package_label_is_always_a_valid_label_value(version: str, label: str | 
         SETTINGS, scr(version=version, configMap={"a": "b"}), view.spec.packages["dexter"]
     )  # type: ignore[union-attr]
     assert OBJECT_NAME.match(configmap["metadata"]["name"])
+
+
+def test_the_interrupt_container_has_room_for_a_reboot() -> None:
+    """256Mi: 64Mi was killed for memory mid-reboot on arm64 kernels with 64K pages."""
+    view = scr()
+    pod = podbuilder.build_interrupt_pod(
+        SETTINGS, view, view.spec.packages["dexter"], "n", Interrupt("reboot")
+    )  # type: ignore[union-attr]
+    (container,) = pod["spec"]["initContainers"]
+    amount = {"cpu": "500m", "memory": "256Mi"}
+    assert container["resources"] == {"requests": amount, "limits": amount}

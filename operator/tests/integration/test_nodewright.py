@@ -201,6 +201,11 @@ def _pods_configmaps_events_and_metrics_speak_nodewright(
     about = [e["involvedObject"] for e in events if e["involvedObject"].get("name") == name]
     assert about, "no Event about the NodeWright"
     assert {(o["apiVersion"], o["kind"]) for o in about} == {(f"{GROUP}/v1alpha1", "NodeWright")}
+    # Messages name the object as the group spells it, as upstream v0.18+ writes them.
+    messages = [e.get("message") or "" for e in events if name in (e.get("message") or "")]
+    assert any(f"[nodewright:{name}]" in m for m in messages), messages
+    assert f"NodeWright [{name}] complete." in messages, messages
+    assert not [m for m in messages if f"skyhook:{name}" in m or f"Skyhook [{name}]" in m]
 
 
 def test_a_bad_nodewright_is_refused_by_the_nodewright_webhook(

@@ -360,7 +360,8 @@ def build_interrupt_pod(
     )
     if (deadline := active_deadline_s(settings, package)) is not None:
         pod["spec"]["activeDeadlineSeconds"] = deadline
-    amount = {"cpu": "500m", "memory": "64Mi"}
+    # 256Mi: 64Mi was killed for memory mid-reboot on arm64 kernels with 64K pages.
+    amount = {"cpu": "500m", "memory": "256Mi"}
     pod["spec"]["initContainers"] = [
         {
             "name": "interrupt",

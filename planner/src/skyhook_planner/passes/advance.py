@@ -222,7 +222,7 @@ class _NodeRun:
                     "Drain",
                     f"waiting for non-interrupt pods {blockers.pod_names(drained.protected)} "
                     f"before package [{package.name}:{package.version}] from "
-                    f"[skyhook:{self.ctx.name}] interrupts node [{self.node.name}]",
+                    f"[{keys.SINGULAR}:{self.ctx.name}] interrupts node [{self.node.name}]",
                     type="Warning",
                 )
             self._drain_held(drained, blockers.drain_reason(drained))
@@ -244,7 +244,7 @@ class _NodeRun:
                 node.name,
                 "Drain",
                 f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
-                f"from [skyhook:{ctx.name}]: {blockers.blocked_pods(drained.blocked)}",
+                f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods(drained.blocked)}",
                 type="Warning",
             )
         self.state = replace(self.state, drain_blocked=blocked)
@@ -261,7 +261,11 @@ class _NodeRun:
                 self.entries[package.key] = replace(entry, stage=stage, state=ERRORING, restarts=0)
                 message = f"drain timed out after [{after}] for node [{node.name}] package {label}"
                 self.decision.event(
-                    "Node", node.name, "Drain", f"{message} from [skyhook:{ctx.name}]", "Warning"
+                    "Node",
+                    node.name,
+                    "Drain",
+                    f"{message} from [{keys.SINGULAR}:{ctx.name}]",
+                    "Warning",
                 )
                 self.decision.event(keys.KIND, ctx.name, "Drain", message, "Warning")
             self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
@@ -271,7 +275,7 @@ class _NodeRun:
                 "Node",
                 node.name,
                 "Drain",
-                f"draining node [{node.name}] package {label} from [skyhook:{ctx.name}]",
+                f"draining node [{node.name}] package {label} from [{keys.SINGULAR}:{ctx.name}]",
             )
             self.decision.node(node.name).actions += [
                 EvictPod(
@@ -338,7 +342,7 @@ class _NodeRun:
             "Node",
             self.node.name,
             "Apply",
-            f"Applying package {label} from [skyhook:{ctx.name}] stage [{stage}]",
+            f"Applying package {label} from [{keys.SINGULAR}:{ctx.name}] stage [{stage}]",
         )
         self.decision.event(
             keys.KIND,
@@ -455,5 +459,5 @@ class _NodeRun:
             keys.KIND,
             ctx.name,
             "Interrupt",
-            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [skyhook:{ctx.name}]",
+            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [{keys.SINGULAR}:{ctx.name}]",
         )

@@ -122,7 +122,7 @@ def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Step:
             "Node",
             failure.node,
             health.FAILED,
-            f"health gate of [skyhook:{ctx.name}]: {failure.why}",
+            f"health gate of [{keys.SINGULAR}:{ctx.name}]: {failure.why}",
             type="Warning",
         )
         decided.event(
@@ -140,4 +140,4 @@ def _passed(scr: str, gate: HealthGate) -> str:
     signals += [f"label {k}={v}" for k, v in gate.labels]
     if gate.check_pod is not None:
         signals.append("check pod succeeded")
-    return f"healthy ({', '.join(signals)}): released by [skyhook:{scr}]"
+    return f"healthy ({', '.join(signals)}): released by [{keys.SINGULAR}:{scr}]"

@@ -85,7 +85,10 @@ def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
         if work.present(pod) and not kept:
             decision.delete_pod(pod, "stage complete")
         decision.event(
-            "Node", node.name, "Apply", f"Package {label} state complete on [skyhook:{ctx.name}]"
+            "Node",
+            node.name,
+            "Apply",
+            f"Package {label} state complete on [{keys.SINGULAR}:{ctx.name}]",
         )
     elif result.result == results.FAILED and pod.phase == "Failed" and not interrupt:
         return _failed_attempt(ctx, work, pod, node, entries, result=result)
@@ -105,7 +108,7 @@ def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
                 "Node",
                 node.name,
                 "Apply",
-                f"Package {label} state erroring on [skyhook:{ctx.name}]",
+                f"Package {label} state erroring on [{keys.SINGULAR}:{ctx.name}]",
                 type="Warning",
             )
         if pod.phase == "Failed":  # an interrupt pod its node lost: again after a backoff
@@ -176,7 +179,7 @@ def _failed_attempt(
             "Node",
             node.name,
             "Apply",
-            f"Package {label} state erroring on [skyhook:{ctx.name}]: attempt {failed} of "
+            f"Package {label} state erroring on [{keys.SINGULAR}:{ctx.name}]: attempt {failed} of "
             f"{retries + 1} at stage [{pkg.stage}] {why} (pod {pod.name})",
             type="Warning",
         )
@@ -384,7 +387,7 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
             "Node",
             node.name,
             "Reboot",
-            f"detected reboot of [{node.name}] for [skyhook:{ctx.name}]",
+            f"detected reboot of [{node.name}] for [{keys.SINGULAR}:{ctx.name}]",
         )
     return boot_ids, decision
 
@@ -428,7 +431,7 @@ def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | No
             "Node",
             node.name,
             deadlines.EXCEEDED,
-            f"{message}: erroring for [skyhook:{ctx.name}]",
+            f"{message}: erroring for [{keys.SINGULAR}:{ctx.name}]",
             type="Warning",
         )
         decision.event(

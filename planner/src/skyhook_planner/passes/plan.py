@@ -154,7 +154,7 @@ def runtime_required(
                 node.name,
                 "RuntimeRequiredCordon",
                 f"runtime-required taint removed and node [{node.name}] cordoned for "
-                f"[skyhook:{', '.join(asking)}] (runtimeRequiredCordonAfter); uncordon it and "
+                f"[{keys.SINGULAR}:{', '.join(asking)}] (runtimeRequiredCordonAfter); uncordon it and "
                 f"remove the annotation {marker} together",
             )
     return decision

@@ -65,7 +65,7 @@ def finish(
         state = replace(state, drain_start=None, drain_blocked=None)
     if complete and state.status != COMPLETE and state.entries is not None:
         decided = decided or Step()
-        decided.event("Node", node.name, "State", f"Skyhook [{ctx.name}] complete.")
+        decided.event("Node", node.name, "State", f"{keys.KIND} [{ctx.name}] complete.")
         cordoned, holders = ctx.cordon_of(node)
         if cordoned and not holders:
             decided.event("Node", node.name, ADMIN_CORDON_KEPT, _kept_message(ctx.name))
@@ -114,7 +114,7 @@ CONDITION_ADMIN_CORDONS = f"{keys.GROUP}/{ADMIN_CORDON_KEPT}"
 
 
 def _kept_message(scr: str) -> str:
-    return f"cordoned by someone else before [skyhook:{scr}] ran: left cordoned"
+    return f"cordoned by someone else before [{keys.SINGULAR}:{scr}] ran: left cordoned"
 
 
 def _named(nodes: Sequence[str]) -> str:
@@ -350,7 +350,7 @@ def status(
             keys.KIND,
             ctx.name,
             "State",
-            f"Skyhook transitioned [{old_status or ''}] -> [{overall}]",
+            f"{keys.KIND} transitioned [{old_status or ''}] -> [{overall}]",
         )
     found += statuses.kstatus_conditions(
         overall,
