@@ -157,6 +157,24 @@ def _message(error: Exception) -> str:
     return str(error)
 
 
+def _unserved(error: Exception) -> str:
+    """For a 404 of a kind the cluster does not serve (no object named): which API groups
+    there are, and which plugin speaks the other."""
+    if not (isinstance(error, ApiException) and error.status == 404):
+        return ""
+    try:
+        details = (json.loads(error.body or "") or {}).get("details") or {}
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    if details.get("name"):
+        return ""  # an object that is not there, in a kind that is
+    other = keys.KINDS[keys.OTHER_GROUP][2]
+    return (
+        f" (this plugin speaks {keys.GROUP}, which the cluster does not serve; an operator "
+        f"speaking {keys.OTHER_GROUP} is reached with kubectl {other})"
+    )
+
+
 @dataclass
 class Kube:
     api: client.ApiClient
@@ -176,7 +194,7 @@ class Kube:
         try:
             return function(*args, **kwargs)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"{what}: {_message(error)}") from None
+            raise KubeError(f"{what}: {_message(error)}{_unserved(error)}") from None
 
     # Skyhooks (cluster-scoped custom objects, read as plain dicts).
 

@@ -1,10 +1,15 @@
-"""Where `kubectl nodewright` looks for the operator when -n is not given."""
+"""Where `kubectl nodewright` looks for the operator when -n is not given, and what either
+plugin says when the cluster does not serve its API group."""
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 from skyhook_cli.app import operator_namespace
-from skyhook_cli.kube import KubeError
+from skyhook_cli.kube import Kube, KubeError
 
 
 def deployment(image: str) -> Any:
@@ -43,3 +48,35 @@ def test_nothing_found_or_nothing_listable_means_nodewright() -> None:
     hidden = Listing({"skyhook": [OPERATOR]}, refused={"nodewright", "skyhook"})
     assert operator_namespace(hidden, said.append) == "nodewright"  # type: ignore[arg-type]
     assert said == []
+
+
+def _not_found(details: dict[str, str]) -> Exception:
+    error = ApiException(status=404, reason="Not Found")
+    message = "the server could not find the requested resource"
+    error.body = json.dumps({"message": message, "reason": "NotFound", "details": details})
+    return error
+
+
+def test_a_group_the_cluster_does_not_serve_is_named_with_the_plugin_that_speaks_the_other() -> (
+    None
+):
+    kube = Kube.__new__(Kube)
+    kube.timeout = None
+
+    def unserved() -> None:
+        raise _not_found({})
+
+    with pytest.raises(KubeError) as caught:
+        kube._call("listing skyhooks", unserved)
+    assert str(caught.value) == (
+        "listing skyhooks: the server could not find the requested resource (this plugin "
+        "speaks skyhook.nvidia.com, which the cluster does not serve; an operator speaking "
+        "nodewright.nvidia.com is reached with kubectl nodewright)"
+    )
+
+    def missing() -> None:
+        raise _not_found({"name": "gpu-init", "kind": "skyhooks"})
+
+    with pytest.raises(KubeError) as caught:
+        kube._call('getting skyhook "gpu-init"', missing)
+    assert "this plugin speaks" not in str(caught.value)
