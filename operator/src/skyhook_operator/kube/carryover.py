@@ -7,7 +7,9 @@ other group, the other group's node state is newer than ours and replaces it; ot
 copied only where we have none (upstream's migration from the legacy group).
 
 These are one-off writes at start, not a pass's: they are sent here, and each answer is put
-into the store's overlays as the writer's are, so the first pass plans from them.
+into the store's overlays as the writer's are, so the first pass plans from them. Afterwards
+the runtime calls `mirror` (the other group's objects made since) and `prune` (its copies
+once LEGACY_CLEANUP_DELAY has passed) every MIRROR_INTERVAL_S.
 """
 
 from __future__ import annotations
