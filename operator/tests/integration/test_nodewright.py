@@ -234,59 +234,75 @@ def _complete_under(cluster: Cluster, group: str, name: str) -> list[str]:
     ]
 
 
-def test_a_half_finished_rollout_moves_to_nodewright_and_back_running_no_stage_twice(
+def _half_rolled_out_as_skyhook(cluster: Cluster, nodes: int) -> tuple[str, list[str]]:
+    """A Skyhook over `nodes` new nodes, one node at a time, stopped (SIGTERM) once a node is
+    complete: its name and the nodes it completed."""
+    cluster.add_nodes(nodes)
+    name = cluster.label
+    cluster.operator = cluster.start_operator(log_name="skyhook-1.log")
+    package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
+    cluster.skyhook(name, {"marker": package}, interruptionBudget={"count": 1})
+    wait_until(lambda: _complete_under(cluster, "skyhook.nvidia.com", name), 120, "a node done")
+    cluster.operator.stop()
+    done = _complete_under(cluster, "skyhook.nvidia.com", name)
+    assert len(done) < nodes, "finished before the switch: nothing left to carry over"
+    return name, done
+
+
+@pytest.fixture
+def switching(
     sandbox: Sandbox,
     kube: Kube,
     test_label: str,
     start_operator: Callable[..., OperatorProcess],
+) -> Iterator[Cluster]:
+    """This test's nodes and no operator yet; at the end its Skyhook and NodeWright go."""
+    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    yield cluster
+    with contextlib.suppress(ApiError):
+        kube.request("DELETE", f"{NODEWRIGHTS}/{cluster.label}")
+    cluster.cleanup()
+
+
+def test_a_half_finished_rollout_moves_to_nodewright_and_back_running_no_stage_twice(
+    switching: Cluster,
 ) -> None:
     """Skyhook, then NodeWright (the operator stopped mid-rollout, a stage pod maybe still
     running), then back to Skyhook (the operator killed): every node runs apply and config
     once, and each switch carries the rollout on from where the other group left it."""
-    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
-    nodes = cluster.add_nodes(4)
-    name = cluster.label
-    try:
-        cluster.operator = start_operator(log_name="skyhook-1.log")
-        package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
-        cluster.skyhook(name, {"marker": package}, interruptionBudget={"count": 1})
-        wait_until(lambda: _complete_under(cluster, "skyhook.nvidia.com", name), 120, "a node done")
-        cluster.operator.stop()
-        skyhook_done = _complete_under(cluster, "skyhook.nvidia.com", name)
-        assert len(skyhook_done) < 4, "finished before the switch: nothing left to carry over"
+    cluster, kube = switching, switching.kube
+    start_operator = cluster.start_operator
+    name, skyhook_done = _half_rolled_out_as_skyhook(cluster, 4)
+    nodes = cluster.nodes
 
-        cluster.operator = start_operator(log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP)
-        mirror = wait_until(lambda: _nodewright(kube, name), 30, "NodeWright mirrored")
-        annotations = mirror["metadata"]["annotations"]
-        assert annotations[f"{GROUP}/mirrored-from"] == name
-        assert mirror["spec"]["packages"]["marker"]["version"] == "1.0.0"
-        # The nodes the Skyhook finished are complete under the new keys before any pass.
-        wait_until(
-            lambda: set(skyhook_done) <= set(_complete_under(cluster, GROUP, name)),
-            30,
-            "the finished nodes carried over",
-        )
-        legacy = cluster.get_skyhook(name)
-        assert "skyhook.nvidia.com/skyhook" not in (legacy["metadata"].get("finalizers") or ())
-        wait_until(
-            lambda: len(_complete_under(cluster, GROUP, name)) >= len(skyhook_done) + 1,
-            120,
-            "the NodeWright completes a node of its own",
-        )
-        cluster.operator.kill()
-        nodewright_done = _complete_under(cluster, GROUP, name)
+    cluster.operator = start_operator(log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP)
+    mirror = wait_until(lambda: _nodewright(kube, name), 30, "NodeWright mirrored")
+    annotations = mirror["metadata"]["annotations"]
+    assert annotations[f"{GROUP}/mirrored-from"] == name
+    assert mirror["spec"]["packages"]["marker"]["version"] == "1.0.0"
+    # The nodes the Skyhook finished are complete under the new keys before any pass.
+    wait_until(
+        lambda: set(skyhook_done) <= set(_complete_under(cluster, GROUP, name)),
+        30,
+        "the finished nodes carried over",
+    )
+    legacy = cluster.get_skyhook(name)
+    assert "skyhook.nvidia.com/skyhook" not in (legacy["metadata"].get("finalizers") or ())
+    wait_until(
+        lambda: len(_complete_under(cluster, GROUP, name)) >= len(skyhook_done) + 1,
+        120,
+        "the NodeWright completes a node of its own",
+    )
+    cluster.operator.kill()
+    nodewright_done = _complete_under(cluster, GROUP, name)
 
-        cluster.operator = start_operator(log_name="skyhook-2.log")
-        cluster.wait_complete(name, timeout=180)
-        for node in nodes:
-            assert _markers(cluster, node) == ["apply", "config"], (node, _markers(cluster, node))
-        # The copies under the group spoken before stay (a later switch finds them).
-        for node in nodewright_done:
-            assert cluster.node(node)["metadata"]["annotations"].get(f"{GROUP}/version_{name}")
-    finally:
-        with contextlib.suppress(ApiError):
-            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
-        cluster.cleanup()
+    cluster.operator = start_operator(log_name="skyhook-2.log")
+    cluster.wait_complete(name, timeout=180)
+    for node in nodes:
+        assert _markers(cluster, node) == ["apply", "config"], (node, _markers(cluster, node))
+    # The copies under the group spoken before stay (a later switch finds them).
+    for node in nodewright_done:
+        assert cluster.node(node)["metadata"]["annotations"].get(f"{GROUP}/version_{name}")
 
 
 def _nodewright(kube: Kube, name: str) -> Json | None:
@@ -344,42 +360,30 @@ def _legacy_keys_of(cluster: Cluster, name: str) -> dict[str, list[str]]:
 
 
 def test_the_old_groups_copies_go_after_the_cleanup_delay_and_a_switch_back_still_resumes(
-    sandbox: Sandbox,
-    kube: Kube,
-    test_label: str,
-    start_operator: Callable[..., OperatorProcess],
+    switching: Cluster,
 ) -> None:
-    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
-    nodes = cluster.add_nodes(2)
-    name = cluster.label
-    try:
-        cluster.operator = start_operator(log_name="skyhook-1.log")
-        package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
-        cluster.skyhook(name, {"marker": package}, interruptionBudget={"count": 1})
-        wait_until(lambda: _complete_under(cluster, "skyhook.nvidia.com", name), 120, "a node")
-        cluster.operator.stop()
+    cluster, kube = switching, switching.kube
+    start_operator = cluster.start_operator
+    name, _ = _half_rolled_out_as_skyhook(cluster, 2)
+    nodes = cluster.nodes
 
-        cluster.operator = start_operator(
-            log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP, SKYHOOK_LEGACY_CLEANUP_DELAY="0"
-        )
-        wait_until(lambda: len(_complete_under(cluster, GROUP, name)) == 2, 120, "rolled out")
-        wait_until(lambda: not _legacy_keys_of(cluster, name), 90, "old copies removed")
-        stamp = f"{GROUP}/legacy-migrated-at"
-        wait_until(
-            lambda: stamp not in (_nodewright(kube, name) or {})["metadata"]["annotations"],
-            30,
-            "the carry-over's stamp cleared",
-        )
-        configmaps = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
-        assert not [c for c in configmaps if name in c["metadata"]["name"] and legacy_keys(c)]
-        cluster.operator.stop()
+    cluster.operator = start_operator(
+        log_name="nodewright.log", SKYHOOK_API_GROUP=GROUP, SKYHOOK_LEGACY_CLEANUP_DELAY="0"
+    )
+    wait_until(lambda: len(_complete_under(cluster, GROUP, name)) == 2, 120, "rolled out")
+    wait_until(lambda: not _legacy_keys_of(cluster, name), 90, "old copies removed")
+    stamp = f"{GROUP}/legacy-migrated-at"
+    wait_until(
+        lambda: stamp not in (_nodewright(kube, name) or {})["metadata"]["annotations"],
+        30,
+        "the carry-over's stamp cleared",
+    )
+    configmaps = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
+    assert not [c for c in configmaps if name in c["metadata"]["name"] and legacy_keys(c)]
+    cluster.operator.stop()
 
-        # Back to Skyhook: its copies are gone, the NodeWright's are carried back.
-        cluster.operator = start_operator(log_name="skyhook-2.log")
-        cluster.wait_complete(name, timeout=120)
-        for node in nodes:
-            assert _markers(cluster, node) == ["apply", "config"], node
-    finally:
-        with contextlib.suppress(ApiError):
-            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
-        cluster.cleanup()
+    # Back to Skyhook: its copies are gone, the NodeWright's are carried back.
+    cluster.operator = start_operator(log_name="skyhook-2.log")
+    cluster.wait_complete(name, timeout=120)
+    for node in nodes:
+        assert _markers(cluster, node) == ["apply", "config"], node
