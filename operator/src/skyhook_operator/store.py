@@ -190,6 +190,13 @@ class ClusterStore:
     def attach(self, name: str, index: Mapping[Any, Iterable[Versioned[Any]]]) -> None:
         self.indexes[name] = index
 
+    def skyhook_views(self) -> list[SkyhookView]:
+        """Our SCRs as the next snapshot will have them (the index and our own writes)."""
+        return self.skyhooks.merge(index_values(self.indexes.get("skyhook_index", {})))
+
+    def policy_names(self) -> set[str]:
+        return {v.view.name for v in index_values(self.indexes.get("policy_index", {})) if v.view}
+
     def snapshot(self) -> ClusterSnapshot:
         def merged(name: str, overlay: Overlay[View]) -> list[View]:
             return overlay.merge(index_values(self.indexes.get(name, {})))

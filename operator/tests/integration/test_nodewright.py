@@ -26,28 +26,36 @@ LEGACY = "skyhook.nvidia.com/"
 
 
 @pytest.fixture
-def nodewright_cluster(
+def switching(
     sandbox: Sandbox,
     kube: Kube,
     test_label: str,
     start_operator: Callable[..., OperatorProcess],
 ) -> Iterator[Cluster]:
-    view = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
-    view.operator = start_operator(SKYHOOK_API_GROUP=GROUP)
-    yield view
-    # Deleted through the NodeWright's own finalizer, which only this operator removes.
-    for name in view.skyhooks:
+    """This test's nodes and no operator yet. At the end its NodeWright goes (through its
+    finalizer while an operator speaking nodewright.nvidia.com runs), then its policy, its
+    Skyhooks and its nodes."""
+    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
+    yield cluster
+    name = cluster.label
+    with contextlib.suppress(ApiError):
+        kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
+    try:
+        wait_until(lambda: _gone(kube, name), 60, f"NodeWright {name} deleted")
+    except WaitTimeout:
         with contextlib.suppress(ApiError):
-            kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
-        try:
-            wait_until(lambda n=name: _gone(kube, n), 60, f"NodeWright {name} deleted")
-        except WaitTimeout:
-            with contextlib.suppress(ApiError):
-                body = {"metadata": {"finalizers": []}}
-                kube.request("PATCH", f"{NODEWRIGHTS}/{name}", body, MERGE_PATCH)
-    with contextlib.suppress(ApiError):  # a test's policy, once no NodeWright names it
-        kube.request("DELETE", f"/apis/{GROUP}/v1alpha1/deploymentpolicies/{view.label}")
-    sandbox.remove_nodes(view.nodes)
+            body = {"metadata": {"finalizers": []}}
+            kube.request("PATCH", f"{NODEWRIGHTS}/{name}", body, MERGE_PATCH)
+    with contextlib.suppress(ApiError):  # the test's policy, once no NodeWright names it
+        kube.request("DELETE", f"/apis/{GROUP}/v1alpha1/deploymentpolicies/{name}")
+    cluster.cleanup()
+
+
+@pytest.fixture
+def nodewright_cluster(switching: Cluster) -> Cluster:
+    """`switching` with an operator speaking nodewright.nvidia.com."""
+    switching.operator = switching.start_operator(SKYHOOK_API_GROUP=GROUP)
+    return switching
 
 
 def _gone(kube: Kube, name: str) -> bool:
@@ -107,7 +115,6 @@ def test_a_nodewright_rolls_out_under_its_own_keys(nodewright_cluster: Cluster) 
     name = cluster.label
     label = f"{GROUP}/name={name}"
     recording = cluster.record(name, extra={"nw-pod": ("/api/v1/pods", {"labelSelector": label})})
-    cluster.skyhooks.append(name)
     # A DeploymentPolicy of the same group: batches of two, a budget of one node.
     policy = {
         "apiVersion": f"{GROUP}/v1alpha1",
@@ -249,21 +256,6 @@ def _half_rolled_out_as_skyhook(cluster: Cluster, nodes: int) -> tuple[str, list
     return name, done
 
 
-@pytest.fixture
-def switching(
-    sandbox: Sandbox,
-    kube: Kube,
-    test_label: str,
-    start_operator: Callable[..., OperatorProcess],
-) -> Iterator[Cluster]:
-    """This test's nodes and no operator yet; at the end its Skyhook and NodeWright go."""
-    cluster = Cluster(sandbox=sandbox, kube=kube, label=test_label, start_operator=start_operator)
-    yield cluster
-    with contextlib.suppress(ApiError):
-        kube.request("DELETE", f"{NODEWRIGHTS}/{cluster.label}")
-    cluster.cleanup()
-
-
 def test_a_half_finished_rollout_moves_to_nodewright_and_back_running_no_stage_twice(
     switching: Cluster,
 ) -> None:
@@ -321,32 +313,27 @@ def test_a_skyhook_made_while_speaking_nodewright_is_mirrored_and_then_read_only
     kube = cluster.kube
     (node,) = cluster.add_nodes(1)
     name = cluster.label
-    cluster.skyhooks.append(name)  # the mirror: the fixture deletes the NodeWright
     package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
-    try:
-        cluster.skyhook(name, {"marker": package})  # skyhook.nvidia.com, as before the switch
-        mirror = wait_until(lambda: _nodewright(kube, name), 60, "NodeWright mirrored")
-        assert mirror["metadata"]["annotations"][f"{GROUP}/mirrored-from"] == name
-        wait_until(lambda: _complete_under(cluster, GROUP, name) == [node], 120, "rolled out")
+    cluster.skyhook(name, {"marker": package})  # skyhook.nvidia.com, as before the switch
+    mirror = wait_until(lambda: _nodewright(kube, name), 60, "NodeWright mirrored")
+    assert mirror["metadata"]["annotations"][f"{GROUP}/mirrored-from"] == name
+    wait_until(lambda: _complete_under(cluster, GROUP, name) == [node], 120, "rolled out")
 
-        # Its twin decides now: the legacy object's spec and pause are refused, named.
-        bumped = {"spec": {"packages": {"marker": {"version": "1.0.1"}}}}
-        paused = {"metadata": {"annotations": {"skyhook.nvidia.com/pause": "true"}}}
-        for patch in (bumped, paused):
-            with pytest.raises(ApiError) as refused:
-                cluster.patch_skyhook(name, patch)
-            assert refused.value.status == 403
-            assert (
-                f'skyhook.nvidia.com Skyhook "{name}" is carried over to nodewright.nvidia.com '
-                f'NodeWright and is read-only; edit NodeWright "{name}" instead'
-            ) in str(refused.value)
-        # Anything else of its metadata may change; the NodeWright is left as it was.
-        cluster.patch_skyhook(name, {"metadata": {"labels": {"team": "gpu"}}})
-        assert _nodewright(kube, name)["spec"]["packages"]["marker"]["version"] == "1.0.0"
-        assert _markers(cluster, node) == ["apply", "config"]
-    finally:
-        with contextlib.suppress(ApiError):
-            kube.request("DELETE", kube.skyhook_path(name))
+    # Its twin decides now: the legacy object's spec and pause are refused, named.
+    bumped = {"spec": {"packages": {"marker": {"version": "1.0.1"}}}}
+    paused = {"metadata": {"annotations": {"skyhook.nvidia.com/pause": "true"}}}
+    for patch in (bumped, paused):
+        with pytest.raises(ApiError) as refused:
+            cluster.patch_skyhook(name, patch)
+        assert refused.value.status == 403
+        assert (
+            f'skyhook.nvidia.com Skyhook "{name}" is carried over to nodewright.nvidia.com '
+            f'NodeWright and is read-only; edit NodeWright "{name}" instead'
+        ) in str(refused.value)
+    # Anything else of its metadata may change; the NodeWright is left as it was.
+    cluster.patch_skyhook(name, {"metadata": {"labels": {"team": "gpu"}}})
+    assert _nodewright(kube, name)["spec"]["packages"]["marker"]["version"] == "1.0.0"
+    assert _markers(cluster, node) == ["apply", "config"]
 
 
 def _legacy_keys_of(cluster: Cluster, name: str) -> dict[str, list[str]]:

@@ -30,6 +30,7 @@ from skyhook_operator.kube.client import (
 )
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model import carryover
+from skyhook_planner.model.snapshot import SkyhookView
 from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
@@ -167,17 +168,17 @@ async def prune(kube: AsyncKube, store: ClusterStore, namespace: str, delay: flo
     """Remove the other group's copies of the state carried over `delay` seconds ago or more
     (from nodes and our ConfigMaps), then the SCR's `legacy-migrated-at`; the SCRs pruned."""
     now = dt.datetime.now(dt.UTC)
-    due: dict[str, Json] = {}
-    for scr in await _own(kube, kube.skyhook_path()):
-        stamped = (scr["metadata"].get("annotations") or {}).get(carryover.CARRIED_AT)
+    due: set[str] = set()
+    for scr in store.skyhook_views():
+        stamped = scr.annotations.get(carryover.CARRIED_AT)
         if stamped is None:
             continue
         try:
             at = dt.datetime.fromisoformat(stamped.replace("Z", "+00:00"))
         except ValueError:
-            at = now  # unreadable: count from now, the annotation is rewritten below
+            at = now  # unreadable: count from now, the annotation is removed below
         if (now - at).total_seconds() >= delay:
-            due[scr["metadata"]["name"]] = scr
+            due.add(scr.name)
     if not due:
         return []
     async for node in _items(kube, "/api/v1/nodes"):
@@ -206,29 +207,25 @@ async def prune(kube: AsyncKube, store: ClusterStore, namespace: str, delay: flo
     return sorted(due)
 
 
-async def _own(kube: AsyncKube, path: str) -> list[Json]:
-    return [item async for item in _items(kube, path)]
-
-
 async def mirror(kube: AsyncKube, store: ClusterStore, done: CarriedOver) -> dict[str, Json]:
     """Mirror the other group's objects that have no twin of ours and release their
     finalizer; our SCR of each name the other group has, by name (its state is carried over
-    to it)."""
+    to it). Ours are read from the store's indexes: only the other group is listed."""
     # Policies first: a mirrored SCR names its policy.
-    own_policies = {p["metadata"]["name"] for p in await _own(kube, kube.policy_path())}
-    for policy in await _others(kube, keys.POLICY_PLURAL):
+    others = await _others(kube, keys.POLICY_PLURAL)
+    own_policies = store.policy_names() if others else set()
+    for policy in others:
         if policy["metadata"]["name"] not in own_policies:
-            body = carryover.mirrored(policy, keys.POLICY_KIND)
-            await kube.request("POST", kube.policy_path(), body)
+            await _create(kube, kube.policy_path(), carryover.mirrored(policy, keys.POLICY_KIND))
             done.mirrored += 1
-    own = {s["metadata"]["name"]: s for s in await _own(kube, kube.skyhook_path())}
+    others = await _others(kube, carryover.OTHER_PLURAL)
+    own = {v.name: _as_owner(v) for v in store.skyhook_views()} if others else {}
     owners: dict[str, Json] = {}
-    for other in await _others(kube, carryover.OTHER_PLURAL):
+    for other in others:
         name = other["metadata"]["name"]
         if name not in own:
-            created = await kube.request(
-                "POST", kube.skyhook_path(), carryover.mirrored(other, keys.KIND)
-            )
+            body = carryover.mirrored(other, keys.KIND)
+            created = await _create(kube, kube.skyhook_path(), body)
             store.skyhooks.wrote(created, created=True)
             own[name] = created
             done.mirrored += 1
@@ -239,3 +236,18 @@ async def mirror(kube: AsyncKube, store: ClusterStore, done: CarriedOver) -> dic
             path = _other_path(carryover.OTHER_PLURAL, name)
             await kube.request("PATCH", path, release, MERGE_PATCH)
     return owners
+
+
+def _as_owner(view: SkyhookView) -> Json:
+    """The parts of our SCR the carry-over reads: its name, uid and annotations."""
+    return {"metadata": {"name": view.name, "uid": view.uid, "annotations": view.annotations}}
+
+
+async def _create(kube: AsyncKube, path: str, body: Json) -> Json:
+    """POST `body`; one the indexes have not seen yet that exists already is read instead."""
+    try:
+        return await kube.request("POST", path, body)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+    return await kube.request("GET", f"{path}/{body['metadata']['name']}")

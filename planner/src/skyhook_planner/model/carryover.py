@@ -111,15 +111,22 @@ def node_patch(node: Mapping[str, Any], scrs: Iterable[str], newer: bool) -> Jso
             _copy(annotations, ours(key), set_annotations)
     if theirs(keys.IGNORE_LABEL) in labels and keys.IGNORE_LABEL not in labels:
         set_labels[keys.IGNORE_LABEL] = labels[theirs(keys.IGNORE_LABEL)]
-    if not (set_annotations or set_labels or set_conditions):
+    return _status_patch(set_annotations, set_labels, set_conditions)
+
+
+def _status_patch(
+    annotations: Mapping[str, str | None], labels: Mapping[str, str | None], conditions: list[Json]
+) -> Json | None:
+    """A nodes/status strategic merge patch of these changes; None when there are none."""
+    if not (annotations or labels or conditions):
         return None
     patch: Json = {"metadata": {}}
-    if set_annotations:
-        patch["metadata"]["annotations"] = set_annotations
-    if set_labels:
-        patch["metadata"]["labels"] = set_labels
-    if set_conditions:
-        patch["status"] = {"conditions": set_conditions}
+    if annotations:
+        patch["metadata"]["annotations"] = dict(annotations)
+    if labels:
+        patch["metadata"]["labels"] = dict(labels)
+    if conditions:
+        patch["status"] = {"conditions": conditions}
     return patch
 
 
@@ -230,16 +237,7 @@ def prune_node_patch(node: Mapping[str, Any], scrs: Iterable[str]) -> Json | Non
         for kind in (keys.not_ready_condition(scr), keys.erroring_condition(scr)):
             if theirs(kind) in types:
                 drop_conditions.append({"type": theirs(kind), "$patch": "delete"})
-    if not (drop_annotations or drop_labels or drop_conditions):
-        return None
-    patch: Json = {"metadata": {}}
-    if drop_annotations:
-        patch["metadata"]["annotations"] = drop_annotations
-    if drop_labels:
-        patch["metadata"]["labels"] = drop_labels
-    if drop_conditions:
-        patch["status"] = {"conditions": drop_conditions}
-    return patch
+    return _status_patch(drop_annotations, drop_labels, drop_conditions)
 
 
 def unlabel_patch(obj: Mapping[str, Any]) -> Json | None:
