@@ -176,13 +176,16 @@ def test_a_malformed_soak_time_is_refused_naming_the_field(
     batch=st.integers(1, 3),
     policy=st.booleans(),
     work=st.lists(st.integers(0, 60), min_size=1, max_size=5),
+    offset_ms=st.integers(0, 999),
 )
 def test_the_soak_is_honoured_between_batch_starts(
-    nodes: int, soak_s: int, batch: int, policy: bool, work: list[int]
+    *, nodes: int, soak_s: int, batch: int, policy: bool, work: list[int], offset_ms: int
 ) -> None:
-    """Whatever the batch sizes and however long nodes take, two passes that start nodes are
-    at least the soak time apart, and every node completes."""
+    """Whatever the batch sizes, however long nodes take and wherever within a second the
+    first start falls, two passes that start nodes are at least the soak time apart, and every
+    node completes."""
     d = Driver(nodes, {"role": "gpu"})
+    d.now += timedelta(milliseconds=offset_ms)
     spec: dict[str, Any] = {**SEL, "soakTime": f"{soak_s}s", "packages": {"tools": package()}}
     if policy:
         d.sim.add_policy(

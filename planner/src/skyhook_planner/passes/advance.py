@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from skyhook_planner import podbuilder
-from skyhook_planner.model import status
+from skyhook_planner.model import status, times
 from skyhook_planner.model.actions import CreatePod, EvictPod
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.spec import Package
@@ -21,7 +21,7 @@ from skyhook_planner.model.vocabulary import FINISHED_PHASES
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.work import SkyhookWork, Step
-from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, soak, stages
+from skyhook_planner.rules import blockers, drain, interrupts, ordering, results, stages
 from skyhook_planner.rules.holds import Hold
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
@@ -236,7 +236,7 @@ class _NodeRun:
         config = ctx.spec.drain
         started = drain.started_at(node, ctx.name)
         if started is None:
-            self.state = replace(self.state, drain_start=drain.stamp(ctx.now))
+            self.state = replace(self.state, drain_start=times.exact_stamp(ctx.now))
         blocked = drain.blocked_annotation(drained.blocked) if drained.blocked else None
         if blocked is not None and self.state.drain_blocked is None:
             self.decision.event(
@@ -256,7 +256,7 @@ class _NodeRun:
                 package.name, package.version, package.image, stage
             )
             if not (entry.stage == stage and entry.state == ERRORING):
-                after = soak.describe(config.timeout_s)
+                after = times.describe(config.timeout_s)
                 # No restarts: a stop no retry ends (rules/results.py failed_for_good).
                 self.entries[package.key] = replace(entry, stage=stage, state=ERRORING, restarts=0)
                 message = f"drain timed out after [{after}] for node [{node.name}] package {label}"

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from skyhook_planner.model.snapshot import NodeView, PodView, SkyhookView
 from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.times import describe
 from skyhook_planner.model.vocabulary import Taint, Toleration
 from skyhook_planner.model.waiting import (
     BATCH,
@@ -33,7 +34,6 @@ from skyhook_planner.model.waiting import (
 )
 from skyhook_planner.rules.drain import NON_INTERRUPT, TIMED_OUT, BlockedPod, Drain
 from skyhook_planner.rules.holds import Hold
-from skyhook_planner.rules.soak import describe
 from skyhook_schemas import keys
 
 # Answers that are the same for every node, made once.

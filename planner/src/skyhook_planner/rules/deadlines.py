@@ -26,8 +26,8 @@ from datetime import datetime, timedelta
 from skyhook_planner.model.policy import Policy
 from skyhook_planner.model.snapshot import NodeView
 from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.times import describe, stamp
 from skyhook_planner.model.waiting import REBOOT_DEADLINE, Reason
-from skyhook_planner.rules.soak import describe, stamp
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     COMPLETE,

@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from skyhook_planner.model.snapshot import EvictionRefusal, NodeView, PodView
 from skyhook_planner.model.spec import DrainConfig
+from skyhook_planner.model.times import exact_stamp, parse_stamp
 from skyhook_planner.model.vocabulary import FINISHED_PHASES, LabelSelector
-from skyhook_planner.rules.soak import parse_stamp
 from skyhook_schemas import keys
 
 # How a pod is handled, as `decide` says.
@@ -156,11 +156,6 @@ def started_at(node: NodeView, skyhook: str) -> datetime | None:
     return parse_stamp(node.annotations.get(keys.drain_start_key(skyhook)))
 
 
-def stamp(now: datetime) -> str:
-    """A drainStart value: RFC 3339 with nanoseconds, as Go writes time.RFC3339Nano."""
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".") + "Z"
-
-
 def timed_out(started: datetime | None, config: DrainConfig, now: datetime) -> bool:
     return (
         started is not None
@@ -217,7 +212,7 @@ def defer(
         if left is not None and left <= 0:
             continue
         held[node] = pods
-        since[node] = recorded.get(node) or stamp(now)
+        since[node] = recorded.get(node) or exact_stamp(now)
         if left is not None:
             recheck = left if recheck is None else min(recheck, left)
     return Deferral(held, since, recheck)

@@ -28,9 +28,9 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.policy import Policy
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.times import describe, exact_stamp, parse_stamp, stamp
 from skyhook_planner.model.waiting import HEALTH, Reason
 from skyhook_planner.rules import results
-from skyhook_planner.rules.soak import describe, parse_stamp, stamp
 from skyhook_schemas import keys
 
 WAITING = "HealthGateWaiting"  # condition reason, held-nodes reason
@@ -131,7 +131,7 @@ def judge(
         node = at.node
         if at.waits:
             started = parse_stamp(recorded.get(name)) or now
-            since[name] = stamp(started)
+            since[name] = exact_stamp(started)
             listed = "; ".join(problems(gate, node, at.check))
             if check_result(gate, at.check) == results.FAILED:
                 failures.append(Failure(name, f"failed its health check: {listed}"))

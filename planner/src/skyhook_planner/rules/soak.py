@@ -25,6 +25,7 @@ from typing import Any
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model.policy import Policy
 from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.times import describe, exact_stamp, parse_stamp, stamp
 from skyhook_planner.model.waiting import SOAK, Reason
 from skyhook_schemas import keys
 
@@ -41,34 +42,6 @@ def soak_time(spec: SkyhookSpec, policy: Policy | None) -> float | None:
     if seconds is None and policy is not None:
         seconds = policy.soak_time_s
     return seconds or None
-
-
-def describe(seconds: float) -> str:
-    """A duration as Go writes the short ones: 45s, 30m, 1h30m, 2h0m5s."""
-    whole = int(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s" if secs else f"{hours}h{minutes}m"
-    if minutes:
-        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"
-
-
-def stamp(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_stamp(text: str | None) -> datetime | None:
-    """A time we wrote (a status field, a node annotation: RFC 3339, with or without fractions
-    of a second); None for none, or an edited one that does not read (as if nothing had
-    started)."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -103,7 +76,7 @@ class Soak:
 
     def starts(self) -> dict[str, str]:
         """status.batchStarts after this pass."""
-        return {**self.recorded, **{group: stamp(self.now) for group in self.started}}
+        return {**self.recorded, **{group: exact_stamp(self.now) for group in self.started}}
 
     def wake_in(self) -> float | None:
         """Seconds until the first held group's soak ends; None when nothing is held."""
