@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from helpers import NAMESPACE, pod_manifest, shell, wait_for, wait_phase
 from kubernetes.client import CoordinationV1Api
 
+from skyhook_sandbox import hostroot
 from skyhook_sandbox.cli import main
 from skyhook_sandbox.kubeapi import NOT_READY_TAINT, core_v1
 from skyhook_sandbox.node import LEASE_SECONDS
@@ -153,3 +154,46 @@ def test_without_lease_renewals_a_node_writes_its_lease_once_and_stays_ready(tmp
         )
         argv = Path(f"/proc/{manager.pid}/cmdline").read_bytes().split(b"\0")
         assert f"--node-monitor-grace-period={NO_LEASE_GRACE_S}s".encode() in argv
+
+
+def test_a_fake_kubelet_runs_a_stage_pod_to_the_end_with_no_host_root(tmp_path):
+    """What the rollout benchmark runs: init containers finish one after the other within the
+    fake time, the pod Succeeds, and no node costs a host root (an overlay mount and a boot
+    step each, which kept a node host from carrying thousands of nodes)."""
+    with Sandbox(tmp_path / "fake", fake_pod_seconds=2, lease_renewals=False) as fake:
+        names = fake.add_nodes(3, prefix="fake")
+        assert hostroot.mounts_under(tmp_path / "fake") == []
+        api = core_v1(fake)
+        wait_for(lambda: api.list_namespaced_service_account("default").items, 30, "account")
+        container = {"name": "done", "image": "busybox:1.36", "command": ["true"]}
+        api.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": "stage"},
+                "spec": {
+                    "nodeName": names[0],
+                    "restartPolicy": "OnFailure",
+                    "initContainers": [
+                        {**container, "name": "apply"},
+                        {**container, "name": "apply-check"},
+                    ],
+                    "containers": [container],
+                },
+            },
+        )
+        started = time.monotonic()
+        pod = wait_for(
+            lambda: (
+                (found := api.read_namespaced_pod("stage", "default")).status.phase == "Succeeded"
+                and found
+            ),
+            30,
+            "the stage pod Succeeded",
+        )
+        assert time.monotonic() - started >= 2 - 0.5
+        inits = {s.name: s.state.terminated for s in pod.status.init_container_statuses}
+        assert {name: done.exit_code for name, done in inits.items()} == {
+            "apply": 0,
+            "apply-check": 0,
+        }
+        assert inits["apply"].finished_at <= inits["apply-check"].started_at

@@ -104,9 +104,12 @@ class SimulatedNode:
         self._next_ip = 2
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
-        self.machine_shims = self._write_machine_shims()
+        # A fake kubelet's node runs no process: no host root to boot, no shims to bind.
+        self.has_host_root = self.fake_pod_seconds is None
+        self.machine_shims = self._write_machine_shims() if self.has_host_root else []
         self._reboot_request = str(root.merged / REBOOT_REQUEST)
-        simkernel.boot(root.merged)
+        if self.has_host_root:
+            simkernel.boot(root.merged)
 
     def _write_machine_shims(self) -> list[tuple[str, str]]:
         """Copies of the shim for this node, bound over the machine's own reboot/systemctl."""
@@ -326,9 +329,10 @@ class SimulatedNode:
             await self.post_status()
             workers = list(self.workers.values())
             await asyncio.gather(*(w.node_going_down(self.settings.reboot_grace) for w in workers))
-            hostroot.clear_volatile(self.root)
-            await asyncio.to_thread(simkernel.boot, self.root.merged)
-            (self.root.merged / REBOOT_REQUEST).unlink(missing_ok=True)
+            if self.has_host_root:
+                hostroot.clear_volatile(self.root)
+                await asyncio.to_thread(simkernel.boot, self.root.merged)
+                (self.root.merged / REBOOT_REQUEST).unlink(missing_ok=True)
             self.boot_id = str(uuid.uuid4())
             self.reboots += 1
             await asyncio.sleep(self.settings.reboot_downtime)

@@ -81,6 +81,7 @@ class NodeHost:
             fake_pod_seconds=config.fake_pod_seconds,
             lease_renewals=config.lease_renewals,
         )
+        self.fake = config.fake_pod_seconds is not None
         self.nodes: dict[str, SimulatedNode] = {}
         self.records: dict[str, NodeRecord] = {}
         self._layers: dict[str, list[Path]] = {}
@@ -98,14 +99,17 @@ class NodeHost:
     async def add_nodes(self, records: list[NodeRecord]) -> list[str]:
         async with self._lock:
             fresh = [r for r in records if r.name not in self.nodes]
-            for record in fresh:
-                if record.host_root not in self._layers:
-                    kind = record.host_root
-                    self._layers[kind] = await asyncio.to_thread(layers.lower_layers, kind)
+            kinds = set() if self.fake else {r.host_root for r in fresh} - self._layers.keys()
+            for kind in sorted(kinds):  # a fake kubelet's nodes have no host root to layer
+                self._layers[kind] = await asyncio.to_thread(layers.lower_layers, kind)
             created = []
             for record in fresh:
                 node_dir = self.state_dir / "nodes" / record.name
-                root = hostroot.mount_node_root(node_dir, self._layers[record.host_root])
+                root = (
+                    hostroot.unmounted_node_root(node_dir)
+                    if self.fake
+                    else hostroot.mount_node_root(node_dir, self._layers[record.host_root])
+                )
                 node = SimulatedNode(
                     self.settings,
                     name=record.name,
@@ -145,7 +149,8 @@ class NodeHost:
             if node is None:
                 continue
             await node.stop(delete_node=delete)
-            hostroot.unmount(node.root.merged)
+            if not self.fake:
+                hostroot.unmount(node.root.merged)
         self._save()
 
     def describe(self) -> list[JsonDict]:
@@ -294,10 +299,9 @@ class NodeHost:
         saved = self.state_dir / "nodes.json"
         if saved.exists():
             await self.add_nodes([NodeRecord(**r) for r in json.loads(saved.read_text())])
-        tasks = [
-            asyncio.create_task(self.watch_pods()),
-            asyncio.create_task(self.poll_reboot_requests()),
-        ]
+        tasks = [asyncio.create_task(self.watch_pods())]
+        if not self.fake:  # a fake kubelet runs no process that could ask for a reboot
+            tasks.append(asyncio.create_task(self.poll_reboot_requests()))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
@@ -309,7 +313,8 @@ class NodeHost:
         await asyncio.gather(*tasks, return_exceptions=True)
         for node in list(self.nodes.values()):
             await node.stop(delete_node=False)
-            hostroot.unmount(node.root.merged)
+            if not self.fake:
+                hostroot.unmount(node.root.merged)
         await kubelet.cleanup()
         await self.client.close()
         socket_path.unlink(missing_ok=True)

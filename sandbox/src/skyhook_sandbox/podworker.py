@@ -139,7 +139,7 @@ class PodWorker:
         self._cancel_deferred()
         self._disarm_deadline()
         await self._stop_processes(grace=0)
-        await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
+        await self._remove_pod_dir()
 
     async def node_going_down(self, grace: float) -> None:
         """A reboot: every process of the pod gets SIGTERM, then SIGKILL after `grace`.
@@ -516,7 +516,11 @@ class PodWorker:
         except ApiError as error:
             if error.status not in (404, 409):
                 log.warning("finalizing %s/%s: %s", self.namespace, self.name, error)
-        await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
+        await self._remove_pod_dir()
+
+    async def _remove_pod_dir(self) -> None:
+        if self.node.fake_pod_seconds is None:  # a fake kubelet's pod never had one
+            await asyncio.to_thread(shutil.rmtree, self.pod_dir, ignore_errors=True)
 
     # -- status ------------------------------------------------------------------------------
 

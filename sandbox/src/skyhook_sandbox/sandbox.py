@@ -8,7 +8,7 @@
 
 `Sandbox(fake_pod_seconds=2)` makes the nodes fake kubelets for scale runs: a pod's init
 containers finish (exit 0) 2 s after it starts, together, and its app containers run until
-it is deleted, without a process, volume or image behind them.
+it is deleted, without a process, volume or image behind them; the nodes get no host root.
 
 `Sandbox(lease_renewals=False)` makes each node create its Lease once and never renew it, and
 has the node lifecycle controller wait a day before calling a node unreachable: a benchmark
