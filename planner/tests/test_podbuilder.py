@@ -115,8 +115,15 @@ def test_stage_pod_shape() -> None:
     assert env[-1] == {"name": "SKYHOOK_NODE_ORDER", "value": "0"}
     assert [t.get("key") for t in spec["tolerations"]] == [
         "node.kubernetes.io/unschedulable",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
         "skyhook.nvidia.com",
         "gpu",
+    ]
+    # A node NotReady for as long as a reboot takes keeps its pods: no tolerationSeconds.
+    assert [t for t in spec["tolerations"] if t.get("effect") == "NoExecute"] == [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
     ]
     mounts = {m["mountPath"] for m in spec["initContainers"][1]["volumeMounts"]}
     assert mounts == {"/root", "/skyhook-package/node-metadata", "/skyhook-package/configmaps"}

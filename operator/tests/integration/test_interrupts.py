@@ -250,6 +250,15 @@ def test_two_packages_due_together_share_one_interrupt_the_reboot(cluster: Clust
     (interrupt,) = interrupts
     assert payload(interrupt) == {"type": "node_restart"}, payload(interrupt)
     assert package_of(interrupt) == "bravo-1.0.0"
+    # The node is NotReady while it reboots, for as long as that takes: every pod tolerates it
+    # without the 300 s the apiserver otherwise adds, after which the pod would be deleted.
+    for pod in pods:
+        down = [t for t in pod["spec"]["tolerations"] if t.get("effect") == "NoExecute"]
+        assert sorted(t["key"] for t in down) == [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ], down
+        assert all("tolerationSeconds" not in t for t in down), down
     # The two post-interrupt pods run side by side on one host from one image, and one of them
     # has been seen to fail once and run again (1 full suite run in 3; left open, not this
     # rule's): post-interrupt is checked per package, not per pod.

@@ -141,9 +141,18 @@ def _owner_reference(scr: SkyhookView) -> dict[str, Any]:
     }
 
 
+NODE_DOWN_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+)
+
+
 def _tolerations(settings: PlannerSettings, scr: SkyhookView) -> list[dict[str, Any]]:
     tolerations: list[dict[str, Any]] = [
         {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists"},
+        # Without a limit: the taint manager would otherwise delete the pod of a node NotReady
+        # for 300 s (a slow reboot), and its stage would start over.
+        *NODE_DOWN_TOLERATIONS,
         *(
             {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
             for taint in settings.runtime_required_taints
