@@ -125,8 +125,22 @@ def test_stage_pod_shape() -> None:
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
         {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
     ]
-    mounts = {m["mountPath"] for m in spec["initContainers"][1]["volumeMounts"]}
-    assert mounts == {"/root", "/skyhook-package/node-metadata", "/skyhook-package/configmaps"}
+    mounts = {m["mountPath"]: m for m in spec["initContainers"][1]["volumeMounts"]}
+    assert set(mounts) == {
+        "/root",
+        "/skyhook-package/node-metadata",
+        "/skyhook-package/configmaps/a.sh",
+    }
+    # Each key its own read-only file: the image's other files in that directory stay visible.
+    assert mounts["/skyhook-package/configmaps/a.sh"] == {
+        "name": "dexter",
+        "mountPath": "/skyhook-package/configmaps/a.sh",
+        "subPath": "a.sh",
+        "readOnly": True,
+    }
+    assert pod["metadata"]["annotations"][keys.RESOURCE_ID_ANNOTATION] == (
+        "simple-skyhook-u1-2_dexter_1.2.3"
+    )
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dexter"]["configMap"]["name"] == "simple-skyhook-dexter-1.2.3"
     assert volumes["root-mount"]["hostPath"]["path"] == "/"
@@ -137,7 +151,13 @@ def test_stage_pod_shape() -> None:
     assert done["image"] == spec["initContainers"][0]["image"]
     assert done["command"] == ["/bin/sh", "-c", "exit 0"]
     meta = pod["metadata"]
-    assert meta["labels"] == {keys.NAME_LABEL: "simple-skyhook", keys.PACKAGE_LABEL: "dexter-1.2.3"}
+    assert meta["labels"] == {
+        keys.NAME_LABEL: "simple-skyhook",
+        keys.PACKAGE_LABEL: "dexter-1.2.3",
+        keys.STAGE_LABEL: "apply",
+        keys.NODE_LABEL: "node-1",
+        keys.GENERATION_LABEL: "2",
+    }
     assert meta["annotations"][keys.PACKAGE_ANNOTATION] == (
         '{"name":"dexter","version":"1.2.3","skyhook":"simple-skyhook","stage":"apply",'
         '"image":"ghcr.io/nvidia/skyhook/agentless"}'
@@ -174,6 +194,11 @@ def test_interrupt_pod_and_payload() -> None:
         SETTINGS, view, view.spec.packages["dexter"], "n", interrupt
     )  # type: ignore[union-attr]
     assert pod["metadata"]["labels"][keys.INTERRUPT_LABEL] == "True"
+    assert pod["metadata"]["labels"][keys.STAGE_LABEL] == "interrupt"
+    assert pod["metadata"]["labels"][keys.NODE_LABEL] == "n"
+    assert pod["metadata"]["annotations"][keys.RESOURCE_ID_ANNOTATION] == (
+        "simple-skyhook-u1-2_dexter_1.2.3"
+    )
     assert pod["metadata"]["name"].startswith("simple-skyhook-interrupt-service-n-")
     (container,) = pod["spec"]["initContainers"]
     assert container["name"] == "interrupt"
@@ -348,3 +373,14 @@ def test_the_interrupt_container_has_room_for_a_reboot() -> None:
     (container,) = pod["spec"]["initContainers"]
     amount = {"cpu": "500m", "memory": "256Mi"}
     assert container["resources"] == {"requests": amount, "limits": amount}
+
+
+def test_a_node_name_past_63_characters_is_labelled_by_its_short_form() -> None:
+    view = scr()
+    long_name = "a" * 70 + ".example.com"
+    pod = podbuilder.build_stage_pod(
+        SETTINGS, view, view.spec.packages["dexter"], long_name, "apply"
+    )  # type: ignore[union-attr]
+    label = pod["metadata"]["labels"][keys.NODE_LABEL]
+    assert len(label) == 63
+    assert label == keys.safe_name(63, long_name)

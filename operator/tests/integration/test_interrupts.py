@@ -259,6 +259,12 @@ def test_two_packages_due_together_share_one_interrupt_the_reboot(cluster: Clust
             "node.kubernetes.io/unreachable",
         ], down
         assert all("tolerationSeconds" not in t for t in down), down
+        # Selectable by stage, node and generation, as upstream labels its Jobs' pods.
+        labels = pod["metadata"]["labels"]
+        assert (labels[keys.STAGE_LABEL], labels[keys.NODE_LABEL]) == (pod_stage(pod), node)
+        assert labels[keys.GENERATION_LABEL] == str(
+            cluster.get_skyhook(scr)["metadata"]["generation"]
+        )
     # The two post-interrupt pods run side by side on one host from one image, and one of them
     # has been seen to fail once and run again (1 full suite run in 3; left open, not this
     # rule's): post-interrupt is checked per package, not per pod.

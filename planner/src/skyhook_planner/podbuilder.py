@@ -92,6 +92,9 @@ def metadata_volume_name(node: str) -> str:
     return keys.safe_name(63, "metadata", node)
 
 
+# Where a stage sees its package's configMap, one file per key.
+CONFIGMAPS_DIR = "/skyhook-package/configmaps"
+
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -117,15 +120,29 @@ def decode_pod_package(pod: PodView) -> PodPackage | None:
 # --- pods ----------------------------------------------------------------------------------------
 
 
+def resource_id(scr: SkyhookView, package: Package) -> str:
+    """What the agent keys its interrupt flags and logs by; unique per SCR generation."""
+    return f"{scr.name}-{scr.uid}-{scr.generation}_{package.name}_{package.version}"
+
+
+def _work_labels(scr: SkyhookView, stage: str, node: str) -> dict[str, str]:
+    """The stage, node and generation a pod works for. A node name is a valid label value
+    up to 63 characters; a longer one gets the hashed short form."""
+    return {
+        keys.STAGE_LABEL: stage,
+        keys.NODE_LABEL: node if len(node) <= 63 else keys.safe_name(63, node),
+        keys.GENERATION_LABEL: str(scr.generation),
+    }
+
+
 def _op_env(
     settings: PlannerSettings, scr: SkyhookView, package: Package, node_order: int
 ) -> list[dict[str, str]]:
-    resource_id = f"{scr.name}-{scr.uid}-{scr.generation}_{package.name}_{package.version}"
     return [
         {"name": "SKYHOOK_LOG_DIR", "value": f"{settings.agent_log_root}/{scr.name}"},
         {"name": "SKYHOOK_ROOT_DIR", "value": f"{settings.copy_dir_root}/{scr.name}"},
         {"name": "COPY_RESOLV", "value": "false"},
-        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id},
+        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id(scr, package)},
         {"name": "SKYHOOK_NODE_ORDER", "value": str(node_order)},
     ]
 
@@ -254,12 +271,20 @@ def build_stage_pod(
     directory = copy_dir(settings, scr, package)
     short = package.name[:43]
     agent_image = package.agent_image_override or settings.agent_image
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": ROOT_MOUNT, "mountPath": "/root", "mountPropagation": "HostToContainer"},
         {"name": metadata_volume_name(node), "mountPath": "/skyhook-package/node-metadata"},
     ]
-    if package.config_map:
-        mounts.append({"name": package.name, "mountPath": "/skyhook-package/configmaps"})
+    # One read-only file per key: a directory mount would hide the image's own files there.
+    mounts += [
+        {
+            "name": package.name,
+            "mountPath": f"{CONFIGMAPS_DIR}/{key}",
+            "subPath": key,
+            "readOnly": True,
+        }
+        for key in sorted(package.config_map)
+    ]
     env = [dict(e) for e in package.env] + _op_env(settings, scr, package, node_order)
     security = {"privileged": True}
 
@@ -298,6 +323,7 @@ def build_stage_pod(
     labels = {
         keys.NAME_LABEL: scr.name,
         keys.PACKAGE_LABEL: package_label(package.name, package.version),
+        **_work_labels(scr, stage, node),
     }
     annotation = PodPackage(
         package.name, package.version, scr.name, stage, package.image, package.container_sha
@@ -310,6 +336,7 @@ def build_stage_pod(
         labels=labels,
         annotation=annotation,
     )
+    pod["metadata"]["annotations"][keys.RESOURCE_ID_ANNOTATION] = resource_id(scr, package)
     if attempt:
         pod["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = str(attempt)
     pod["spec"]["restartPolicy"] = "Never"
@@ -355,6 +382,7 @@ def build_interrupt_pod(
         keys.NAME_LABEL: scr.name,
         keys.PACKAGE_LABEL: package_label(package.name, package.version),
         keys.INTERRUPT_LABEL: "True",
+        **_work_labels(scr, stage, node),
     }
     annotation = PodPackage(
         package.name, package.version, scr.name, stage, package.image, package.container_sha
@@ -367,6 +395,7 @@ def build_interrupt_pod(
         labels=labels,
         annotation=annotation,
     )
+    pod["metadata"]["annotations"][keys.RESOURCE_ID_ANNOTATION] = resource_id(scr, package)
     if (deadline := active_deadline_s(settings, package)) is not None:
         pod["spec"]["activeDeadlineSeconds"] = deadline
     # 256Mi: 64Mi was killed for memory mid-reboot on arm64 kernels with 64K pages.

@@ -125,7 +125,13 @@ NAME_LABEL = f"{GROUP}/name"
 PACKAGE_LABEL = f"{GROUP}/package"
 INTERRUPT_LABEL = f"{GROUP}/interrupt"
 HEALTH_CHECK_LABEL = f"{GROUP}/health-check"  # ours: a health gate's check pod
+# Which stage, node and Skyhook generation a pod works for, for selectors (as upstream's Jobs).
+STAGE_LABEL = f"{GROUP}/stage"
+NODE_LABEL = f"{GROUP}/node"
+GENERATION_LABEL = f"{GROUP}/generation"
 PACKAGE_ANNOTATION = f"{GROUP}/package"
+# The agent's SKYHOOK_RESOURCE_ID, readable without the pod's env.
+RESOURCE_ID_ANNOTATION = f"{GROUP}/resource-id"
 # Ours: which attempt at its stage a stage pod is (absent: the first, 0); a retry is a new pod.
 ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
 
