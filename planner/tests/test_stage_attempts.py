@@ -40,7 +40,9 @@ def live_pods(d: Driver) -> list[tuple[str, str]]:
     ]
 
 
-def fail_pending(d: Driver, *, deadline: bool = False, lost: bool = False) -> list[str]:
+def fail_pending(
+    d: Driver, *, deadline: bool = False, lost: bool = False, disrupted: bool = False
+) -> list[str]:
     """Every pod that has not run yet fails (Never: the pod fails); returns their names."""
     names = []
     for key in d.pending_pods():
@@ -53,6 +55,11 @@ def fail_pending(d: Driver, *, deadline: bool = False, lost: bool = False) -> li
         if lost:
             terminated = status["initContainerStatuses"][0]["state"]["terminated"]
             terminated.update(exitCode=255, reason="Unknown")
+        if disrupted:  # evicted for node pressure: the step was killed, exit 137
+            status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] = 137
+            status["conditions"] = [
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+            ]
         names.append(key[1])
     return names
 
@@ -155,6 +162,23 @@ def test_a_pod_its_node_lost_spends_no_attempt() -> None:
     d.step()
     (again,) = d.sim.pods.values()
     assert again["metadata"]["name"] == lost  # the same attempt, again
+
+
+def test_a_pod_the_cluster_disrupted_spends_no_attempt() -> None:
+    """An eviction or a preemption kills the step with a non-zero exit, but the package did not
+    fail: the same attempt runs again and the node stays in progress."""
+    d = failing(retries=0)
+    d.step()
+    (disrupted,) = fail_pending(d, disrupted=True)
+    d.step()
+    assert ("skyhook", disrupted) not in d.sim.pods
+    assert restarts(d) == 0
+    assert d.node_status("scr", NODE) == "in_progress"
+    (delete,) = [a for a in deleted(d) if a.name == disrupted]
+    assert "DisruptionTarget" in delete.reason
+    d.step()
+    (again,) = d.sim.pods.values()
+    assert again["metadata"]["name"] == disrupted
 
 
 def test_a_failed_attempt_is_counted_once_and_not_relearned() -> None:

@@ -187,6 +187,9 @@ class PodView:
     mirror: bool = False
     created: datetime | None = None  # creationTimestamp: when an interrupt began
     reason: str = ""  # status.reason: DeadlineExceeded when the kubelet stopped it at its deadline
+    # Condition DisruptionTarget: the cluster ended it (an eviction, a preemption, the taint
+    # manager), not its own steps.
+    disrupted: bool = False
 
     @property
     def active(self) -> bool:
@@ -237,6 +240,10 @@ class PodView:
             mirror=_MIRROR_ANNOTATION in (meta.get("annotations") or {}),
             created=_parse_time(meta.get("creationTimestamp")),
             reason=_shared(status.get("reason") or ""),
+            disrupted=any(
+                c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                for c in status.get("conditions") or ()
+            ),
         )
 
 

@@ -153,7 +153,8 @@ def _failed_attempt(
     entry = entries[key]
     label = f"[{pkg.name}:{pkg.version}]"
     if not results.spent_an_attempt(pod):
-        decision.delete_pod(pod, "lost by its node: the attempt runs again")
+        lost = "disrupted (DisruptionTarget)" if pod.disrupted else "lost by its node"
+        decision.delete_pod(pod, f"{lost}: the attempt runs again")
         entries[key] = replace(entry, state=IN_PROGRESS)
         decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
         return decision

@@ -72,9 +72,12 @@ def outcome(pod: PodView) -> Outcome:
 
 def spent_an_attempt(pod: PodView) -> bool:
     """Did a failed stage pod use up one of the stage's attempts? Yes when a step failed (a
-    container ended with a non-zero exit) or the pod outlived its stageTimeout; no when its
-    node lost it (a reboot, a container status the node could not report) or the kubelet
-    refused it before anything ran: then the same attempt runs again."""
+    container ended with a non-zero exit) or the pod outlived its stageTimeout; no when the
+    cluster ended it (condition DisruptionTarget: an eviction, a preemption, its node's
+    shutdown), its node lost it (a reboot, a container status the node could not report) or
+    the kubelet refused it before anything ran: then the same attempt runs again."""
+    if pod.disrupted:
+        return False
     if pod.reason == DEADLINE_EXCEEDED:
         return True
     return any(
