@@ -194,3 +194,42 @@ def test_speaking_skyhook_no_other_runtime_taint_is_touched() -> None:
     d.run()
     # Upstream's newer taint is any other taint here: not tolerated, so the node waits.
     assert _node(d, "node-0000")["spec"]["taints"] == [TAINT, theirs]
+
+
+def test_with_reapply_on_reboot_the_taint_and_the_cordon_come_back_after_a_reboot() -> None:
+    """REAPPLY_ON_REBOOT with autoTaintNewNodes: a node someone else rebooted gets the
+    runtime-required taint back before its state is reset, so no workload lands before the
+    packages ran again; it comes off, and the cordon goes on, once they have."""
+    d = Driver(1, {"role": "gpu"}, replace(SETTINGS, reapply_on_reboot=True))
+    spec = {
+        **SEL,
+        "runtimeRequired": True,
+        "autoTaintNewNodes": True,
+        "runtimeRequiredCordonAfter": True,
+        "packages": {"alpha": package()},
+    }
+    d.sim.add_skyhook("scr", spec)
+    d.run()
+    assert _node(d, "node-0000")["spec"].get("taints") in ([], None)
+    assert _cordoned(d, "node-0000")
+    _node(d, "node-0000")["spec"]["unschedulable"] = False  # the admin let workloads in
+    d.run()
+    ran = len(d.stages_run())
+    d.sim.nodes["node-0000"]["status"]["nodeInfo"]["bootID"] = "someone-else-rebooted"
+    d.step()
+    # First the taint, with the state untouched: nothing runs on an untainted, reset node.
+    assert _node(d, "node-0000")["spec"]["taints"] == [TAINT]
+    assert d.entries("scr", "node-0000") == {"alpha|1.0.0": ("config", "complete")}
+    assert len(d.stages_run()) == ran
+    tainted_while_running = []
+    for _ in range(50):
+        d.step()
+        for key in d.pending_pods():
+            tainted_while_running.append(bool(_node(d, "node-0000")["spec"].get("taints")))
+            d.sim.finish_pod(key)
+        if not d.pending_pods() and len(d.stages_run()) > ran and not d.step().actions:
+            break
+    assert [s for _, _, s in d.stages_run()][ran:] == ["apply", "config"]
+    assert tainted_while_running and all(tainted_while_running)
+    assert _node(d, "node-0000")["spec"]["taints"] == []
+    assert _cordoned(d, "node-0000")

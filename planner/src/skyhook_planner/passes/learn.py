@@ -359,6 +359,16 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
         # Our own reboot interrupt never counts as "a reboot to reapply after": that would
         # reinstall, reboot again, and loop.
         if ctx.settings.reapply_on_reboot and not waiting:
+            if _untainted(ctx, node):
+                # The runtime-required taint goes back on first, so no workload lands before
+                # the packages ran again; the reset waits for it (the old boot id is kept, so
+                # the next pass sees the reboot again), and nothing starts here meanwhile.
+                boot_ids[node.name] = before
+                taint = ctx.settings.runtime_required_taint
+                out = decision.node(node.name)
+                out.add_taints.append(taint)
+                out.changes.annotations[keys.auto_taint_key(taint.key)] = "true"
+                continue
             decision.changes.states[node.name] = replace(work.state(node), entries={}, error="")
             decision.event(
                 "Node",
@@ -391,6 +401,16 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
             f"detected reboot of [{node.name}] for [{keys.SINGULAR}:{ctx.name}]",
         )
     return boot_ids, decision
+
+
+def _untainted(ctx: SkyhookContext, node: NodeView) -> bool:
+    """Does a rebooted node the Skyhook would taint as new (runtimeRequired and
+    autoTaintNewNodes) lack the runtime-required taint?"""
+    spec = ctx.scr.spec
+    if spec is None or not (spec.runtime_required and spec.auto_taint_new_nodes):
+        return False
+    taints = ctx.settings.runtime_required_taints
+    return not any(t.same_as(runtime) for runtime in taints for t in node.taints)
 
 
 def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | None) -> Step:
