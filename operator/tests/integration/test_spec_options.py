@@ -209,6 +209,64 @@ def test_runtime_required_cordon_after_cordons_as_the_taint_comes_off_and_outliv
     assert not cluster.node(node)["spec"].get("unschedulable")
 
 
+def test_after_a_reboot_to_reapply_the_taint_and_the_cordon_come_back_before_anything_runs(
+    cluster: Cluster,
+) -> None:
+    """REAPPLY_ON_REBOOT with autoTaintNewNodes: a node someone else reboots gets the
+    runtime-required taint back before its packages run again, keeps it while they run, and
+    is cordoned again as it comes off."""
+    assert cluster.operator is not None
+    cluster.operator.stop()
+    cluster.operator = cluster.start_operator(REAPPLY_ON_REBOOT="true")
+    (node,) = cluster.add_nodes(1)
+    cluster.skyhook(
+        "again",
+        {"pkg": agentless("1.0.0", sleep=1)},
+        runtimeRequired=True,
+        autoTaintNewNodes=True,
+        runtimeRequiredCordonAfter=True,
+    )
+    cluster.wait_complete("again", timeout=120)
+    body = {"spec": {"unschedulable": False}}  # the admin lets workloads in
+    cluster.kube.request("PATCH", cluster.kube.node_path(node), body, MERGE_PATCH)
+    wait_until(
+        lambda: (
+            keys.RUNTIME_REQUIRED_CORDON_ANNOTATION
+            not in (cluster.node(node)["metadata"].get("annotations") or {})
+        ),
+        30,
+        "the runtime-required cordon ended",
+    )
+    recording = cluster.record("again")
+    cluster.sandbox.reboot(node)
+
+    def tainted(obj: dict[str, Any]) -> bool:
+        return any(
+            (t["key"], t["effect"]) == RUNTIME_TAINT for t in obj["spec"].get("taints") or ()
+        )
+
+    def reapplied() -> bool:
+        pods = [p for _, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
+        done = keys.node_status_key("again")
+        last = node_versions(recording, node)[-1:]
+        return bool(pods) and bool(last) and last[0]["metadata"]["labels"].get(done) == "complete"
+
+    wait_until(reapplied, 120, "the packages ran again after the reboot")
+    versions = node_versions(recording, node)
+    first_pod = min(t for t, _, p in recording.of("pod") if p["spec"]["nodeName"] == node)
+    at_first_pod = [
+        o for t, _, o in recording.of("node") if o["metadata"]["name"] == node and t <= first_pod
+    ]
+    assert at_first_pod and tainted(at_first_pod[-1]), "a stage ran before the taint was back"
+    state = keys.node_state_key("again")
+    reset = [
+        o for o in versions if "pkg|1.0.0" not in (o["metadata"]["annotations"].get(state) or "")
+    ]
+    assert reset and all(tainted(o) for o in reset), "the state was reset on an untainted node"
+    wait_until(lambda: not tainted(cluster.node(node)), 30, "the taint off again")
+    assert cluster.node(node)["spec"].get("unschedulable") is True
+
+
 def test_batch_state_resets_on_completion_unless_the_policy_says_not_to(
     cluster: Cluster, policies: list[str]
 ) -> None:
