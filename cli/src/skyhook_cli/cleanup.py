@@ -7,9 +7,12 @@ Two things upstream's plugin leaves wrong are set right here:
 - The operator marks auto-tainted nodes with `autoTaint_<taint key>` (not `autoTaint_<skyhook>`).
   The marker is about the node, not one Skyhook, so it is removed only when no other Skyhook
   keeps state on the node; the node then looks new to the operator again.
-- A node this Skyhook cordoned (its cordon marker is set) is uncordoned, unless another
-  Skyhook's cordon marker is also set: without the marker the operator would take the cordon
-  for an administrator's and never lift it.
+- A node this Skyhook cordoned (its cordon marker is set) and still selects keeps the cordon
+  and the marker: the re-run finds it cordoned and lets go of it when done, so no workload
+  returns in between. A node it no longer selects (or a Skyhook gone) is uncordoned, unless
+  another Skyhook's cordon marker is also set: without the marker the operator would take
+  the cordon for an administrator's and never lift it. A kept cordon alone is not state to
+  reset.
 
 The runtime-required cordon (`runtimeRequiredCordon`, spec.runtimeRequiredCordonAfter) is
 neither removed nor lifted: it is no Skyhook's to lift.
@@ -39,9 +42,27 @@ def owned_annotations(skyhook: str) -> tuple[str, ...]:
 
 
 def has_state(annotations: Mapping[str, str], labels: Mapping[str, str], skyhook: str) -> bool:
-    return any(key in annotations for key in owned_annotations(skyhook)) or (
+    cordon = keys.cordon_key(skyhook)
+    return any(key in annotations for key in owned_annotations(skyhook) if key != cordon) or (
         keys.node_status_key(skyhook) in labels
     )
+
+
+def selector_text(node_selectors: Mapping[str, Any]) -> str:
+    """A Skyhook's nodeSelectors as a label selector query (`a=b,c in (d,e),!f`)."""
+    parts = [f"{key}={value}" for key, value in (node_selectors.get("matchLabels") or {}).items()]
+    for expression in node_selectors.get("matchExpressions") or ():
+        key, operator = expression.get("key", ""), expression.get("operator", "")
+        values = ",".join(expression.get("values") or ())
+        parts.append(
+            {
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }.get(operator, f"{key} {operator} ({values})")  # the apiserver names a bad one
+        )
+    return ",".join(parts)
 
 
 def reset_patch(
@@ -49,9 +70,16 @@ def reset_patch(
     annotations: Mapping[str, str],
     labels: Mapping[str, str],
     unschedulable: bool,
+    *,
+    keep_cordon: bool = False,
 ) -> dict[str, Any]:
-    """The merge patch that forgets `skyhook` on a node with these annotations and labels."""
-    remove: dict[str, Any] = {key: None for key in owned_annotations(skyhook) if key in annotations}
+    """The merge patch that forgets `skyhook` on a node with these annotations and labels.
+    `keep_cordon`: the Skyhook still selects the node (or could not be read), so its re-run
+    will let go of its cordon."""
+    owned = [key for key in owned_annotations(skyhook) if key in annotations]
+    if keep_cordon:
+        owned = [key for key in owned if key != keys.cordon_key(skyhook)]
+    remove: dict[str, Any] = dict.fromkeys(owned)
     others_with_state = [
         key
         for key in annotations
@@ -69,7 +97,8 @@ def reset_patch(
         if key.startswith(CORDON_PREFIX) and key != keys.cordon_key(skyhook)
     ]
     if (
-        keys.cordon_key(skyhook) in annotations
+        not keep_cordon
+        and keys.cordon_key(skyhook) in annotations
         and unschedulable
         and not other_cordons
         and keys.RUNTIME_REQUIRED_CORDON_ANNOTATION not in annotations

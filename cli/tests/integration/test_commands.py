@@ -19,7 +19,7 @@ from kubernetes import client
 from skyhook_cli import __version__
 from skyhook_schemas import keys
 
-from ..conftest import NAMESPACE, Result, node_state, wait_for
+from ..conftest import NAMESPACE, TEST_LABEL, Result, node_state, wait_for
 
 pytestmark = pytest.mark.sandbox
 
@@ -318,7 +318,7 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     skyhooks: Callable[..., Any],
     label: str,
 ) -> None:
-    first, second = nodes(2)
+    first, second, third = nodes(3)
     auto_taint = keys.auto_taint_key(keys.RUNTIME_REQUIRED_TAINT_KEY)
     owned = {
         keys.node_state_key(label): node_state(
@@ -344,6 +344,15 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
             auto_taint: "true",
         },
     )
+    # Cordoned by the Skyhook, which no longer selects it: nothing will re-run there.
+    annotate(
+        core,
+        third,
+        {keys.node_state_key(label): node_state(aa=("1.0.0", "interrupt", "in_progress")),
+         keys.cordon_key(label): "true"},
+        {TEST_LABEL: "elsewhere"},
+        unschedulable=True,
+    )  # fmt: skip
     skyhooks(label, {})
     set_compartments(
         custom,
@@ -375,10 +384,10 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
         label,
         {"status": {"nodeOrderOffset": 7, "nodePriority": {first: "2026-01-01T00:00:00Z"}}},
     )
-    summary = f"Skyhook: {label}\nNodes to reset (2):\n  - {first} (2 packages)\n  - {second} (1 packages)\n\nBatch state will also be reset (use --skip-batch-reset to preserve)\n"
+    summary = f"Skyhook: {label}\nNodes to reset (3):\n  - {first} (2 packages)\n  - {second} (1 packages)\n  - {third} (1 packages)\n\nBatch state will also be reset (use --skip-batch-reset to preserve)\n"
     dry = cli("reset", label, "--dry-run")
     assert (dry.code, dry.out) == (0, summary + "\n[dry-run] No changes applied\n")
-    question = f'\nThis will remove ALL package state for Skyhook "{label}" on 2 node(s).\nAll packages will re-run from the beginning.\nBatch state will be reset to start from batch 1.\nContinue? [y/N]: '
+    question = f'\nThis will remove ALL package state for Skyhook "{label}" on 3 node(s).\nAll packages will re-run from the beginning.\nBatch state will be reset to start from batch 1.\nContinue? [y/N]: '
     no_answer = cli("reset", label)
     assert (no_answer.code, no_answer.out, no_answer.err) == (
         1,
@@ -392,13 +401,17 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     done = cli("reset", label, stdin="YES\n")
     assert done.code == 0, done.err
     assert done.out.endswith(
-        f'\nSuccessfully reset 2 node(s) for Skyhook "{label}"\nBatch state reset for Skyhook "{label}"\n'
+        f'\nSuccessfully reset 3 node(s) for Skyhook "{label}"\nBatch state reset for Skyhook "{label}"\n'
     )
     annotations, labels, cordoned = node_meta(core, first)
-    assert not set(owned) & set(annotations)
+    assert set(owned) & set(annotations) == {keys.cordon_key(label)}
     assert auto_taint not in annotations  # no Skyhook keeps state: the node looks new again
     assert keys.node_status_key(label) not in labels
-    assert not cordoned  # it was this Skyhook's cordon
+    # Its cordon stays, with the marker: the re-run lifts it, and no workload returns before.
+    assert cordoned
+    annotations, _, cordoned = node_meta(core, third)
+    assert keys.cordon_key(label) not in annotations
+    assert not cordoned  # it was this Skyhook's cordon, and no re-run will come there
     assert auto_taint in node_meta(core, second)[0]  # "another" still has state there
     state = skyhook(custom, label)["status"]["compartmentStatuses"]["__default__"]["batchState"]
     order = skyhook(custom, label)["status"]

@@ -244,6 +244,30 @@ def test_node_reset_patch(
     assert ("spec" in patch) is uncordon
 
 
+def test_a_cordon_the_rerun_will_lift_is_kept_and_is_no_state_of_its_own() -> None:
+    annotations = {keys.node_state_key("s"): "{}", keys.cordon_key("s"): "true"}
+    patch = cleanup.reset_patch("s", annotations, {}, True, keep_cordon=True)
+    assert patch["metadata"]["annotations"] == {keys.node_state_key("s"): None}
+    assert "spec" not in patch  # still cordoned
+    assert not cleanup.has_state({keys.cordon_key("s"): "true"}, {}, "s")
+
+
+def test_node_selectors_read_as_a_label_selector_query() -> None:
+    selectors = {
+        "matchLabels": {"role": "gpu"},
+        "matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a", "b"]},
+            {"key": "pool", "operator": "NotIn", "values": ["x"]},
+            {"key": "ready", "operator": "Exists"},
+            {"key": "broken", "operator": "DoesNotExist"},
+        ],
+    }
+    assert cleanup.selector_text(selectors) == (
+        "role=gpu,zone in (a,b),pool notin (x),ready,!broken"
+    )
+    assert cleanup.selector_text({}) == ""
+
+
 @pytest.mark.parametrize(
     ("image", "tag"),
     [

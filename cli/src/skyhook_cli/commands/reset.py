@@ -33,15 +33,32 @@ def ask(app: App, lines: Sequence[str]) -> bool:
     return agreed
 
 
+def selected_now(app: App, skyhook: str) -> set[str] | None:
+    """The nodes the Skyhook selects now (none when it is gone); None when it cannot be read."""
+    try:
+        found = [s for s in app.kube.list_skyhooks() if s["metadata"]["name"] == skyhook]
+        if not found:
+            return set()
+        selector = cleanup.selector_text(found[0].get("spec", {}).get("nodeSelectors") or {})
+        return {node.metadata.name for node in app.kube.list_nodes(selector)}
+    except KubeError as error:
+        app.warn(f"Warning: {error}; the Skyhook's cordons are kept")
+        return None
+
+
 def reset_nodes(app: App, nodes: Sequence[Any], skyhook: str) -> list[str]:
-    """Patch each node; returns the failures as `<node>: <error>` lines."""
+    """Patch each node; returns the failures as `<node>: <error>` lines. A node the Skyhook
+    cordoned keeps that cordon where the Skyhook still selects it: its re-run lifts it."""
     failures = []
+    cordoned = [n for n in nodes if keys.cordon_key(skyhook) in (n.metadata.annotations or {})]
+    selected = selected_now(app, skyhook) if cordoned else set()
     for node in nodes:
         patch = cleanup.reset_patch(
             skyhook,
             node.metadata.annotations or {},
             node.metadata.labels or {},
             bool(node.spec and node.spec.unschedulable),
+            keep_cordon=selected is None or node.metadata.name in selected,
         )
         try:
             app.kube.patch_node(node.metadata.name, patch)
