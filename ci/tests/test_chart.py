@@ -192,7 +192,20 @@ def test_deployment_runs_two_elected_operator_replicas_rolled_out_new_first(
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert "affinity" not in pod["spec"]
+    # The replicas prefer different nodes, softly: a one-node cluster still runs both.
+    assert pod["spec"]["affinity"] == {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": deployment["spec"]["selector"],
+                    },
+                }
+            ]
+        }
+    }
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "https": 8443,
         "probes": 8081,
@@ -549,6 +562,7 @@ NON_DEFAULT: Obj = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
         },
+        "spreadReplicas": False,
         "lease": {"duration": 30, "renewDeadline": 20, "retryPeriod": 4},
         "tuning": {"drainTimeout": 900, "writeConcurrency": 32},
         "securityContext": {"readOnlyRootFilesystem": False},
