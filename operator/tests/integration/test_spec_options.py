@@ -237,31 +237,43 @@ def test_after_a_reboot_to_reapply_the_taint_and_the_cordon_come_back_before_any
         30,
         "the runtime-required cordon ended",
     )
+    boot = cluster.node(node)["status"]["nodeInfo"]["bootID"]
     recording = cluster.record("again")
     cluster.sandbox.reboot(node)
 
+    def rv(obj: dict[str, Any]) -> int:
+        return int(obj["metadata"]["resourceVersion"])
+
     def tainted(obj: dict[str, Any]) -> bool:
-        return any(
-            (t["key"], t["effect"]) == RUNTIME_TAINT for t in obj["spec"].get("taints") or ()
-        )
+        taints = obj["spec"].get("taints") or ()
+        return any((t["key"], t["effect"]) == RUNTIME_TAINT for t in taints)
+
+    def rebooted() -> list[dict[str, Any]]:
+        versions = node_versions(recording, node)
+        return [o for o in versions if o["status"]["nodeInfo"]["bootID"] != boot]
 
     def reapplied() -> bool:
-        pods = [p for _, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
-        done = keys.node_status_key("again")
-        last = node_versions(recording, node)[-1:]
-        return bool(pods) and bool(last) and last[0]["metadata"]["labels"].get(done) == "complete"
+        after = rebooted()
+        if not after or not new_pods(rv(after[0])):
+            return False
+        done = after[-1]["metadata"].get("labels", {}).get(keys.node_status_key("again"))
+        return done == "complete"
+
+    def new_pods(since: int) -> list[dict[str, Any]]:
+        """Stage pods first seen after `since` (the kept pods of the first run are older)."""
+        first: dict[str, dict[str, Any]] = {}
+        for _, _, pod in recording.of("pod"):
+            first.setdefault(pod["metadata"]["uid"], pod)
+        return [p for p in first.values() if rv(p) > since and p["spec"]["nodeName"] == node]
 
     wait_until(reapplied, 120, "the packages ran again after the reboot")
-    versions = node_versions(recording, node)
-    first_pod = min(t for t, _, p in recording.of("pod") if p["spec"]["nodeName"] == node)
-    at_first_pod = [
-        o for t, _, o in recording.of("node") if o["metadata"]["name"] == node and t <= first_pod
-    ]
-    assert at_first_pod and tainted(at_first_pod[-1]), "a stage ran before the taint was back"
+    after = rebooted()
+    assert any(tainted(o) for o in after), "the taint never came back after the reboot"
+    taint_rv = min(rv(o) for o in after if tainted(o))
+    pods = new_pods(rv(after[0]))
+    assert all(rv(p) > taint_rv for p in pods), "a stage pod was created before the taint"
     state = keys.node_state_key("again")
-    reset = [
-        o for o in versions if "pkg|1.0.0" not in (o["metadata"]["annotations"].get(state) or "")
-    ]
+    reset = [o for o in after if "pkg|1.0.0" not in (o["metadata"]["annotations"].get(state) or "")]
     assert reset and all(tainted(o) for o in reset), "the state was reset on an untainted node"
     wait_until(lambda: not tainted(cluster.node(node)), 30, "the taint off again")
     assert cluster.node(node)["spec"].get("unschedulable") is True
