@@ -41,11 +41,18 @@ def owned_annotations(skyhook: str) -> tuple[str, ...]:
     )
 
 
-def has_state(annotations: Mapping[str, str], labels: Mapping[str, str], skyhook: str) -> bool:
+def has_state(
+    annotations: Mapping[str, str],
+    labels: Mapping[str, str],
+    skyhook: str,
+    *,
+    cordon_counts: bool = True,
+) -> bool:
+    """Is there anything of `skyhook` to reset on the node? `cordon_counts` False: its cordon
+    marker alone is not (the Skyhook still selects the node, and its re-run will lift it)."""
     cordon = keys.cordon_key(skyhook)
-    return any(key in annotations for key in owned_annotations(skyhook) if key != cordon) or (
-        keys.node_status_key(skyhook) in labels
-    )
+    owned = [key for key in owned_annotations(skyhook) if cordon_counts or key != cordon]
+    return any(key in annotations for key in owned) or keys.node_status_key(skyhook) in labels
 
 
 def selector_text(node_selectors: Mapping[str, Any]) -> str:

@@ -318,7 +318,7 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     skyhooks: Callable[..., Any],
     label: str,
 ) -> None:
-    first, second, third = nodes(3)
+    first, second, third, fourth = nodes(4)
     auto_taint = keys.auto_taint_key(keys.RUNTIME_REQUIRED_TAINT_KEY)
     owned = {
         keys.node_state_key(label): node_state(
@@ -353,6 +353,14 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
         {TEST_LABEL: "elsewhere"},
         unschedulable=True,
     )  # fmt: skip
+    # Only the cordon is left (its Skyhook force-deleted once), on a node no longer selected.
+    annotate(
+        core,
+        fourth,
+        {keys.cordon_key(label): "true"},
+        {TEST_LABEL: "elsewhere"},
+        unschedulable=True,
+    )
     skyhooks(label, {})
     set_compartments(
         custom,
@@ -384,10 +392,10 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
         label,
         {"status": {"nodeOrderOffset": 7, "nodePriority": {first: "2026-01-01T00:00:00Z"}}},
     )
-    summary = f"Skyhook: {label}\nNodes to reset (3):\n  - {first} (2 packages)\n  - {second} (1 packages)\n  - {third} (1 packages)\n\nBatch state will also be reset (use --skip-batch-reset to preserve)\n"
+    summary = f"Skyhook: {label}\nNodes to reset (4):\n  - {first} (2 packages)\n  - {second} (1 packages)\n  - {third} (1 packages)\n  - {fourth} (0 packages)\n\nBatch state will also be reset (use --skip-batch-reset to preserve)\n"
     dry = cli("reset", label, "--dry-run")
     assert (dry.code, dry.out) == (0, summary + "\n[dry-run] No changes applied\n")
-    question = f'\nThis will remove ALL package state for Skyhook "{label}" on 3 node(s).\nAll packages will re-run from the beginning.\nBatch state will be reset to start from batch 1.\nContinue? [y/N]: '
+    question = f'\nThis will remove ALL package state for Skyhook "{label}" on 4 node(s).\nAll packages will re-run from the beginning.\nBatch state will be reset to start from batch 1.\nContinue? [y/N]: '
     no_answer = cli("reset", label)
     assert (no_answer.code, no_answer.out, no_answer.err) == (
         1,
@@ -401,7 +409,7 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     done = cli("reset", label, stdin="YES\n")
     assert done.code == 0, done.err
     assert done.out.endswith(
-        f'\nSuccessfully reset 3 node(s) for Skyhook "{label}"\nBatch state reset for Skyhook "{label}"\n'
+        f'\nSuccessfully reset 4 node(s) for Skyhook "{label}"\nBatch state reset for Skyhook "{label}"\n'
     )
     annotations, labels, cordoned = node_meta(core, first)
     assert set(owned) & set(annotations) == {keys.cordon_key(label)}
@@ -412,6 +420,8 @@ def test_reset_forgets_the_skyhook_and_restarts_batches(
     annotations, _, cordoned = node_meta(core, third)
     assert keys.cordon_key(label) not in annotations
     assert not cordoned  # it was this Skyhook's cordon, and no re-run will come there
+    annotations, _, cordoned = node_meta(core, fourth)
+    assert (keys.cordon_key(label) in annotations, cordoned) == (False, False)
     assert auto_taint in node_meta(core, second)[0]  # "another" still has state there
     state = skyhook(custom, label)["status"]["compartmentStatuses"]["__default__"]["batchState"]
     order = skyhook(custom, label)["status"]

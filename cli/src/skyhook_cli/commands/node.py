@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from skyhook_cli import cleanup, nodestate, output
+from skyhook_cli import nodestate, output
 from skyhook_cli.app import (
     App,
     CliError,
@@ -15,7 +15,7 @@ from skyhook_cli.app import (
     global_flags,
     require,
 )
-from skyhook_cli.commands.reset import ask, report, reset_nodes
+from skyhook_cli.commands.reset import ask, report, reset_nodes, resettable
 from skyhook_cli.kube import KubeError
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
@@ -269,23 +269,7 @@ def reset(patterns: tuple[str, ...], skyhook: str, confirm: bool) -> None:
     if not matched:
         app.say("No nodes matched the specified patterns")
         return
-    chosen: list[tuple[Any, int]] = []
-    for name in matched:
-        node = nodes[name]
-        annotations, labels = node.metadata.annotations or {}, node.metadata.labels or {}
-        if not cleanup.has_state(annotations, labels, skyhook):
-            continue
-        state: Entries = {}
-        text = annotations.get(keys.node_state_key(skyhook))
-        if text is not None:
-            try:
-                state = decode_entries(text)
-            except ValueError as error:
-                app.note(
-                    f"Warning: node {quote(name)} has invalid node state annotation; "
-                    f"resetting metadata with empty package state: {error}"
-                )
-        chosen.append((node, len(state)))
+    chosen, selected = resettable(app, [nodes[name] for name in matched], skyhook)
     if not chosen:
         app.say(f"No nodes have state for Skyhook {quote(skyhook)}")
         return
@@ -302,7 +286,7 @@ def reset(patterns: tuple[str, ...], skyhook: str, confirm: bool) -> None:
     ]
     if not confirm and not ask(app, lines):
         return
-    failures = reset_nodes(app, [node for node, _ in chosen], skyhook)
+    failures = reset_nodes(app, [node for node, _ in chosen], skyhook, selected)
     report(app, failures, skyhook, len(chosen))
     if failures:
         raise CliError(f"{len(failures)} of {len(chosen)} node(s) could not be reset")

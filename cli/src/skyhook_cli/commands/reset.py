@@ -46,12 +46,43 @@ def selected_now(app: App, skyhook: str) -> set[str] | None:
         return None
 
 
-def reset_nodes(app: App, nodes: Sequence[Any], skyhook: str) -> list[str]:
+def resettable(
+    app: App, nodes: Sequence[Any], skyhook: str
+) -> tuple[list[tuple[Any, int]], set[str] | None]:
+    """The nodes with anything of `skyhook` to reset, each with its package count (0 for a
+    nodeState that does not read: it is reset to nothing), and the nodes the Skyhook selects
+    now (None: it could not be read), asked only when a node carries its cordon marker. A
+    cordon marker alone counts only where no re-run will come to lift it."""
+    cordon = keys.cordon_key(skyhook)
+    marked = any(cordon in (n.metadata.annotations or {}) for n in nodes)
+    selected = selected_now(app, skyhook) if marked else set()
+    chosen = []
+    for node in nodes:
+        annotations, labels = node.metadata.annotations or {}, node.metadata.labels or {}
+        kept = selected is None or node.metadata.name in selected
+        if not cleanup.has_state(annotations, labels, skyhook, cordon_counts=not kept):
+            continue
+        packages = 0
+        text = annotations.get(keys.node_state_key(skyhook))
+        if text is not None:
+            try:
+                packages = len(decode_entries(text))
+            except ValueError as error:
+                app.note(
+                    f"Warning: node {quote(node.metadata.name)} has invalid node state "
+                    f"annotation; resetting metadata with empty package state: {error}"
+                )
+        chosen.append((node, packages))
+    return chosen, selected
+
+
+def reset_nodes(
+    app: App, nodes: Sequence[Any], skyhook: str, selected: set[str] | None
+) -> list[str]:
     """Patch each node; returns the failures as `<node>: <error>` lines. A node the Skyhook
-    cordoned keeps that cordon where the Skyhook still selects it: its re-run lifts it."""
+    cordoned keeps that cordon where the Skyhook still selects it (`selected`; None: every
+    node): its re-run lifts it."""
     failures = []
-    cordoned = [n for n in nodes if keys.cordon_key(skyhook) in (n.metadata.annotations or {})]
-    selected = selected_now(app, skyhook) if cordoned else set()
     for node in nodes:
         patch = cleanup.reset_patch(
             skyhook,
@@ -120,18 +151,7 @@ def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool, packag
     if package:
         reset_package(app, name, package, confirm)
         return
-    state_key = keys.node_state_key(name)
-    chosen: list[tuple[Any, int]] = []
-    for node in app.kube.list_nodes():
-        text = (node.metadata.annotations or {}).get(state_key)
-        if text is None:
-            continue
-        try:
-            chosen.append((node, len(decode_entries(text))))
-        except ValueError as error:
-            app.note(
-                f"Warning: skipping node {quote(node.metadata.name)} - invalid annotation: {error}"
-            )
+    chosen, selected = resettable(app, app.kube.list_nodes(), name)
     if not chosen:
         app.say(f"No nodes have state for Skyhook {quote(name)}")
         return
@@ -152,7 +172,7 @@ def command(args: tuple[str, ...], confirm: bool, skip_batch_reset: bool, packag
         lines.append("Batch state will be reset to start from batch 1.")
     if not confirm and not ask(app, lines):
         return
-    failures = reset_nodes(app, [node for node, _ in chosen], name)
+    failures = reset_nodes(app, [node for node, _ in chosen], name, selected)
     report(app, failures, name, len(chosen))
     if not skip_batch_reset:
         reset_batch_state(app, name)
