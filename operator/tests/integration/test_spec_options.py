@@ -63,6 +63,24 @@ def node_versions(recording: Recording, node: str) -> list[dict[str, Any]]:
     return [obj for _, _, obj in recording.of("node") if obj["metadata"]["name"] == node]
 
 
+def tainted(obj: dict[str, Any]) -> bool:
+    """Does this version of a node carry the runtime-required taint?"""
+    return any((t["key"], t["effect"]) == RUNTIME_TAINT for t in obj["spec"].get("taints") or ())
+
+
+def held_until_done(cluster: Cluster, name: str) -> None:
+    """A runtimeRequired Skyhook that taints new nodes and cordons them as the taint comes off,
+    complete on the test's nodes."""
+    cluster.skyhook(
+        name,
+        {"pkg": agentless("1.0.0", sleep=1)},
+        runtimeRequired=True,
+        autoTaintNewNodes=True,
+        runtimeRequiredCordonAfter=True,
+    )
+    cluster.wait_complete(name, timeout=120)
+
+
 def in_progress_peaks(recording: Recording, scr: str, groups: Iterable[set[str]]) -> list[int]:
     """For each group of nodes: the most of them in progress at once, by the status label."""
     status: dict[str, bool] = {}
@@ -136,18 +154,15 @@ def test_auto_taint_new_nodes_holds_each_new_node_until_its_packages_are_done(
     marker = keys.auto_taint_key(RUNTIME_TAINT[0])
     for node in (first, second):
         versions = [(t, o) for t, _, o in recording.of("node") if o["metadata"]["name"] == node]
-        tainted = [
-            any((t["key"], t["effect"]) == RUNTIME_TAINT for t in o["spec"].get("taints") or ())
-            for _, o in versions
-        ]
-        assert any(tainted), f"{node} was never tainted"
-        assert not tainted[-1], f"{node} is still tainted"
-        first_taint = tainted.index(True)
+        seen = [tainted(o) for _, o in versions]
+        assert any(seen), f"{node} was never tainted"
+        assert not seen[-1], f"{node} is still tainted"
+        first_taint = seen.index(True)
         tainted_at, obj = versions[first_taint]
         assert (obj["metadata"].get("annotations") or {}).get(marker) == "true"
         pods = [t for t, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
         assert pods and tainted_at < min(pods), f"{node} ran a stage pod before it was tainted"
-        untainted = tainted.index(False, first_taint)
+        untainted = seen.index(False, first_taint)
         labels = versions[untainted][1]["metadata"].get("labels") or {}
         done = labels.get(keys.node_status_key("tainted"))
         assert done == "complete", f"{node} lost its taint before it completed"
@@ -158,19 +173,8 @@ def test_runtime_required_cordon_after_cordons_as_the_taint_comes_off_and_outliv
 ) -> None:
     (node,) = cluster.add_nodes(1)
     recording = cluster.record("held")
-    cluster.skyhook(
-        "held",
-        {"pkg": agentless("1.0.0", sleep=1)},
-        runtimeRequired=True,
-        autoTaintNewNodes=True,
-        runtimeRequiredCordonAfter=True,
-    )
-    cluster.wait_complete("held", timeout=120)
+    held_until_done(cluster, "held")
     marker = keys.RUNTIME_REQUIRED_CORDON_ANNOTATION
-
-    def tainted(obj: dict[str, Any]) -> bool:
-        taints = obj["spec"].get("taints") or ()
-        return any((t["key"], t["effect"]) == RUNTIME_TAINT for t in taints)
 
     def untainted_version() -> dict[str, Any] | None:
         versions = [o for _, _, o in recording.of("node") if o["metadata"]["name"] == node]
@@ -219,14 +223,7 @@ def test_after_a_reboot_to_reapply_the_taint_and_the_cordon_come_back_before_any
     cluster.operator.stop()
     cluster.operator = cluster.start_operator(REAPPLY_ON_REBOOT="true")
     (node,) = cluster.add_nodes(1)
-    cluster.skyhook(
-        "again",
-        {"pkg": agentless("1.0.0", sleep=1)},
-        runtimeRequired=True,
-        autoTaintNewNodes=True,
-        runtimeRequiredCordonAfter=True,
-    )
-    cluster.wait_complete("again", timeout=120)
+    held_until_done(cluster, "again")
     body = {"spec": {"unschedulable": False}}  # the admin lets workloads in
     cluster.kube.request("PATCH", cluster.kube.node_path(node), body, MERGE_PATCH)
     wait_until(
@@ -243,10 +240,6 @@ def test_after_a_reboot_to_reapply_the_taint_and_the_cordon_come_back_before_any
 
     def rv(obj: dict[str, Any]) -> int:
         return int(obj["metadata"]["resourceVersion"])
-
-    def tainted(obj: dict[str, Any]) -> bool:
-        taints = obj["spec"].get("taints") or ()
-        return any((t["key"], t["effect"]) == RUNTIME_TAINT for t in taints)
 
     def rebooted() -> list[dict[str, Any]]:
         versions = node_versions(recording, node)
