@@ -191,6 +191,36 @@ def test_similar_skyhook_messages_beyond_the_limit_bump_one_combined_event() -> 
     assert more.event.message == COMBINED_PREFIX + applying("n99").message
 
 
+def test_messages_older_than_the_window_no_longer_count_towards_the_limit() -> None:
+    """A rollout a window apart: the second one's messages read on their own again, while one
+    still within the window keeps the count that combines."""
+    correlator = Correlator(first_delay=0.0, similar_limit=3, window=600.0)
+    for i in range(3):
+        sent(correlator, applying(f"early{i}"), now=float(i))
+    (combined,) = sent(correlator, applying("late"), now=300.0)
+    assert combined.event.message.startswith(COMBINED_PREFIX)
+    # At 650 s the three early messages are past the window; "late" (300 s) is not.
+    (alone,) = sent(correlator, applying("again"), now=650.0)
+    assert alone.event.message == applying("again").message
+    assert (
+        sent(correlator, applying("more"), now=651.0)[0].event.message == applying("more").message
+    )
+    assert sent(correlator, applying("over"), now=652.0) == []  # gathered for a second
+    (over,) = correlator.take(653.0)[0]
+    assert (over.name, over.count) == (combined.name, 2)
+    assert over.event.message == COMBINED_PREFIX + applying("over").message
+
+
+def test_a_repeated_message_counts_from_its_latest_occurrence() -> None:
+    correlator = Correlator(first_delay=0.0, similar_limit=3, window=600.0)
+    for at, node in ((0.0, "a"), (1.0, "b"), (2.0, "c"), (500.0, "a")):
+        sent(correlator, applying(node), now=at)
+    # b and c have left the window, a (500 s) has not: two distinct messages, not combined.
+    writes = sent(correlator, applying("d"), now=650.0)
+    assert applying("d").message in [w.event.message for w in writes]
+    assert not [w for w in writes if w.event.message.startswith(COMBINED_PREFIX)]
+
+
 def test_node_events_are_never_combined() -> None:
     correlator = Correlator(first_delay=0.0, similar_limit=2)
     messages = [f"Applying package [p:{i}] from [skyhook:s] stage [apply]" for i in range(5)]

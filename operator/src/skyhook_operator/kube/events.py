@@ -149,7 +149,8 @@ class Correlator:
         self.max_records = max_records
         # Ordered by last occurrence, so the records to forget are at the front.
         self._records: OrderedDict[_Key, _Record] = OrderedDict()
-        self._messages: dict[tuple[Subject, str, str], dict[str, float]] = {}
+        # Per subject, type and reason: its distinct messages, oldest occurrence first.
+        self._messages: dict[tuple[Subject, str, str], OrderedDict[str, float]] = {}
         self._due: list[tuple[float, int, _Key]] = []  # heap of (due, ticket, key)
         self._tickets = 0
         self._early: list[Write] = []  # pending writes of records forgotten before they were due
@@ -214,11 +215,13 @@ class Correlator:
     def _aggregated(self, event: Event, now: float) -> Event:
         if event.subject.kind in ONE_EVENT_PER_REASON:
             return event
-        seen = self._messages.setdefault((event.subject, event.type, event.reason), {})
-        for message, at in list(seen.items()):
-            if now - at > self.window:
-                del seen[message]
+        seen = self._messages.setdefault((event.subject, event.type, event.reason), OrderedDict())
+        # Only the oldest can have left the window: one per node otherwise made a rollout's
+        # Events quadratic in its nodes.
+        while seen and now - next(iter(seen.values())) > self.window:
+            seen.popitem(last=False)
         seen[event.message] = now
+        seen.move_to_end(event.message)
         if len(seen) > self.similar_limit:
             return replace(event, message=COMBINED_PREFIX + event.message)
         return event
