@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from skyhook_planner.model.snapshot import (
+    BY_NAME,
+    BY_NAMESPACE_AND_NAME,
     ClusterSnapshot,
     ConfigMapView,
     EvictionRefusal,
@@ -201,19 +203,19 @@ class ClusterStore:
         def merged(name: str, overlay: Overlay[View]) -> list[View]:
             return overlay.merge(index_values(self.indexes.get(name, {})))
 
-        nodes = sorted(merged("node_index", self.nodes), key=lambda n: n.name)
-        pods = sorted(merged("pod_index", self.pods), key=lambda p: (p.namespace, p.name))
+        nodes = sorted(merged("node_index", self.nodes), key=BY_NAME)
+        pods = sorted(merged("pod_index", self.pods), key=BY_NAMESPACE_AND_NAME)
         # Policies are only read, never written by us: the index alone is current.
         policies: list[PolicyView] = [
             v.view for v in index_values(self.indexes.get("policy_index", {})) if v.view
         ]
-        skyhooks = tuple(sorted(merged("skyhook_index", self.skyhooks), key=lambda s: s.name))
+        skyhooks = tuple(sorted(merged("skyhook_index", self.skyhooks), key=BY_NAME))
         return ClusterSnapshot(
             skyhooks=skyhooks,
             nodes=tuple(nodes),
             pods=tuple(pods),
             configmaps=tuple(merged("configmap_index", self.configmaps)),
-            policies=tuple(sorted(policies, key=lambda p: p.name)),
+            policies=tuple(sorted(policies, key=BY_NAME)),
             refusals=self.refusals.current(s.name for s in skyhooks),
             eviction_refusals=self.eviction_refusals(),
         )

@@ -28,6 +28,7 @@ from skyhook_planner.model.actions import (
 )
 from skyhook_planner.model.effects import node_patched
 from skyhook_planner.model.snapshot import (
+    BY_NAMESPACE_AND_NAME,
     ClusterSnapshot,
     ConfigMapView,
     NodeView,
@@ -204,17 +205,19 @@ class NodeReplay:
             self._created.settle()
             self._deleting.settle()
             return stored
-        pods: list[PodView] = []
+        pods = list(stored)
         seen: set[PodKey] = set()
-        for pod in stored:
+        names = {name for _, name in pending}  # most pods have none: no key tuple for them
+        for i, pod in enumerate(stored):
+            if pod.name not in names:
+                continue
             key = (pod.namespace, pod.name)
             action = pending.get(key)
-            shown = pod  # unless deleted: a create of a pod that exists leaves the one it has
             if action is not None:
                 seen.add(key)
+                # Unless deleted, a pod stays as it is: a create of a pod that exists leaves it.
                 if isinstance(action, DeletePod) and not pod.deleting:
-                    shown = self._deleting.of(pod, lambda p: replace(p, deleting=True))
-            pods.append(shown)
+                    pods[i] = self._deleting.of(pod, lambda p: replace(p, deleting=True))
         added = False
         for key, action in pending.items():
             if key not in seen and isinstance(action, CreatePod):
@@ -223,7 +226,7 @@ class NodeReplay:
         self._created.settle()
         self._deleting.settle()
         if added:
-            pods.sort(key=lambda p: (p.namespace, p.name))
+            pods.sort(key=BY_NAMESPACE_AND_NAME)
         return tuple(pods)
 
     def _replay_configmaps(

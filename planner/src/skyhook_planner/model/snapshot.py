@@ -7,6 +7,7 @@ the decoding, so there is one decoder per kind. A view keeps only what a decisio
 from __future__ import annotations
 
 import hashlib
+import operator
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -371,6 +372,12 @@ class EvictionRefusal:
     uid: str
     detail: str  # the apiserver's message, naming the budget
     at: datetime
+
+
+# The snapshot's order: objects by name, pods by namespace and name (C-level keys: a pass sorts
+# every node and pod).
+BY_NAME = operator.attrgetter("name")
+BY_NAMESPACE_AND_NAME = operator.attrgetter("namespace", "name")
 
 
 @dataclass(frozen=True)
