@@ -20,6 +20,7 @@ pass; the working state stays behind.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -372,14 +373,20 @@ def _node_inputs(
     recorded = scr.status.node_boot_ids
     pods_on_node = index.pods_on_node
     return {
-        node.name: NodeInputs(
-            node,
-            pods_on_node.get(node.name, ()),
-            tuple(complete.get(node.name) for complete in ahead) if ahead else (),
-            recorded.get(node.name),
+        node.name: _new_inputs(
+            (
+                node,
+                pods_on_node.get(node.name, ()),
+                tuple(complete.get(node.name) for complete in ahead) if ahead else (),
+                recorded.get(node.name),
+            )
         )
         for node in rollout.matched
     }
+
+
+# NodeInputs built without its generated Python constructor: one per selected node per pass.
+_new_inputs = functools.partial(tuple.__new__, NodeInputs)
 
 
 def _ahead(index: PassIndex, scr: SkyhookView) -> tuple[SkyhookView, ...]:
