@@ -32,16 +32,19 @@ class CliError(Exception):
 
 def operator_namespace(kube: Kube, warn: Callable[[str], None]) -> str:
     """Where `kubectl nodewright` finds the operator when not told: `nodewright`, else
-    `skyhook` (saying so), else `nodewright`. A namespace it may not list is passed over."""
-    for namespace in ("nodewright", DEFAULT_NAMESPACE):
+    `skyhook`, else wherever a cluster-wide list finds it (saying so in both cases), else
+    `nodewright`. A namespace, or a cluster-wide list, it may not read is passed over."""
+    for namespace in ("nodewright", DEFAULT_NAMESPACE, ""):
         try:
             deployments = kube.list_deployments(namespace)
         except KubeError:
             continue
-        if any(looks_like_skyhook(d) for d in deployments):
-            if namespace != "nodewright":
-                warn(f"using the operator in namespace {quote(namespace)} (pass -n to choose)")
-            return namespace
+        found = next((d for d in deployments if looks_like_skyhook(d)), None)
+        if found is not None:
+            where = namespace or found.metadata.namespace
+            if where != "nodewright":
+                warn(f"using the operator in namespace {quote(where)} (pass -n to choose)")
+            return str(where)
     return "nodewright"
 
 

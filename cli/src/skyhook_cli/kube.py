@@ -336,6 +336,14 @@ class Kube:
             response.release_conn()
 
     def list_deployments(self, namespace: str) -> list[Any]:
+        """The deployments in `namespace`; "" lists every namespace's."""
+        if not namespace:
+            return list(
+                self._call(
+                    "listing deployments in every namespace",
+                    self.apps.list_deployment_for_all_namespaces,
+                ).items
+            )
         return list(
             self._call(
                 f"listing deployments in namespace {_q(namespace)}",

@@ -12,10 +12,10 @@ from skyhook_cli.app import operator_namespace
 from skyhook_cli.kube import Kube, KubeError
 
 
-def deployment(image: str) -> Any:
+def deployment(image: str, namespace: str = "") -> Any:
     container = SimpleNamespace(image=image)
     spec = SimpleNamespace(template=SimpleNamespace(spec=SimpleNamespace(containers=[container])))
-    return SimpleNamespace(spec=spec, metadata=SimpleNamespace(labels={}))
+    return SimpleNamespace(spec=spec, metadata=SimpleNamespace(labels={}, namespace=namespace))
 
 
 class Listing:
@@ -25,8 +25,15 @@ class Listing:
         self.found, self.refused = found, refused
 
     def list_deployments(self, namespace: str) -> list[Any]:
+        """ "" lists every namespace, as the cluster-wide list does."""
         if namespace in self.refused:
             raise KubeError(f"listing deployments in namespace {namespace!r}: forbidden")
+        if not namespace:
+            return [
+                deployment(d.spec.template.spec.containers[0].image, where)
+                for where, found in self.found.items()
+                for d in found
+            ]
         return self.found.get(namespace, [])
 
 
@@ -42,10 +49,17 @@ def test_the_nodewright_namespace_first_then_skyhook_saying_so() -> None:
     assert said == ['using the operator in namespace "skyhook" (pass -n to choose)']
 
 
+def test_elsewhere_the_cluster_wide_list_finds_it_saying_so() -> None:
+    said: list[str] = []
+    elsewhere = Listing({"web": [deployment("nginx")], "platform-ops": [OPERATOR]})
+    assert operator_namespace(elsewhere, said.append) == "platform-ops"  # type: ignore[arg-type]
+    assert said == ['using the operator in namespace "platform-ops" (pass -n to choose)']
+
+
 def test_nothing_found_or_nothing_listable_means_nodewright() -> None:
     said: list[str] = []
     assert operator_namespace(Listing({}), said.append) == "nodewright"  # type: ignore[arg-type]
-    hidden = Listing({"skyhook": [OPERATOR]}, refused={"nodewright", "skyhook"})
+    hidden = Listing({"skyhook": [OPERATOR]}, refused={"nodewright", "skyhook", ""})
     assert operator_namespace(hidden, said.append) == "nodewright"  # type: ignore[arg-type]
     assert said == []
 
