@@ -62,6 +62,15 @@ def test_the_manifest_names_each_archive_by_url_and_digest(built: Path) -> None:
     assert platform["uri"] == f"{RELEASES}/cli%2Fv{version}/{archive.name}"
     assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert platform["bin"] == "kubectl-skyhook"
+    # kubectl nodewright: its own krew plugin, from the same archives.
+    other = yaml.safe_load((built / "nodewright.yaml").read_text())
+    assert other["metadata"]["name"] == "nodewright"
+    (same,) = other["spec"]["platforms"]
+    assert (same["uri"], same["sha256"], same["bin"]) == (
+        platform["uri"],
+        platform["sha256"],
+        "kubectl-nodewright",
+    )
     wheels = sorted(p.name.split("-")[0] for p in built.glob("*.whl"))
     assert wheels == ["skyhook_cli", "skyhook_planner", "skyhook_schemas"]
 
@@ -82,6 +91,11 @@ def test_the_archive_runs_the_plugin_on_a_python_without_our_packages(
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert missing.returncode == 1 and "initializing kubernetes client" in missing.stderr
+    # The same archive's kubectl-nodewright speaks nodewright.nvidia.com.
+    nodewright = [tmp_path / "kubectl-nodewright", "pause", "x", "--help"]
+    shown = subprocess.run(nodewright, env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "Usage: nodewright pause" in shown.stdout
 
     # A Python the archive has no libraries for is told so.
     shutil.move(tmp_path / "lib" / f"cp{PYTHON.replace('.', '')}", tmp_path / "lib" / "cp30")
