@@ -345,7 +345,8 @@ class _PodSettings(BaseSettings):
         _meta(
             "REAPPLY_ON_REBOOT",
             "When a node's bootID changes outside an interrupt, forget its state for every "
-            "SCR so all packages run again.",
+            "SCR so all packages run again. A runtimeRequired SCR with autoTaintNewNodes first "
+            "puts the runtime-required taint back on the node; the reset waits for it.",
         ),
         default=_PLANNER.reapply_on_reboot,
     )
@@ -473,7 +474,9 @@ class _PassSettings(BaseSettings):
         _meta(
             "JOB_BACKOFF_LIMIT",
             "How many times a failed stage is tried again before it is left erroring until the "
-            "package is edited, rerun or reset; 0: one attempt only.",
+            "package is edited, rerun or reset; 0: one attempt only. A pod the cluster ended "
+            "(condition `DisruptionTarget`: an eviction, a preemption) or its node lost spends "
+            "no attempt: the same attempt runs again.",
         ),
         default=_PLANNER.stage_retries,
     )
