@@ -61,6 +61,10 @@ class NodeView:
     # been NotReady, for reboot deadlines (rules/deadlines.py)
     ready_since: datetime | None = None
 
+    def carries_any(self, taints: tuple[Taint, ...]) -> bool:
+        """Does the node carry one of `taints` (matched by key and effect)?"""
+        return any(mine.same_as(taint) for taint in taints for mine in self.taints)
+
     @classmethod
     def from_api(cls, obj: JsonDict) -> NodeView:
         meta = obj.get("metadata") or {}

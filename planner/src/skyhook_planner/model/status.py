@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from skyhook_planner.model.times import stamp
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import (
     BLOCKED,
@@ -164,7 +165,7 @@ def condition(
         "status": "True" if status else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": stamp(now),
         "observedGeneration": generation,
     }
 

@@ -18,6 +18,7 @@ from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
 from skyhook_planner.model.waiting import Reason
+from skyhook_schemas import keys
 
 PodKey = tuple[str, str]
 
@@ -34,6 +35,12 @@ class NodeOut:
     actions: list[Action] = field(default_factory=list)  # after the node patch
     conditions: list[NodeCondition] = field(default_factory=list)
     drop_conditions: list[str] = field(default_factory=list)
+
+    def taint_as_new(self, taint: Taint) -> None:
+        """autoTaintNewNodes: add the runtime-required taint, marked as ours to lift."""
+        if taint not in self.add_taints:
+            self.add_taints.append(taint)
+            self.changes.annotations[keys.auto_taint_key(taint.key)] = "true"
 
     def merge(self, other: NodeOut) -> None:
         self.changes.merge(other.changes)

@@ -364,10 +364,7 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
                 # the packages ran again; the reset waits for it (the old boot id is kept, so
                 # the next pass sees the reboot again), and nothing starts here meanwhile.
                 boot_ids[node.name] = before
-                taint = ctx.settings.runtime_required_taint
-                out = decision.node(node.name)
-                out.add_taints.append(taint)
-                out.changes.annotations[keys.auto_taint_key(taint.key)] = "true"
+                decision.node(node.name).taint_as_new(ctx.settings.runtime_required_taint)
                 continue
             decision.changes.states[node.name] = replace(work.state(node), entries={}, error="")
             decision.event(
@@ -409,8 +406,7 @@ def _untainted(ctx: SkyhookContext, node: NodeView) -> bool:
     spec = ctx.scr.spec
     if spec is None or not (spec.runtime_required and spec.auto_taint_new_nodes):
         return False
-    taints = ctx.settings.runtime_required_taints
-    return not any(t.same_as(runtime) for runtime in taints for t in node.taints)
+    return not node.carries_any(ctx.settings.runtime_required_taints)
 
 
 def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | None) -> Step:

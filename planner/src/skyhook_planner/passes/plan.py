@@ -104,12 +104,9 @@ def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:
                 new
                 and spec.node_selector.matches(node.labels)
                 # One that joined with the other group's runtime taint is tainted already.
-                and not any(t.same_as(runtime) for runtime in runtime_taints for t in node.taints)
+                and not node.carries_any(runtime_taints)
             ):
-                out = decision.node(node.name)
-                if taint not in out.add_taints:
-                    out.add_taints.append(taint)
-                    out.changes.annotations[keys.auto_taint_key(taint.key)] = "true"
+                decision.node(node.name).taint_as_new(taint)
     return decision
 
 

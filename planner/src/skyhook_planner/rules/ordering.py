@@ -15,6 +15,7 @@ from datetime import datetime
 
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.spec import Package
+from skyhook_planner.model.times import stamp
 from skyhook_planner.model.vocabulary import LabelSelector
 
 _EPOCH = datetime.min
@@ -95,7 +96,7 @@ def runnable(
 
 
 def picked_at(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(now)
 
 
 def _in_pick_order(priority: Mapping[str, str]) -> list[str]:
