@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import configparser
+import socket
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_sandbox import gomod, podenv, podstatus, versions
+from skyhook_sandbox import gomod, podenv, podstatus, processes, versions
 from skyhook_sandbox.images import (
     ImageMap,
     ImageMapError,
@@ -237,3 +238,13 @@ def test_ci_runs_the_newest_release_the_sandbox_supports():
     setenv = tox["testenv:kubernetes-newest"]["setenv"]
     assert f"SKYHOOK_KUBERNETES = {versions.NEWEST}" in setenv
     assert (versions.OLDEST, versions.NEWEST) == ("1.34", "1.37")
+
+
+def test_the_ports_handed_out_are_distinct_bindable_and_outside_the_ephemeral_range():
+    """One operator asks for its metrics, probe and webhook ports in a row; two of them the same
+    and it cannot start. A port in the ephemeral range can be taken by any outgoing connection."""
+    ports = [processes.free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 < port < 32768 for port in ports)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", processes.free_port()))

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 import yaml
 
 from skyhook_operator.kube.client import MERGE_PATCH, ApiError, Json, Kube, connect
+from skyhook_sandbox.processes import free_port
 from skyhook_schemas import keys
 from skyhook_schemas.crds import CRD_PATHS
 
@@ -308,13 +308,6 @@ def _wait_until_webhooks_are_not_called(kube: Kube, seconds: float = 10.0) -> No
         except OSError:  # the sandbox is gone already
             return
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- reading what the operator wrote ------------------------------------------------------------

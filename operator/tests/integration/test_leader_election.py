@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 
-from skyhook_dev.harness import OperatorProcess, free_port, lease_holder, wait_until
+from skyhook_dev.harness import OperatorProcess, lease_holder, wait_until
 from skyhook_operator.settings import load_settings
+from skyhook_sandbox.processes import free_port
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE

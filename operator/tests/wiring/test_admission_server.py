@@ -19,11 +19,11 @@ from typing import Any, cast
 import aiohttp
 import jsonpatch
 
-from skyhook_dev.harness import free_port
 from skyhook_operator.admission import Admission, serve
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.artifacts import ArtifactFetcher
 from skyhook_operator.kube.client import AsyncKube
+from skyhook_sandbox.processes import free_port
 
 VALIDATE = "/validate-skyhook-nvidia-com-v1alpha1-skyhook"
 MUTATE = "/mutate-skyhook-nvidia-com-v1alpha1-skyhook"

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from skyhook_dev.harness import free_port
 from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.reviews import UNAUTHORIZED, ReviewFailed, Verdict
 from skyhook_operator.observability import Secure, ServingTls, Telemetry, serve
+from skyhook_sandbox.processes import free_port
 
 
 @dataclass

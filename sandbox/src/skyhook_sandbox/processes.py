@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,11 +22,28 @@ class ManagedProcess:
     log: str
 
 
+# Below the kernel's ephemeral range (32768 and up by default): a port the kernel picks for
+# bind(0) can go to the next outgoing connection, or to the next bind(0), before its server
+# binds it.
+_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+_chooser = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A port that is free now; chosen at start so parallel sandboxes never share one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port nothing listens on now and that this process has not handed out before,
+    so the several servers one sandbox or operator starts never get the same one."""
+    while True:
+        port = _chooser.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 def spawn(
