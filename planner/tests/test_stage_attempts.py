@@ -189,8 +189,29 @@ def test_a_failed_attempt_is_counted_once_and_not_relearned() -> None:
     assert restarts(d) == 1
     quiet = d.step()
     assert not [a for a in quiet.actions if not isinstance(a, EmitEvent)]
-    assert not [e for e in quiet.actions if isinstance(e, EmitEvent) and "erroring" in e.message]
+    assert not [e for e in quiet.actions if isinstance(e, EmitEvent) and e.action == "JobFailed"]
     assert restarts(d) == 1
+
+
+def test_every_event_of_a_stage_that_fails_then_completes_has_a_reason_and_an_action() -> None:
+    """As upstream v0.18+ names them: a failed attempt is `State`/`JobFailed` (a Warning of its
+    own), a completed stage `State`/`JobComplete`, the node's completion `MarkComplete`."""
+    d = failing(retries=3)
+    d.step()
+    fail_pending(d)
+    d.run(max_steps=60)
+    said = [(e.kind, e.reason, e.action, e.type) for e in events(d)]
+    assert all(action for _, _, action, _ in said), said
+    assert ("Node", "State", "JobFailed", "Warning") in said
+    assert said.index(("Node", "State", "JobFailed", "Warning")) < said.index(
+        ("Node", "State", "JobComplete", "Normal")
+    )
+    assert ("Node", "State", "MarkComplete", "Normal") in said
+    assert ("Node", "Apply", "StartStage", "Normal") in said
+    assert ("Skyhook", "State", "Transition", "Normal") in said
+    failed = next(e for e in events(d) if e.action == "JobFailed")
+    assert failed.message.startswith("Package [alpha:1.0.0] stage apply failed on [skyhook:scr]")
+    assert "attempt 1 of 4 failed (pod " in failed.message
 
 
 def test_editing_the_package_unparks_the_stage_and_clears_the_kept_pods() -> None:

@@ -213,6 +213,16 @@ def _pods_configmaps_events_and_metrics_speak_nodewright(
     assert any(f"[nodewright:{name}]" in m for m in messages), messages
     assert f"NodeWright [{name}] complete." in messages, messages
     assert not [m for m in messages if f"skyhook:{name}" in m or f"Skyhook [{name}]" in m]
+    # As upstream v0.18+'s users read them: events.k8s.io/v1, an action beside each reason.
+    read = kube.request("GET", "/apis/events.k8s.io/v1/namespaces/default/events")["items"]
+    mine = [e for e in read if name in (e.get("note") or "") or e["regarding"]["name"] == name]
+    actions = {(e["regarding"]["kind"], e["reason"], e.get("action")) for e in mine}
+    assert {
+        ("Node", "Apply", "StartStage"),
+        ("Node", "State", "MarkComplete"),
+        ("NodeWright", "Interrupt", "InterruptNode"),
+        ("NodeWright", "State", "Transition"),
+    } <= actions, actions
 
 
 def test_a_bad_nodewright_is_refused_by_the_nodewright_webhook(

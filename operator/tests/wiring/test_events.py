@@ -20,10 +20,13 @@ from skyhook_operator.kube.events import (
     Recorder,
     Subject,
     Write,
+    body,
 )
 
 NODE = Subject("Node", "n1")
 SCR = Subject("Skyhook", "s1")
+START = {"action": "StartStage"}
+DONE = {"action": "JobComplete"}
 
 
 def applying(node: str, stage: str = "apply") -> Event:
@@ -129,42 +132,42 @@ def test_an_occurrence_after_the_interval_waits_only_to_gather_its_pass() -> Non
 
 def test_a_typical_node_rollout_costs_two_requests() -> None:
     """Apply starts; at 2 s it completes and config starts; at 4 s config completes and the
-    node is complete: the first write waits 5 s, so each reason is one POST of its full count."""
+    node is complete: the first write waits 5 s, so each reason is one POST of its full count,
+    with the latest occurrence's message and action."""
     correlator = Correlator()
-    for at, event in (
-        (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]")),
-        (2.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
-        (2.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [config]")),
-        (4.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
-        (4.0, Event(NODE, "State", "Skyhook [s] complete.")),
-    ):
+    for at, event in TYPICAL_NODE:
         correlator.add(event, at)
         assert correlator.take(at)[0] == []
     apply, wait = correlator.take(5.0)
-    assert [(w.create, w.event.reason, w.count) for w in apply] == [(True, "Apply", 4)]
-    assert apply[0].event.message == "Package [p:1] state complete on [skyhook:s]"
-    assert wait == pytest.approx(4.0)
-    state, wait = correlator.take(9.0)
-    assert [(w.create, w.event.reason, w.count) for w in state] == [(True, "State", 1)]
+    assert [(w.create, w.event.reason, w.count) for w in apply] == [(True, "Apply", 2)]
+    assert body(apply[0])["action"] == "StartStage"
+    assert body(apply[0])["message"] == "Applying package [p:1] from [skyhook:s] stage [config]"
+    assert wait == pytest.approx(2.0)
+    state, wait = correlator.take(7.0)
+    assert [(w.create, w.event.reason, w.count) for w in state] == [(True, "State", 3)]
+    assert (body(state[0])["message"], body(state[0])["action"]) == (
+        "Skyhook [s] complete.",
+        "MarkComplete",
+    )
     assert wait is None
 
 
-def test_without_a_first_delay_the_same_rollout_costs_three() -> None:
-    state = Event(NODE, "State", "Skyhook [s] complete.")
-    writes = run(
-        Correlator(first_delay=0.0),
-        [
-            (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]")),
-            (2.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
-            (2.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [config]")),
-            (4.0, Event(NODE, "Apply", "Package [p:1] state complete on [skyhook:s]")),
-            (4.0, state),
-        ],
-    )
+TYPICAL_NODE = (
+    (0.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [apply]", **START)),
+    (2.0, Event(NODE, "State", "Package [p:1] state complete on [skyhook:s]", **DONE)),
+    (2.0, Event(NODE, "Apply", "Applying package [p:1] from [skyhook:s] stage [config]", **START)),
+    (4.0, Event(NODE, "State", "Package [p:1] state complete on [skyhook:s]", **DONE)),
+    (4.0, Event(NODE, "State", "Skyhook [s] complete.", action="MarkComplete")),
+)
+
+
+def test_without_a_first_delay_the_same_rollout_costs_four() -> None:
+    writes = run(Correlator(first_delay=0.0), list(TYPICAL_NODE))
     assert [(w.create, w.event.reason, w.count) for _, w in writes] == [
         (True, "Apply", 1),
         (True, "State", 1),
-        (False, "Apply", 4),
+        (False, "Apply", 2),
+        (False, "State", 3),
     ]
 
 
@@ -288,7 +291,7 @@ async def _recorder_timer() -> None:
     )
     recorder.record(Event(NODE, "Apply", "start"))
     await asyncio.sleep(0.01)  # the recorder sends in the background
-    recorder.record(Event(NODE, "Apply", "done"))
+    recorder.record(Event(NODE, "Apply", "done", action="JobComplete"))
     recorder.record(Event(NODE, "State", "complete"))
     await asyncio.sleep(0.01)
     assert [(m, b["reason"]) for m, b in requests.sent] == [("POST", "Apply"), ("POST", "State")]
@@ -297,7 +300,12 @@ async def _recorder_timer() -> None:
         assert time.monotonic() < stop, "the timer's PATCH"
         await asyncio.sleep(0.05)
     assert patched == [
-        {"count": 2, "lastTimestamp": patched[0]["lastTimestamp"], "message": "done"}
+        {
+            "count": 2,
+            "lastTimestamp": patched[0]["lastTimestamp"],
+            "message": "done",
+            "action": "JobComplete",
+        }
     ]
     recorder.record(Event(NODE, "State", "complete"))  # within the interval: waits
     await recorder.close()

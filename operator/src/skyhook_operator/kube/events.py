@@ -8,8 +8,9 @@ requests go out and when; `Recorder` sends them and runs the timer.
 Which Event object an occurrence counts towards:
 
 - **on a Node**, one Event per node, type and reason: a new message bumps that Event's `count`
-  and `lastTimestamp` and becomes its message, so `kubectl describe node` shows, say,
-  `Apply  (x4 over 6s)  Package [p:1] state complete on [skyhook:s]` (the latest of the four);
+  and `lastTimestamp` and becomes its message (and its action), so `kubectl describe node`
+  shows, say, `State  (x3 over 4s)  Skyhook [s] complete.` (the latest of the three: two stages'
+  `JobComplete`, then `MarkComplete`);
 - **on a Skyhook** (many nodes' messages land on one object), an identical message bumps the
   first; once the Skyhook got `similar_limit` distinct messages of one type and reason within
   `window`, further ones bump one "(combined from similar events): <latest>" Event.
@@ -28,7 +29,8 @@ everything pending, for up to 10 s (a stopping operator must not outlive its gra
 `min_interval` is 30 s: `kubectl describe` is at most that much behind, and each Event object
 costs at most two requests a minute. The 5 s `first_delay` lets a short stage's start and end
 share the first request: a node whose stages take seconds (apply, then config) gets one POST
-for all its `Apply` occurrences and one for "Skyhook [s] complete.". Long stages cost one
+for all its `Apply` occurrences (its stages starting) and one for its `State` ones (its stages
+complete, then "Skyhook [s] complete."). Long stages cost one
 PATCH per stage boundary.
 
 Events are best-effort: a failed request is logged and never fails the write that caused it; a
@@ -81,6 +83,7 @@ class Event:
     reason: str
     message: str
     type: str = "Normal"
+    action: str = ""  # what the operator did: one Event's occurrences may differ in it
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def body(write: Write) -> Json:
             **({"uid": event.subject.uid} if event.subject.uid else {}),
         },
         "reason": event.reason,
+        **({"action": event.action} if event.action else {}),
         "message": event.message,
         "type": event.type,
         "source": {"component": COMPONENT},
@@ -281,6 +285,7 @@ def count_patch(write: Write) -> Json:
         "count": write.count,
         "lastTimestamp": _timestamp(write.last_seen),
         "message": write.event.message,
+        **({"action": write.event.action} if write.event.action else {}),
     }
 
 

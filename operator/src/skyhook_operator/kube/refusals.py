@@ -69,7 +69,7 @@ class RefusedWrites:
             f"spec changes: {error.reason}"
         )
         log.warning("Skyhook %s: %s", skyhook, message)
-        return EmitEvent(keys.KIND, skyhook, "WriteRefused", message, "Warning")
+        return EmitEvent(keys.KIND, skyhook, "WriteRefused", message, "Warning", "RefuseWrite")
 
     def written(self, action: Action) -> None:
         """`action` went through: a refusal of its object is over."""

@@ -198,7 +198,9 @@ class Writer:
         """Events are best-effort and order-free: posted in the background, never waited for,
         so they add nothing to a pass's latency; the recorder aggregates repeats."""
         subject = events.Subject(kind=action.kind, name=action.name)
-        self._recorder.record(events.Event(subject, action.reason, action.message, action.type))
+        self._recorder.record(
+            events.Event(subject, action.reason, action.message, action.type, action.action)
+        )
 
     # --- node lanes, in the schedule's order --------------------------------------------------
 

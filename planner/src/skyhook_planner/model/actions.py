@@ -120,6 +120,8 @@ class EmitEvent:
     """A Kubernetes Event (type Normal unless said), component `skyhook-controller`.
 
     `kind` is "Node" or `keys.KIND` (the SCR); both are cluster-scoped, so `name` identifies the object.
+    `reason` says what happened, `action` what the operator did about it (a Node's `State` Event
+    is a stage's `JobComplete` or the Skyhook's `MarkComplete`).
     """
 
     kind: str
@@ -127,6 +129,7 @@ class EmitEvent:
     reason: str
     message: str
     type: str = "Normal"
+    action: str = ""
 
 
 Action = (

@@ -97,6 +97,7 @@ def compartments(ctx: SkyhookContext, rollout: Rollout, selection: Selection) ->
                 f'Compartment "{compartment.name}" stopped after '
                 f"{after.consecutive_failures} failed batches in a row.",
                 type="Warning",
+                action="StopRollout",
             )
         runs[compartment.name] = CompartmentRun(
             compartment, tuple(n.name for n in groups[compartment.name]), after, room
@@ -275,7 +276,7 @@ def _shared_conditions(ctx: SkyhookContext, admitted: Step) -> Step:
         message = f"{len(held)} node(s) wait: {first.message} (in progress: {holders})"
         decided.changes.conditions.append(statuses.condition(kind, True, reason, message, ctx.now))
         if ctx.scr.status.condition(kind) is None:
-            decided.event(keys.KIND, ctx.name, reason, message)
+            decided.event(keys.KIND, ctx.name, reason, message, action="HoldNodes")
     return decided
 
 
@@ -296,7 +297,9 @@ def _soak_report(ctx: SkyhookContext, soaking: Soak) -> Step:
     decided = Step()
     decided.changes.conditions.append(soaking.condition(ctx.scr.generation))
     for group in sorted(soaking.started):
-        decided.event(keys.KIND, ctx.name, "SoakStarted", soaking.start_message(group))
+        decided.event(
+            keys.KIND, ctx.name, "SoakStarted", soaking.start_message(group), action="StartSoak"
+        )
     wake = soaking.wake_in()
     if wake is not None:
         decided.wake_in(wake)

@@ -224,6 +224,7 @@ class _NodeRun:
                     f"before package [{package.name}:{package.version}] from "
                     f"[{keys.SINGULAR}:{self.ctx.name}] interrupts node [{self.node.name}]",
                     type="Warning",
+                    action="WaitForPods",
                 )
             self._drain_held(drained, blockers.drain_reason(drained))
             return
@@ -246,6 +247,7 @@ class _NodeRun:
                 f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
                 f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods(drained.blocked)}",
                 type="Warning",
+                action="BlockDrain",
             )
         self.state = replace(self.state, drain_blocked=blocked)
         label = f"[{package.name}:{package.version}]"
@@ -266,8 +268,11 @@ class _NodeRun:
                     "Drain",
                     f"{message} from [{keys.SINGULAR}:{ctx.name}]",
                     "Warning",
+                    action="DrainTimeout",
                 )
-                self.decision.event(keys.KIND, ctx.name, "Drain", message, "Warning")
+                self.decision.event(
+                    keys.KIND, ctx.name, "Drain", message, "Warning", action="DrainTimeout"
+                )
             self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
             return
         if drained.to_remove:
@@ -276,6 +281,7 @@ class _NodeRun:
                 node.name,
                 "Drain",
                 f"draining node [{node.name}] package {label} from [{keys.SINGULAR}:{ctx.name}]",
+                action="DrainNode",
             )
             self.decision.node(node.name).actions += [
                 EvictPod(
@@ -343,12 +349,14 @@ class _NodeRun:
             self.node.name,
             "Apply",
             f"Applying package {label} from [{keys.SINGULAR}:{ctx.name}] stage [{stage}]",
+            action="StartStage",
         )
         self.decision.event(
             keys.KIND,
             ctx.name,
             "Apply",
             f"Applying package {label} to node [{self.node.name}] stage [{stage}]",
+            action="StartStage",
         )
         self.decision.changes.conditions.append(
             status.condition(
@@ -460,4 +468,5 @@ class _NodeRun:
             ctx.name,
             "Interrupt",
             f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [{keys.SINGULAR}:{ctx.name}]",
+            action="InterruptNode",
         )

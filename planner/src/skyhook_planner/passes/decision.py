@@ -81,8 +81,10 @@ class Decision:
             self.deleted.add(key)
             self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, pod.node, reason))
 
-    def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
-        self.events.append(EmitEvent(kind, name, reason, message, type))
+    def event(
+        self, kind: str, name: str, reason: str, message: str, type: str = "Normal", *, action: str
+    ) -> None:
+        self.events.append(EmitEvent(kind, name, reason, message, type, action))
 
     def wait(self, skyhook: str, node: str, reasons: tuple[Reason, ...]) -> None:
         """Record why `node` waits for `skyhook`, after what was recorded already."""

@@ -45,7 +45,9 @@ def check(ctx: SkyhookContext, work: SkyhookWork, rollout: Rollout, selection: S
     decided = _check_pods(ctx, work, gate, nodes).merge(_report(ctx, verdict))
     for name in sorted(set(recorded) - set(verdict.waiting_since)):
         if name in nodes and nodes[name].complete:
-            decided.event("Node", name, health.PASSED, _passed(ctx.name, gate))
+            decided.event(
+                "Node", name, health.PASSED, _passed(ctx.name, gate), action="PassHealthGate"
+            )
     if verdict.next_timeout is not None:
         decided.wake_in((verdict.next_timeout - ctx.now).total_seconds())
     return Gate(health.Halt(verdict.failures), verdict.waiting_since, decided)
@@ -124,6 +126,7 @@ def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Step:
             health.FAILED,
             f"health gate of [{keys.SINGULAR}:{ctx.name}]: {failure.why}",
             type="Warning",
+            action="FailHealthGate",
         )
         decided.event(
             keys.KIND,
@@ -131,6 +134,7 @@ def _report(ctx: SkyhookContext, verdict: health.Verdict) -> Step:
             health.FAILED,
             f"rollout halted: node [{failure.node}] {failure.why}",
             type="Warning",
+            action="HaltRollout",
         )
     return decided
 

@@ -87,8 +87,9 @@ def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
         decision.event(
             "Node",
             node.name,
-            "Apply",
+            "State",
             f"Package {label} state complete on [{keys.SINGULAR}:{ctx.name}]",
+            action="JobComplete",
         )
     elif result.result == results.FAILED and pod.phase == "Failed" and not interrupt:
         return _failed_attempt(ctx, work, pod, node, entries, result=result)
@@ -107,9 +108,10 @@ def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
             decision.event(
                 "Node",
                 node.name,
-                "Apply",
-                f"Package {label} state erroring on [{keys.SINGULAR}:{ctx.name}]",
+                "State",
+                f"Package {label} stage {pkg.stage} failed on [{keys.SINGULAR}:{ctx.name}]",
                 type="Warning",
+                action="JobFailed",
             )
         if pod.phase == "Failed":  # an interrupt pod its node lost: again after a backoff
             wait = results.backoff_s(
@@ -173,16 +175,17 @@ def _failed_attempt(
             f"it runs again "
             f"once the package is edited, rerun or reset"
         )
-        decision.event("Node", node.name, "Apply", message, type="Warning")
-        decision.event(keys.KIND, ctx.name, "Apply", message, type="Warning")
+        decision.event("Node", node.name, "State", message, type="Warning", action="JobFailed")
+        decision.event(keys.KIND, ctx.name, "State", message, type="Warning", action="JobFailed")
     else:
         decision.event(
             "Node",
             node.name,
-            "Apply",
-            f"Package {label} state erroring on [{keys.SINGULAR}:{ctx.name}]: attempt {failed} of "
-            f"{retries + 1} at stage [{pkg.stage}] {why} (pod {pod.name})",
+            "State",
+            f"Package {label} stage {pkg.stage} failed on [{keys.SINGULAR}:{ctx.name}]: attempt "
+            f"{failed} of {retries + 1} {why} (pod {pod.name})",
             type="Warning",
+            action="JobFailed",
         )
     for other in _failed_pods(ctx, work, node, pod):
         attempt = podbuilder.pod_attempt(other)
@@ -237,8 +240,8 @@ def _interrupt_timed_out(
         f"Package [{pkg.name}:{pkg.version}] stage [{pkg.stage}] timed out (stageTimeout) on "
         f"node [{node.name}]; its logs: kubectl logs -n {pod.namespace} {pod.name} -c interrupt"
     )
-    decision.event("Node", node.name, "Interrupt", message, type="Warning")
-    decision.event(keys.KIND, ctx.name, "Interrupt", message, type="Warning")
+    decision.event("Node", node.name, "Interrupt", message, type="Warning", action="StageTimeout")
+    decision.event(keys.KIND, ctx.name, "Interrupt", message, type="Warning", action="StageTimeout")
     return decision
 
 
@@ -271,8 +274,12 @@ def _restart_limit(
         f"package is rerun or reset; the agent's log is on the node under "
         f"{ctx.settings.agent_log_root}/{ctx.name}"
     )
-    decision.event("Node", node.name, "Interrupt", message, type="Warning")
-    decision.event(keys.KIND, ctx.name, "Interrupt", message, type="Warning")
+    decision.event(
+        "Node", node.name, "Interrupt", message, type="Warning", action="RestartLimitExceeded"
+    )
+    decision.event(
+        keys.KIND, ctx.name, "Interrupt", message, type="Warning", action="RestartLimitExceeded"
+    )
     return decision
 
 
@@ -372,12 +379,14 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
                 node.name,
                 "Reboot",
                 f"detected reboot, resetting node for [{ctx.name}] to be reapplied",
+                action="ResetOnReboot",
             )
             decision.event(
                 keys.KIND,
                 ctx.name,
                 "Reboot",
                 f"detected reboot, resetting node [{node.name}] to be reapplied",
+                action="ResetOnReboot",
             )
             continue
         if not waiting:
@@ -396,6 +405,7 @@ def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str
             node.name,
             "Reboot",
             f"detected reboot of [{node.name}] for [{keys.SINGULAR}:{ctx.name}]",
+            action="DetectReboot",
         )
     return boot_ids, decision
 
@@ -450,6 +460,7 @@ def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | No
             deadlines.EXCEEDED,
             f"{message}: erroring for [{keys.SINGULAR}:{ctx.name}]",
             type="Warning",
+            action="RebootDeadline",
         )
         decision.event(
             keys.KIND,
@@ -457,6 +468,7 @@ def reboot_deadlines(ctx: SkyhookContext, work: SkyhookWork, seconds: float | No
             deadlines.EXCEEDED,
             f"node [{node.name}]: {message}",
             type="Warning",
+            action="RebootDeadline",
         )
     if overdue:
         decision.changes.conditions.append(
@@ -493,6 +505,7 @@ def stop_for_pause(ctx: SkyhookContext, work: SkyhookWork) -> Step:
             "Paused",
             f"paused: stopping {len(stopped)} running stage pod{'s' if len(stopped) != 1 else ''}"
             f" on node [{listed}]",
+            action="StopPods",
         )
     return decision
 

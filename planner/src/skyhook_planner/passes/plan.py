@@ -153,6 +153,7 @@ def runtime_required(
                 f"runtime-required taint removed and node [{node.name}] cordoned for "
                 f"[{keys.SINGULAR}:{', '.join(asking)}] (runtimeRequiredCordonAfter); uncordon it and "
                 f"remove the annotation {marker} together",
+                action="CordonNode",
             )
     return decision
 

@@ -177,7 +177,9 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
         or previous.get("status") != "True"
         or previous.get("message") != why.message
     ):
-        decided.event(keys.KIND, scr.name, why.reason, why.message, type="Warning")
+        decided.event(
+            keys.KIND, scr.name, why.reason, why.message, type="Warning", action="BlockRollout"
+        )
     status_key = keys.node_status_key(scr.name)
     wanted = {
         "status": BLOCKED,
@@ -222,7 +224,9 @@ def spec_warnings(index: PassIndex, scr: SkyhookView, spec: SkyhookSpec) -> Step
     if not message and (previous is None or previous.get("status") == "False"):
         return decided
     if message and (previous is None or previous.get("message") != message):
-        decided.event(keys.KIND, scr.name, "SpecWarning", message, type="Warning")
+        decided.event(
+            keys.KIND, scr.name, "SpecWarning", message, type="Warning", action="WarnSpec"
+        )
     decided.changes.conditions.append(
         statuses.condition(
             statuses.CONDITION_SPEC_WARNING,

@@ -65,10 +65,14 @@ def finish(
         state = replace(state, drain_start=None, drain_blocked=None)
     if complete and state.status != COMPLETE and state.entries is not None:
         decided = decided or Step()
-        decided.event("Node", node.name, "State", f"{keys.KIND} [{ctx.name}] complete.")
+        decided.event(
+            "Node", node.name, "State", f"{keys.KIND} [{ctx.name}] complete.", action="MarkComplete"
+        )
         cordoned, holders = ctx.cordon_of(node)
         if cordoned and not holders:
-            decided.event("Node", node.name, ADMIN_CORDON_KEPT, _kept_message(ctx.name))
+            decided.event(
+                "Node", node.name, ADMIN_CORDON_KEPT, _kept_message(ctx.name), action="KeepCordon"
+            )
     # Most nodes are as their annotations and status label say: nothing to save for them.
     if not (
         state is ctx.before(node)
@@ -262,7 +266,7 @@ def _raise(ctx: SkyhookContext, decided: Step, kind: str, reason: str, message: 
     reason) before this pass."""
     before = ctx.scr.status.condition(kind)
     if before is None or before.get("reason") != reason or before.get("status") != "True":
-        decided.event(keys.KIND, ctx.name, "Drain", message, type="Warning")
+        decided.event(keys.KIND, ctx.name, "Drain", message, type="Warning", action="BlockDrain")
     decided.changes.conditions.append(
         statuses.condition(kind, True, reason, message, ctx.now, generation=ctx.scr.generation)
     )
@@ -351,6 +355,7 @@ def status(
             ctx.name,
             "State",
             f"{keys.KIND} transitioned [{old_status or ''}] -> [{overall}]",
+            action="Transition",
         )
     found += statuses.kstatus_conditions(
         overall,

@@ -81,7 +81,14 @@ def report(
             )
             previous = ctx.scr.status.condition(keys.CONDITION_DELETION_BLOCKED)
             if previous is None or previous.get("reason") != reason:
-                decided.event(keys.KIND, ctx.name, "DeletionBlocked", event, type="Warning")
+                decided.event(
+                    keys.KIND,
+                    ctx.name,
+                    "DeletionBlocked",
+                    event,
+                    type="Warning",
+                    action="BlockDelete",
+                )
     return decided
 
 

@@ -72,8 +72,10 @@ class Step:
     def delete_pod(self, pod: PodView, reason: str) -> None:
         self.out.delete_pod(pod, reason)
 
-    def event(self, kind: str, name: str, reason: str, message: str, type: str = "Normal") -> None:
-        self.out.event(kind, name, reason, message, type)
+    def event(
+        self, kind: str, name: str, reason: str, message: str, type: str = "Normal", *, action: str
+    ) -> None:
+        self.out.event(kind, name, reason, message, type, action=action)
 
     def wait(self, skyhook: str, node: str, reasons: tuple[Reason, ...]) -> None:
         self.out.wait(skyhook, node, reasons)
