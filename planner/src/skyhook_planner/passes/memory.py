@@ -99,23 +99,10 @@ class NodeVerdict:
 class SkyhookMemory:
     inputs: SkyhookInputs
     selected: Selected | None = None  # its nodes in node order (passes/prepare.py)
-    # Each quiet node's inputs (as the last pass built them) and its verdict
+    # Each selected node's inputs (as the last pass built them), and each quiet one's verdict
     node_inputs: Mapping[str, NodeInputs] = field(default_factory=dict)
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
     tally: Tally | None = None  # its counts over its selected nodes (passes/tally.py)
-
-    def kept(
-        self, inputs: SkyhookInputs, nodes: Mapping[str, NodeInputs]
-    ) -> dict[str, NodeVerdict]:
-        """The verdicts still valid for this pass's inputs."""
-        if inputs != self.inputs:
-            return {}
-        remembered, verdicts = self.node_inputs, self.verdicts
-        return {
-            name: verdicts[name]
-            for name, node_inputs in nodes.items()
-            if remembered.get(name) == node_inputs
-        }
 
 
 @dataclass(frozen=True)

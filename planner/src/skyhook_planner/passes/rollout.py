@@ -106,8 +106,8 @@ class _ShareRun:
             lambda other, node: earlier.is_complete(other, node) or False,
         )
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
-        self.node_inputs = _node_inputs(index, scr, rollout, earlier)
-        self.kept = memory.kept(self.inputs, self.node_inputs) if memory is not None else {}
+        remembered = memory if memory is not None and memory.inputs == self.inputs else None
+        self.node_inputs, self.kept = _node_inputs(index, scr, rollout, earlier, remembered)
         self.last_tally = memory.tally if memory is not None else None
         self.ctx = SkyhookContext(
             index,
@@ -199,24 +199,27 @@ class _ShareRun:
         config_settled = not work.stale_config and (
             work.config_updates == self.inputs.config_updates
         )
-        quiet = (
-            [n for n in self.rollout.matched if n.name not in self.noisy] if config_settled else []
+        verdicts: dict[str, NodeVerdict] = {}
+        if config_settled:
+            # The reused verdicts carry over as they are (a copy, not a walk over the nodes);
+            # the nodes looked at again get a new one unless they are noisy.
+            verdicts = dict(reused)
+            for name in self.noisy & verdicts.keys():
+                del verdicts[name]
+            nodes = ctx.index.nodes
+            for name in node_statuses.keys() - reused.keys() - self.noisy:
+                verdicts[name] = NodeVerdict(
+                    state=work.state(nodes[name]),
+                    selected=selection.nodes[name],
+                    running=name in admission.running,
+                    node_status=node_statuses[name],
+                    mirror=node_state.get(name),
+                    list_bytes=lists.sizes[name],
+                    pods_go_at=self.pods_go_at.get(name),
+                )
+        memory = SkyhookMemory(
+            self.inputs, self.rollout.selected, self.node_inputs, verdicts, counted
         )
-        verdicts = {
-            n.name: reused.get(n.name)
-            or NodeVerdict(
-                state=work.state(n),
-                selected=selection.nodes[n.name],
-                running=n.name in admission.running,
-                node_status=node_statuses[n.name],
-                mirror=node_state.get(n.name),
-                list_bytes=lists.sizes[n.name],
-                pods_go_at=self.pods_go_at.get(n.name),
-            )
-            for n in quiet
-        }
-        node_inputs = {n.name: self.node_inputs[n.name] for n in quiet}
-        memory = SkyhookMemory(self.inputs, self.rollout.selected, node_inputs, verdicts, counted)
         return Share(decided, admission.running, memory)
 
     def count(self, fresh: set[str]) -> tally.Tally:
@@ -300,7 +303,7 @@ class _ShareRun:
             elif running and not (off or blocked):
                 if node.ready and not complete:
                     # Advancing only ever starts stages, so the node stays incomplete.
-                    work_on = selection.work[node.name]
+                    work_on = selection.nodes[node.name].work
                     self.take(advance(ctx, work, node, work_on), node.name)
             elif running and off and not complete:
                 self.decided.wait(ctx.name, node.name, (off,))
@@ -367,22 +370,35 @@ def _skyhook_inputs(
 
 
 def _node_inputs(
-    index: PassIndex, scr: SkyhookView, rollout: prepare.Rollout, earlier: Earlier
-) -> dict[str, NodeInputs]:
+    index: PassIndex,
+    scr: SkyhookView,
+    rollout: prepare.Rollout,
+    earlier: Earlier,
+    memory: SkyhookMemory | None,
+) -> tuple[dict[str, NodeInputs], dict[str, NodeVerdict]]:
+    """Each selected node's inputs, and the verdicts of `memory` (kept for the same Skyhook
+    inputs) whose node's inputs are unchanged: one walk over the nodes, as every pass makes."""
     ahead = [earlier.complete.get(s.name, {}) for s in _ahead(index, scr)]
     recorded = scr.status.node_boot_ids
     pods_on_node = index.pods_on_node
-    return {
-        node.name: _new_inputs(
+    remembered = memory.node_inputs if memory is not None else {}
+    verdicts = memory.verdicts if memory is not None else {}
+    found: dict[str, NodeInputs] = {}
+    kept: dict[str, NodeVerdict] = {}
+    for node in rollout.matched:
+        name = node.name
+        inputs = found[name] = _new_inputs(
             (
                 node,
-                pods_on_node.get(node.name, ()),
-                tuple(complete.get(node.name) for complete in ahead) if ahead else (),
-                recorded.get(node.name),
+                pods_on_node.get(name, ()),
+                tuple(complete.get(name) for complete in ahead) if ahead else (),
+                recorded.get(name),
             )
         )
-        for node in rollout.matched
-    }
+        # Views the store kept compare by identity, element by element.
+        if remembered.get(name) == inputs and name in verdicts:
+            kept[name] = verdicts[name]
+    return found, kept
 
 
 # NodeInputs built without its generated Python constructor: one per selected node per pass.

@@ -85,10 +85,6 @@ class Selection:
     unfinished: int = 0
 
     @cached_property
-    def work(self) -> dict[str, stages.NodeWork]:
-        return {name: found.work for name, found in self.nodes.items()}
-
-    @cached_property
     def reasons(self) -> dict[str, tuple[Reason, ...]]:
         """Why a node may not start, for every node something holds back."""
         return {name: found.reasons for name, found in self.nodes.items() if found.reasons}
