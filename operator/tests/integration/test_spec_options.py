@@ -6,11 +6,13 @@ operator, each read back from a watch that recorded every node and pod version:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from skyhook_dev.harness import wait_until
-from skyhook_operator.kube.client import MERGE_PATCH
+from skyhook_operator.kube.client import MERGE_PATCH, ApiError
 from skyhook_schemas import keys
 
 from .helpers import (
@@ -166,6 +168,122 @@ def test_auto_taint_new_nodes_holds_each_new_node_until_its_packages_are_done(
         labels = versions[untainted][1]["metadata"].get("labels") or {}
         done = labels.get(keys.node_status_key("tainted"))
         assert done == "complete", f"{node} lost its taint before it completed"
+
+
+def test_a_refused_auto_taint_is_a_warning_on_the_node_and_nothing_runs_there_until_it_lands(
+    cluster: Cluster,
+) -> None:
+    """Something refuses the runtime-required taint (here a ValidatingAdmissionPolicy): the
+    node gets a Warning `AutoTaint` Event, no stage pod runs on it, and once the taint is
+    allowed the next passes taint it and its packages run."""
+    (node,) = cluster.add_nodes(1)
+    policy = f"refuse-taint-{cluster.label}"[:63]
+    with refused_taint(cluster, policy):
+        recording = cluster.record("refused")
+        cluster.skyhook(
+            "refused",
+            {"pkg": agentless("1.0.0", sleep=1)},
+            runtimeRequired=True,
+            autoTaintNewNodes=True,
+        )
+
+        def warned() -> list[dict[str, Any]]:
+            events = cluster.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+            return [
+                e
+                for e in events
+                if e["involvedObject"]["name"] == node
+                and (e["reason"], e["type"]) == ("AutoTaint", "Warning")
+            ]
+
+        wait_until(warned, 60, "a Warning AutoTaint Event on the node", interval=0.5)
+        (event,) = warned()
+        assert event["message"].startswith(f"could not taint node [{node}] with [")
+        assert policy in event["message"], event["message"]
+        assert event.get("action") == "TaintNode"
+        wait_until(lambda: warned()[0].get("count", 1) > 1, 60, "tried again", interval=0.5)
+        assert not cluster.pods("refused"), "a stage pod ran on a node that is not tainted"
+        marker = keys.auto_taint_key(RUNTIME_TAINT[0])
+        assert marker not in (cluster.node(node)["metadata"].get("annotations") or {})
+    cluster.wait_complete("refused", timeout=120)
+    versions = node_versions(recording, node)
+    first = next(i for i, o in enumerate(versions) if tainted(o))
+    assert not any(
+        keys.node_state_key("refused") in (o["metadata"].get("annotations") or {})
+        for o in versions[:first]
+    ), "the node's state was written before its taint"
+
+
+@contextmanager
+def refused_taint(cluster: Cluster, name: str) -> Iterator[None]:
+    """While open, the apiserver refuses the runtime-required taint on this test's nodes."""
+    kube = cluster.kube
+    api = "/apis/admissionregistration.k8s.io/v1"
+    kube.request(
+        "POST",
+        f"{api}/validatingadmissionpolicies",
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["nodes"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.spec.taints) || !object.spec.taints.exists("
+                        f"t, t.key == '{RUNTIME_TAINT[0]}')",
+                        "message": f"{name}: the runtime-required taint is refused",
+                    }
+                ],
+            },
+        },
+    )
+    kube.request(
+        "POST",
+        f"{api}/validatingadmissionpolicybindings",
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"objectSelector": {"matchLabels": {TEST_LABEL: cluster.label}}},
+            },
+        },
+    )
+    probe = {"spec": {"taints": [{"key": RUNTIME_TAINT[0], "effect": RUNTIME_TAINT[1]}]}}
+
+    def in_force() -> bool:
+        try:
+            kube.request(
+                "PATCH",
+                kube.node_path(cluster.nodes[0]),
+                probe,
+                MERGE_PATCH,
+                query={"dryRun": "All"},
+            )
+        except ApiError:
+            return True
+        return False
+
+    try:
+        wait_until(in_force, 30, "the policy refuses the taint", interval=0.2)
+        yield
+    finally:
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{api}/{kind}/{name}")
 
 
 def test_runtime_required_cordon_after_cordons_as_the_taint_comes_off_and_outlives_the_skyhook(

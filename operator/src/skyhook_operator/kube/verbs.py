@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -25,7 +25,6 @@ import orjson
 from skyhook_operator.kube.client import (
     APPLY_PATCH,
     FIELD_MANAGER,
-    JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     ApiError,
@@ -47,12 +46,18 @@ from skyhook_planner.model.actions import (
 )
 from skyhook_planner.model.effects import finalizers_after, taints_after
 from skyhook_planner.model.vocabulary import Taint
+from skyhook_schemas import keys
 
 log = logging.getLogger(__name__)
 
 _CONFLICT_RETRIES = 5
 # A deletion we cannot date hides the watch's copy until the watch drops the object.
 _GONE = 1 << 62
+
+
+class TaintRefused(ApiError):
+    """The apiserver did not take a taint the planner adds (the runtime-required one): not a
+    problem of the spec, so it is tried again every pass rather than held back."""
 
 
 class ApiVerbs:
@@ -85,6 +90,19 @@ class ApiVerbs:
         """One request in the common case: metadata and conditions go together through
         nodes/status (whose patches may change metadata, never spec). A spec change
         (cordon, uncordon) needs the node itself, and the conditions then follow on /status."""
+        # A taint added goes first, with the marker that says it is ours (autoTaintNewNodes)
+        # in the same request: refused, it leaves neither, nor a state to start a stage from,
+        # so the next pass tries it again.
+        if action.add_taints and not action.remove_taints:
+            ours = {keys.auto_taint_key(t.key) for t in action.add_taints}
+            markers = {k: v for k, v in action.annotations.items() if k in ours and v}
+            path = self._kube.node_path(action.name)
+            try:
+                self._store.nodes.wrote(await self._patch_taints(path, action, markers))
+            except ApiError as error:
+                raise TaintRefused(
+                    error.status, error.reason, "PATCH", path, error.fields, causes=error.causes
+                ) from error
         metadata: Json = {}
         if action.annotations:
             metadata["annotations"] = dict(action.annotations)
@@ -106,36 +124,32 @@ class ApiVerbs:
             # Strategic merge: conditions merge by `type`; `$patch: delete` drops one.
             answer = await self._kube.request("PATCH", path, body, STRATEGIC_MERGE_PATCH)
             self._store.nodes.wrote(answer)
-        # Taints after the state: a taint removed because the node completed must never be
-        # seen gone while the node still reads incomplete.
-        if action.add_taints or action.remove_taints:
+        # A taint removed goes after the state: removed because the node completed, it must
+        # never be seen gone while the node still reads incomplete.
+        if action.remove_taints:
             taints = await self._patch_taints(self._kube.node_path(action.name), action)
             self._store.nodes.wrote(taints)
 
-    async def _patch_taints(self, path: str, action: PatchNode) -> Json:
-        """Replace spec.taints with the wanted list, retried on a concurrent change."""
+    async def _patch_taints(
+        self, path: str, action: PatchNode, annotations: Mapping[str, str] | None = None
+    ) -> Json:
+        """Replace spec.taints with the wanted list (and set `annotations` in the same
+        write), retried on a concurrent change: the patch names the resourceVersion it was
+        computed from, so a node changed meanwhile is a 409, and a 422 a refusal."""
         for attempt in range(_CONFLICT_RETRIES):
             node = await self._kube.request("GET", path)
             current = [Taint.from_api(t) for t in node.get("spec", {}).get("taints") or ()]
             wanted = taints_after(current, action.add_taints, action.remove_taints)
             if list(wanted) == current:
                 return node
-            patch = [
-                {
-                    "op": "test",
-                    "path": "/metadata/resourceVersion",
-                    "value": node["metadata"]["resourceVersion"],
-                },
-                {"op": "add", "path": "/spec/taints", "value": [t.to_api() for t in wanted]},
-            ]
+            metadata: Json = {"resourceVersion": node["metadata"]["resourceVersion"]}
+            if annotations:
+                metadata["annotations"] = dict(annotations)
+            patch = {"metadata": metadata, "spec": {"taints": [t.to_api() for t in wanted]}}
             try:
-                return await self._kube.request("PATCH", path, patch, JSON_PATCH)
+                return await self._kube.request("PATCH", path, patch, MERGE_PATCH)
             except ApiError as error:
-                if error.status == 422 and attempt == _CONFLICT_RETRIES - 1:
-                    # The `test` of the resourceVersion kept failing: a conflict, not a
-                    # node the apiserver refuses.
-                    raise ApiError(409, error.reason, "PATCH", path) from error
-                if error.status not in (409, 422) or attempt == _CONFLICT_RETRIES - 1:
+                if error.status != 409 or attempt == _CONFLICT_RETRIES - 1:
                     raise
                 log.debug("taints of %s changed meanwhile, recomputing", path)
         raise AssertionError("unreachable")

@@ -23,12 +23,13 @@ from skyhook_operator.kube import events
 from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.refusals import RefusedWrites
 from skyhook_operator.kube.statuses import StatusWriter
-from skyhook_operator.kube.verbs import ApiVerbs
+from skyhook_operator.kube.verbs import ApiVerbs, TaintRefused
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import (
     Action,
     EmitEvent,
     EvictPod,
+    PatchNode,
     PatchSkyhookStatus,
     Plan,
     lane_of,
@@ -285,7 +286,9 @@ class Writer:
             else:
                 await self._verbs.send(action)
         except (ApiError, OSError) as error:
-            if isinstance(error, ApiError) and error.status == 422:
+            if isinstance(error, TaintRefused) and isinstance(action, PatchNode):
+                self.emit_event(_taint_refused(action, error))
+            elif isinstance(error, ApiError) and error.status == 422:
                 said = self._refusals.refused(action, error)
                 if said is not None:
                     self.emit_event(said)
@@ -362,3 +365,14 @@ class Writer:
         admitting = [actions for lane, actions in lanes.items() if lane in starting]
         for group in (releasing, admitting):
             await asyncio.gather(*(send(actions) for actions in group))
+
+
+def _taint_refused(action: PatchNode, error: Exception) -> EmitEvent:
+    """The Warning on the node when the runtime-required taint (the only taint the planner
+    adds, for autoTaintNewNodes) could not be written; the next pass tries it again."""
+    taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
+    message = (
+        f"could not taint node [{action.name}] with [{taints}]: {error}; no stage starts on "
+        f"it until the taint is written, tried again every pass"
+    )
+    return EmitEvent("Node", action.name, "AutoTaint", message, "Warning", "TaintNode")
