@@ -115,6 +115,49 @@ def test_pause_stops_the_running_stage_and_resume_runs_it_again(cluster: Cluster
     assert found.get("restarts", 0) == 0, json.dumps(found)
 
 
+def test_a_stage_pod_the_cluster_evicts_spends_no_attempt_and_runs_again(
+    cluster: Cluster,
+) -> None:
+    """An eviction is the cluster's doing, not the package's: with no retries at all, the
+    stage runs again and completes, and no failure is reported. The evicted pod ends Failed
+    with the apiserver's DisruptionTarget condition kept, as a kubelet leaves it."""
+    cluster.operator.stop()  # type: ignore[union-attr]
+    cluster.operator = cluster.start_operator(SKYHOOK_STAGE_RETRIES="0")
+    (node,) = cluster.add_nodes(1)
+    recording = cluster.record("evicted")
+    cluster.skyhook("evicted", {"pkg": agentless("1.0.0", sleep=5)})
+
+    def applying() -> dict[str, Any] | None:
+        for pod in cluster.pods("evicted"):
+            statuses = pod.get("status", {}).get("initContainerStatuses") or []
+            if any(s["name"] == "pkg-apply" and "running" in s["state"] for s in statuses):
+                return pod
+        return None
+
+    meta = wait_until(applying, 60, "the apply step to run", interval=0.2)["metadata"]
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+    }
+    path = cluster.kube.namespaced_path("pods", meta["namespace"], meta["name"])
+    cluster.kube.request("POST", f"{path}/eviction", eviction)
+    cluster.wait_complete("evicted", timeout=120)
+
+    found = entry(node_state(cluster.node(node), "evicted"), "pkg", "1.0.0")
+    assert found.get("restarts", 0) == 0, json.dumps(found)
+    ended = [
+        p
+        for _, _, p in recording.of("pod")
+        if p["metadata"]["uid"] == meta["uid"] and _phase(p) == "Failed"
+    ]
+    assert ended, "the evicted pod never read Failed"
+    conditions = {c["type"]: c.get("status") for c in ended[-1]["status"].get("conditions", [])}
+    assert conditions.get("DisruptionTarget") == "True", conditions
+    failures = [e for e in _stage_events(cluster, "evicted") if e.get("action") == "JobFailed"]
+    assert not failures, [e["message"] for e in failures]
+
+
 def test_succeeded_stage_pods_stay_with_their_logs_then_go(cluster: Cluster) -> None:
     """Each stage's pod ends Succeeded (its `done` container exits) and stays, holding
     nothing back, with its logs readable, until SKYHOOK_POD_TTL_SUCCEEDED has passed."""

@@ -552,6 +552,11 @@ class PodWorker:
             reason=self.reason,
             message=self.message,
         )
+        # As a kubelet, it keeps the conditions others set (the apiserver's DisruptionTarget
+        # on an evicted pod): the merge patch replaces the whole list.
+        ours = {c["type"] for c in status["conditions"]}
+        others = (self.pod.get("status") or {}).get("conditions") or ()
+        status["conditions"] += [c for c in others if c.get("type") not in ours]
         text = json.dumps(status, sort_keys=True)
         async with self._write_lock:
             if text == self._written and not force:
