@@ -29,6 +29,15 @@ def _stage_events(cluster: Cluster, scr: str) -> list[dict[str, Any]]:
     return list(found["items"])
 
 
+def applying(cluster: Cluster, scr: str) -> dict[str, Any] | None:
+    """The stage pod of `scr` whose package `pkg` runs its apply step now, if any."""
+    for pod in cluster.pods(scr):
+        statuses = pod.get("status", {}).get("initContainerStatuses") or []
+        if any(s["name"] == "pkg-apply" and "running" in s["state"] for s in statuses):
+            return pod
+    return None
+
+
 def test_a_stage_past_its_timeout_is_retried_then_left_erroring_with_its_logs(
     cluster: Cluster,
 ) -> None:
@@ -83,14 +92,7 @@ def test_pause_stops_the_running_stage_and_resume_runs_it_again(cluster: Cluster
     (node,) = cluster.add_nodes(1)
     cluster.skyhook("pausing", {"pkg": agentless("1.0.0", sleep=5)})
 
-    def applying() -> dict[str, Any] | None:
-        for pod in cluster.pods("pausing"):
-            statuses = pod.get("status", {}).get("initContainerStatuses") or []
-            if any(s["name"] == "pkg-apply" and "running" in s["state"] for s in statuses):
-                return pod
-        return None
-
-    running = wait_until(applying, 60, "the apply step to run", interval=0.2)
+    running = wait_until(lambda: applying(cluster, "pausing"), 60, "the apply step to run")
     name = running["metadata"]["name"]
     cluster.patch_skyhook("pausing", {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true"}}})
     wait_until(lambda: not cluster.pods("pausing"), 60, "the stage pod to be gone", interval=0.2)
@@ -127,14 +129,8 @@ def test_a_stage_pod_the_cluster_evicts_spends_no_attempt_and_runs_again(
     recording = cluster.record("evicted")
     cluster.skyhook("evicted", {"pkg": agentless("1.0.0", sleep=5)})
 
-    def applying() -> dict[str, Any] | None:
-        for pod in cluster.pods("evicted"):
-            statuses = pod.get("status", {}).get("initContainerStatuses") or []
-            if any(s["name"] == "pkg-apply" and "running" in s["state"] for s in statuses):
-                return pod
-        return None
-
-    meta = wait_until(applying, 60, "the apply step to run", interval=0.2)["metadata"]
+    running = wait_until(lambda: applying(cluster, "evicted"), 60, "the apply step to run")
+    meta = running["metadata"]
     eviction = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
