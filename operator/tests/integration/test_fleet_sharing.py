@@ -65,7 +65,7 @@ def test_two_skyhooks_sharing_a_budget_of_two_never_cordon_more_than_two(
     cluster: Cluster,
 ) -> None:
     name = f"{cluster.label[:40]}-pair"
-    cluster.add_nodes(10)
+    cluster.add_nodes(6)  # three times the shared budget
     recording = cluster.record("firmware")
     with policy(cluster, name, sharedBudget={"count": 2}):
         cluster.skyhook("firmware", {"fw": reboot_package()}, deploymentPolicy=name, priority=1)
