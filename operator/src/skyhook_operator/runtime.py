@@ -123,7 +123,12 @@ class Operator:
         )
         self.store.eviction_refusals = evictor.refusals
         self.writer = writer = Writer(
-            kube, self.store, evictor.ensure, ours.write_concurrency, ours.event_interval
+            kube,
+            self.store,
+            evictor.ensure,
+            ours.write_concurrency,
+            ours.event_interval,
+            reporter=ours.leader_identity,
         )
         secure = _secure_metrics(ours, kube.unfenced())
         telemetry = Telemetry(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -217,6 +218,10 @@ def _pods_configmaps_events_and_metrics_speak_nodewright(
     read = kube.request("GET", "/apis/events.k8s.io/v1/namespaces/default/events")["items"]
     mine = [e for e in read if name in (e.get("note") or "") or e["regarding"]["name"] == name]
     actions = {(e["regarding"]["kind"], e["reason"], e.get("action")) for e in mine}
+    # The reporter: the controller and the replica (its Lease identity, the pod's name).
+    assert {(e["reportingController"], e["reportingInstance"]) for e in mine} == {
+        ("skyhook-controller", socket.gethostname())
+    }
     assert {
         ("Node", "Apply", "StartStage"),
         ("Node", "State", "MarkComplete"),

@@ -254,8 +254,8 @@ def _timestamp(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def body(write: Write) -> Json:
-    """The Event object a POST creates."""
+def body(write: Write, instance: str = "") -> Json:
+    """The Event object a POST creates; `instance` names the replica that reports it."""
     event = write.event
     return {
         "apiVersion": "v1",
@@ -276,6 +276,7 @@ def body(write: Write) -> Json:
         "lastTimestamp": _timestamp(write.last_seen),
         "count": write.count,
         "reportingComponent": COMPONENT,
+        **({"reportingInstance": instance} if instance else {}),
     }
 
 
@@ -293,8 +294,11 @@ class Recorder:
     """Sends what the Correlator says is due, on the event loop: one send at a time (a PATCH
     never overtakes its POST), and a timer for what had to wait."""
 
-    def __init__(self, kube: AsyncKube, correlator: Correlator | None = None) -> None:
+    def __init__(
+        self, kube: AsyncKube, correlator: Correlator | None = None, instance: str = ""
+    ) -> None:
         self._kube = kube
+        self._instance = instance  # reportingInstance: the operator replica's name
         self._correlator = correlator if correlator is not None else Correlator()
         self._sending = asyncio.Lock()
         self._flush_waiting = False  # a flush is queued behind the one sending
@@ -383,7 +387,7 @@ class Recorder:
                         if error.status != 404:
                             raise
                         # Expired (the apiserver keeps Events for an hour): post it again.
-                await self._kube.request("POST", path, body(write))
+                await self._kube.request("POST", path, body(write, self._instance))
             except (ApiError, OSError) as error:
                 event = write.event
                 log.debug(

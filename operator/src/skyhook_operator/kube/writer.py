@@ -86,10 +86,13 @@ class Writer:
         evict: Callable[[EvictPod], object],
         concurrency: int = 16,
         event_interval: float = 30.0,
+        *,
+        reporter: str = "",
     ) -> None:
         self._verbs = ApiVerbs(kube, store)
         self._evict = evict  # starts a pod's eviction unless it is under way
-        self._recorder = events.Recorder(kube, events.Correlator(min_interval=event_interval))
+        correlator = events.Correlator(min_interval=event_interval)
+        self._recorder = events.Recorder(kube, correlator, instance=reporter)
         self._refusals = RefusedWrites(store.refusals)
         self._schedule = LaneSchedule()
         self._runs: dict[Lane, _Run] = {}  # each queued lane's plan
