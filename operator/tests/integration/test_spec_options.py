@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from skyhook_dev.harness import wait_until
@@ -214,7 +213,7 @@ def test_a_refused_auto_taint_is_a_warning_on_the_node_and_nothing_runs_there_un
     ), "the node's state was written before its taint"
 
 
-@contextmanager
+@contextlib.contextmanager
 def refused_taint(cluster: Cluster, name: str) -> Iterator[None]:
     """While open, the apiserver refuses the runtime-required taint on this test's nodes."""
     kube = cluster.kube

@@ -373,7 +373,7 @@ class Writer:
 def _taint_refused(action: PatchNode, error: Exception) -> EmitEvent:
     """The Warning on the node when the runtime-required taint (the only taint the planner
     adds, for autoTaintNewNodes) could not be written; the next pass tries it again."""
-    taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
+    taints = ", ".join(str(t) for t in action.add_taints)
     message = (
         f"could not taint node [{action.name}] with [{taints}]: {error}; no stage starts on "
         f"it until the taint is written, tried again every pass"
