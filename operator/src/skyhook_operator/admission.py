@@ -193,10 +193,7 @@ class Admission:
             await asyncio.wait_for(nodes.listed.wait(), NODES_LISTED_SECONDS)
         except TimeoutError:
             raise Refused("image compatibility: the nodes are not listed yet", code=503) from None
-        node_index = nodes.index
-        node_labels = [
-            item.view.labels for store in node_index.values() for item in store if item.view
-        ]
+        node_labels = [item.view.labels for item in nodes.index.values() if item.view]
         pod = request.new or {}
         decision = await pod_image_patch(self.fetcher, pod, node_labels)
         if not decision.allowed:

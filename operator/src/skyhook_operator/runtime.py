@@ -116,7 +116,7 @@ class Operator:
         ours, kube = self.ours, self.kube
         self.watches = watches = _watches(kube, ours, self._wake)
         for name, watched in watches.items():
-            self.store.attach(name, watched.index)
+            self.store.attach(name, watched)
         self.leader = leader = _leader(ours, kube)
         self.evictor = evictor = Evictor(
             kube, watches["pod_index"], ours.drain_timeout, on_change=self._wake

@@ -20,11 +20,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from skyhook_planner.model.snapshot import (
-    BY_NAME,
-    BY_NAMESPACE_AND_NAME,
     ClusterSnapshot,
     ConfigMapView,
     EvictionRefusal,
@@ -76,11 +74,36 @@ def versioned(
 
 
 class Overlay(Generic[View]):
-    """Objects as our own writes left them, until the watch shows the same or newer."""
+    """One kind's objects as a pass reads them: the watch's index, with our own writes laid
+    over it until the watch shows the same or newer.
+
+    Kept between passes rather than merged anew for each: the watch reports each key it
+    changes (`index_changed`), the writer each object it wrote, and `views()` merges again only
+    those keys. Its views stay in key order, which is the order of (namespace, name), so a
+    pass gets them as a tuple built in C rather than sorted in Python.
+    """
 
     def __init__(self, decode: Callable[[Mapping[str, Any]], View]) -> None:
         self._decode = decode
+        self._index: Mapping[Key, Versioned[View]] = {}
         self._entries: dict[Key, tuple[float, Versioned[View]]] = {}
+        self._views: dict[Key, View] = {}  # the merged views, in key order
+        self._changed: set[Key] = set()  # keys to merge again before the next read
+        self._everything = False  # the index was refilled: merge every key again
+        self._unconfirmed: set[Key] = set()  # created by us, not in the index yet
+        self._current: tuple[View, ...] | None = ()
+
+    def follow(self, index: Mapping[Key, Versioned[View]]) -> None:
+        """Read `index` (a watch's, which reports its changes to `index_changed`)."""
+        self._index = index
+        self._everything = True
+
+    def index_changed(self, key: Key | None) -> None:
+        """The index changed `key`; None: it was refilled (a new listing)."""
+        if key is None:
+            self._everything = True
+        else:
+            self._changed.add(key)
 
     def wrote(self, body: Mapping[str, Any], created: bool = False) -> None:
         """Record the object as the API returned it after our write."""
@@ -88,51 +111,69 @@ class Overlay(Generic[View]):
         current = self._entries.get(entry.key)
         if created or current is None or current[1].resource_version <= entry.resource_version:
             self._entries[entry.key] = (time.monotonic(), entry)
+            self._changed.add(entry.key)
 
     def deleted(self, namespace: str, name: str, last_version: int) -> None:
         """The object is gone (or going) as of `last_version`; hide index copies up to it."""
         key = (namespace, name)
         self._entries[key] = (time.monotonic(), Versioned(key, last_version, None))
+        self._changed.add(key)
 
-    def merge(self, indexed: Iterable[Versioned[View]]) -> list[View]:
-        """Index copies, replaced or hidden by newer overlay entries; stale entries pruned."""
+    def views(self) -> tuple[View, ...]:
+        """Every object, in (namespace, name) order: the index's copy, or ours where ours is
+        newer. Entries the watch has caught up with are dropped here."""
         now = time.monotonic()
-        pending = dict(self._entries)
-        result: list[View] = []
-        for item in indexed:
-            found = pending.pop(item.key, None)
-            ours = None if found is None else found[1]
-            if ours is None or _watch_caught_up(item, ours):
-                if ours is not None:
-                    self._forget(item.key, ours)
-                if item.view is not None:
-                    result.append(item.view)
-            elif ours.view is not None:
-                result.append(ours.view)
-            # else: we deleted it and the watch has not seen a newer version: leave it out.
-        for key, (written, entry) in pending.items():
-            if not entry.created or now - written > _OVERLAY_TTL:
-                # Gone from the watch: deleted, whatever we last wrote to it.
-                self._forget(key, entry)
-            elif entry.view is not None:
-                result.append(entry.view)  # created by us, not yet seen by the watch
-        return result
+        for key in self._unconfirmed:
+            if now - self._entries[key][0] > _OVERLAY_TTL:
+                self._changed.add(key)
+        if self._everything:
+            self._changed.update(self._index.keys(), self._entries.keys(), self._views.keys())
+            self._everything = False
+        if self._changed:
+            added = False
+            for key in self._changed:
+                added |= self._merge(key, now)
+            self._changed.clear()
+            if added:
+                self._views = dict(sorted(self._views.items()))
+            self._current = None
+        if self._current is None:
+            self._current = tuple(self._views.values())
+        return self._current
 
-    def _forget(self, key: Key, entry: Versioned[View]) -> None:
-        current = self._entries.get(key)
-        if current is not None and current[1] is entry:
-            del self._entries[key]
+    def _merge(self, key: Key, now: float) -> bool:
+        """Merge `key` again; True if it was not among the views before."""
+        indexed = self._index.get(key)
+        found = self._entries.get(key)
+        ours = None if found is None else found[1]
+        self._unconfirmed.discard(key)
+        view: View | None
+        if indexed is not None and (ours is None or _watch_caught_up(indexed, ours)):
+            if ours is not None:
+                del self._entries[key]
+            view = indexed.view
+        elif indexed is not None:
+            view = ours.view if ours is not None else None  # None: we deleted it
+        elif ours is None or found is None:
+            view = None
+        elif not ours.created or now - found[0] > _OVERLAY_TTL:
+            del self._entries[key]  # gone from the watch: deleted, whatever we last wrote
+            view = None
+        else:
+            view = ours.view  # created by us, not yet seen by the watch
+            self._unconfirmed.add(key)
+        if view is None:
+            self._views.pop(key, None)
+            return False
+        new = key not in self._views
+        self._views[key] = view
+        return new
 
 
 def _watch_caught_up(indexed: Versioned[Any], ours: Versioned[Any]) -> bool:
     if ours.view is None:  # our delete: only a newer version proves the object lives on
         return indexed.resource_version > ours.resource_version
     return indexed.resource_version >= ours.resource_version
-
-
-def index_values(index: Mapping[Any, Iterable[Versioned[View]]]) -> list[Versioned[View]]:
-    """Every value of an index (each key holds a store of one or more values)."""
-    return [value for store in index.values() for value in store]
 
 
 ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
@@ -171,51 +212,65 @@ class Refusals:
         return tuple(self._by_object.values())
 
 
+class Source(Protocol[View]):
+    """A watch's index as the store follows it (kube/watch.py's WatchedIndex)."""
+
+    @property
+    def index(self) -> Mapping[Key, Versioned[View]]:
+        """The objects by (namespace, name)."""
+
+    def observe(self, changed: Callable[[Key | None], None]) -> None:
+        """Call `changed` with each key the index changes, None when it is refilled."""
+
+
 class ClusterStore:
-    """Holds the index objects and the overlays; builds a snapshot on demand.
+    """The overlays, each following its watch's index; builds a snapshot on demand.
 
     Everything here lives on the event loop: the watches fill the indexes, the writer's tasks
-    the overlays, and `snapshot()` (which only copies references) is called there too.
+    the overlays, and `snapshot()` (which merges only what changed since the last one) is
+    called there too.
     """
 
     def __init__(self) -> None:
-        self.indexes: dict[str, Mapping[Any, Iterable[Versioned[Any]]]] = {}
         self.skyhooks: Overlay[SkyhookView] = Overlay(SkyhookView.from_api)
         self.nodes: Overlay[NodeView] = Overlay(NodeView.from_api)
         self.pods: Overlay[PodView] = Overlay(PodView.from_api)
         self.configmaps: Overlay[ConfigMapView] = Overlay(ConfigMapView.from_api)
+        # Policies are only read, never written by us: their overlay stays empty.
+        self.policies: Overlay[PolicyView] = Overlay(PolicyView.from_api)
+        self._by_index: dict[str, Overlay[Any]] = {
+            "skyhook_index": self.skyhooks,
+            "node_index": self.nodes,
+            "pod_index": self.pods,
+            "configmap_index": self.configmaps,
+            "policy_index": self.policies,
+        }
         self.refusals = Refusals()
         # The evictions a PodDisruptionBudget refused that still hold (kube/drain.py's
         # Evictor answers; none until it is attached).
         self.eviction_refusals: Callable[[], Mapping[Key, EvictionRefusal]] = dict
 
-    def attach(self, name: str, index: Mapping[Any, Iterable[Versioned[Any]]]) -> None:
-        self.indexes[name] = index
+    def attach(self, name: str, source: Source[Any]) -> None:
+        """Follow the watch of index `name` (runtime.py's names)."""
+        overlay = self._by_index[name]
+        overlay.follow(source.index)
+        source.observe(overlay.index_changed)
 
-    def skyhook_views(self) -> list[SkyhookView]:
+    def skyhook_views(self) -> tuple[SkyhookView, ...]:
         """Our SCRs as the next snapshot will have them (the index and our own writes)."""
-        return self.skyhooks.merge(index_values(self.indexes.get("skyhook_index", {})))
+        return self.skyhooks.views()
 
     def policy_names(self) -> set[str]:
-        return {v.view.name for v in index_values(self.indexes.get("policy_index", {})) if v.view}
+        return {policy.name for policy in self.policies.views()}
 
     def snapshot(self) -> ClusterSnapshot:
-        def merged(name: str, overlay: Overlay[View]) -> list[View]:
-            return overlay.merge(index_values(self.indexes.get(name, {})))
-
-        nodes = sorted(merged("node_index", self.nodes), key=BY_NAME)
-        pods = sorted(merged("pod_index", self.pods), key=BY_NAMESPACE_AND_NAME)
-        # Policies are only read, never written by us: the index alone is current.
-        policies: list[PolicyView] = [
-            v.view for v in index_values(self.indexes.get("policy_index", {})) if v.view
-        ]
-        skyhooks = tuple(sorted(merged("skyhook_index", self.skyhooks), key=BY_NAME))
+        skyhooks = self.skyhooks.views()
         return ClusterSnapshot(
             skyhooks=skyhooks,
-            nodes=tuple(nodes),
-            pods=tuple(pods),
-            configmaps=tuple(merged("configmap_index", self.configmaps)),
-            policies=tuple(sorted(policies, key=BY_NAME)),
+            nodes=self.nodes.views(),
+            pods=self.pods.views(),
+            configmaps=self.configmaps.views(),
+            policies=self.policies.views(),
             refusals=self.refusals.current(s.name for s in skyhooks),
             eviction_refusals=self.eviction_refusals(),
         )

@@ -9,9 +9,10 @@ LIST has filled the index; the operator plans and says it is ready only once eve
 enough for them. (kopf's indexes did this for Skyhooks and policies until it went: its
 per-object state made start-up take minutes at thousands of nodes, ARCHITECTURE.md.)
 
-The index maps (namespace, name) to a one-item list of `Versioned` views, the shape
-`store.index_values` reads. The watch is a task on the event loop, so a snapshot taken on the
-loop never sees the index half-updated. A watch that ends is resumed from the last
+The index maps (namespace, name) to the object's `Versioned` view, and every change is
+reported by key to whoever `observe`s it (the store, which merges again only those keys). The
+watch is a task on the event loop, so a snapshot taken on the loop never sees the index
+half-updated. A watch that ends is resumed from the last
 resourceVersion; one that expired (410 Gone) or failed lists again, as does a first LIST that
 failed (the apiserver not reachable yet), after a pause.
 
@@ -59,7 +60,8 @@ class WatchedIndex(Generic[View]):
         self._task: asyncio.Task[None] | None = None
         self._version = ""
         self._gone_waiters: dict[Key, list[tuple[str, asyncio.Future[None]]]] = {}
-        self.index: dict[Key, list[Versioned[View]]] = {}
+        self._observers: list[Callable[[Key | None], None]] = []
+        self.index: dict[Key, Versioned[View]] = {}
         self.listed = asyncio.Event()  # the first LIST has filled the index
 
     def run(self) -> None:
@@ -70,6 +72,11 @@ class WatchedIndex(Generic[View]):
         """`run`, and return once the index is full (tools and tests)."""
         self.run()
         await self.listed.wait()
+
+    def observe(self, changed: Callable[[Key | None], None]) -> None:
+        """Call `changed` with each key the index changes, and with None when a listing
+        refills it."""
+        self._observers.append(changed)
 
     def stop(self) -> None:
         if self._task is not None:
@@ -94,13 +101,15 @@ class WatchedIndex(Generic[View]):
     def uid(self, key: Key) -> str | None:
         """The uid of the object `key` as the index holds it; None if it holds none."""
         entry = self.index.get(key)
-        return entry[0].uid if entry else None
+        return entry.uid if entry else None
 
     def _replace(self, entries: list[Versioned[View]], version: str) -> None:
         self.index.clear()  # the same dict: the store holds it
-        self.index.update((entry.key, [entry]) for entry in entries)
+        self.index.update((entry.key, entry) for entry in entries)
         self._version = version
         self.listed.set()
+        for changed in self._observers:
+            changed(None)
         for key in list(self._gone_waiters):
             self._wake_gone(key)
         self._on_change()
@@ -111,7 +120,9 @@ class WatchedIndex(Generic[View]):
             if self.index.pop(entry.key, None) is None:
                 return
         else:
-            self.index[entry.key] = [entry]
+            self.index[entry.key] = entry
+        for changed in self._observers:
+            changed(entry.key)
         if entry.key in self._gone_waiters:
             self._wake_gone(entry.key)
         self._on_change()
