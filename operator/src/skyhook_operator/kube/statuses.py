@@ -1,9 +1,13 @@
 """Skyhook status patches, coalesced: a pass every few hundred milliseconds need not mean a
 status write each.
 
-A plan's status patches go out after every lane of that plan is done with (a status never
-reports nodes ahead of their own annotations), one plan after another; until then `pending`
-lists them, so the next pass plans from the status this one decided (model/replay.py).
+A plan's status patches go out after every lane of that plan that moves a node (a start, a
+hand-off, a release) is done with, one plan after another: a status never reports a node's
+progress ahead of its own annotations. Bookkeeping lanes (the `waiting` mark a first pass puts
+on every node it does not start) are not waited for: they go out after every hand-off, so on
+a busy fleet a status waiting for them would not be written until the rollout was nearly
+over. Until written, `pending` lists the patches, so the next pass plans from the status this
+one decided (model/replay.py).
 """
 
 from __future__ import annotations

@@ -59,12 +59,14 @@ class _Run:
 
     result: ApplyResult = field(default_factory=ApplyResult)
     attempted: int = 0  # actions sent, or skipped after a failure in their lane
-    lanes_left: int = 0  # lanes not done with yet (written, failed or dropped)
+    # The lanes its statuses wait for, not done with yet (written, failed or dropped): those
+    # that move a node, not bookkeeping (`Lane.bookkeeping`).
+    awaited: set[Lane] = field(default_factory=set)
     lanes_done: asyncio.Event = field(default_factory=asyncio.Event)  # when none is left
 
-    def lane_done(self) -> None:
-        self.lanes_left -= 1
-        if self.lanes_left <= 0:
+    def lane_done(self, lane: Lane) -> None:
+        self.awaited.discard(lane)
+        if not self.awaited:
             self.lanes_done.set()
 
 
@@ -165,7 +167,8 @@ class Writer:
 
     def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
-        Its Skyhook status patches go out after every lane of the plan is done with."""
+        Its Skyhook status patches go out after every lane of the plan that moves a node is
+        done with (`Lane.bookkeeping`)."""
         assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
         lanes: dict[str, list[Action]] = {}
         statuses: list[PatchSkyhookStatus] = []
@@ -176,12 +179,10 @@ class Writer:
                 self.emit_event(action)
             else:
                 lanes.setdefault(lane_of(action) or "", []).append(action)
-        run = _Run(lanes_left=len(lanes))
-        if not lanes:
-            run.lanes_done.set()
+        run = _Run()
+        queued = self._queue(lanes, plan, run)
         if statuses:
             self._statuses.add(statuses, run.lanes_done)
-        queued = self._queue(lanes, plan, run)
         self._update_idle()
         return ApplyResult(queued=len(statuses) + queued)
 
@@ -211,8 +212,12 @@ class Writer:
     def _queue(self, lanes: Mapping[str, list[Action]], plan: Plan, run: _Run) -> int:
         """Queue the lanes in the schedule; the number of actions queued, not dropped."""
         if not lanes:
+            run.lanes_done.set()
             return 0
         queued = self._schedule.queue(lanes, plan.starting, plan.releasing)
+        run.awaited = {lane for lane in queued.lanes if not lane.bookkeeping}
+        if not run.awaited:
+            run.lanes_done.set()
         for lane in queued.lanes:
             self._runs[lane] = run
             self._queued += len(lane.actions)
@@ -243,7 +248,7 @@ class Writer:
             log.exception("writer lane crashed")
         finally:
             self._sending.discard(asyncio.current_task())
-            run.lane_done()
+            run.lane_done(lane)
             if not ok:
                 self._failures += 1
                 log.info("node %s: a write failed, the next pass re-plans it", lane.node)
@@ -261,7 +266,7 @@ class Writer:
         self._queued = max(0, self._queued - len(lane.actions))
         run = self._runs.pop(lane, None)
         if run is not None:
-            run.lane_done()
+            run.lane_done(lane)
 
     async def _send_actions(self, actions: Sequence[Action], run: _Run) -> bool:
         """Send a lane's actions in order; stop at the first that fails (the next pass re-plans

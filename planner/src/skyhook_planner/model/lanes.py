@@ -57,6 +57,13 @@ class Lane:
     def ready(self) -> bool:
         return self.gate is None or self.gate.open
 
+    @property
+    def bookkeeping(self) -> bool:
+        """It neither starts, hands off nor releases its node (a `waiting` mark, a
+        condition): a Skyhook status need not wait for it, or it would wait for every node
+        the first pass marks while hand-offs, which go first, keep coming."""
+        return self.priority == LATER
+
 
 @dataclass(eq=False)
 class _Chain:
