@@ -94,6 +94,12 @@ class Figures:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     events: str = ""
     passes: str = ""
+    # What `kubectl get skyhooks` showed: seconds from the apply to the first status with a
+    # node count, the longest time its count stood still before the last node completed,
+    # and how many times the count changed.
+    status_first_s: float = 0.0
+    status_longest_gap_s: float = 0.0
+    status_changes: int = 0
 
 
 def main() -> int:
@@ -188,7 +194,8 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 pids = _pids(sandbox, operator)
                 cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)
                 pods = _PodRecorder(kube, args.timeout)
-                figures.seconds = _rollout(
+                status = _StatusRecorder(kube, args.timeout)
+                started, figures.seconds = _rollout(
                     kube,
                     names,
                     manifest=_manifest(packages, spec_budget, args),
@@ -206,11 +213,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
         finally:
             sandbox.stop()
     node_stages = nodes * packages * len(STAGES)
-    delays = sorted(pods.handoffs())
-    figures.handoffs = len(delays)
-    if delays:
-        figures.handoff_median_ms = statistics.median(delays) * 1000
-        figures.handoff_p99_ms = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+    figures.handoffs, figures.handoff_median_ms, figures.handoff_p99_ms = _spread(pods.handoffs())
     figures.ratio = figures.seconds / figures.lower_bound
     figures.operator_cpu_seconds, figures.operator_peak_rss_mib = cpu, rss / 2**20
     ours = _operator_requests(log)
@@ -222,7 +225,19 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
         dict(requests.refused.most_common()),
     )
     figures.passes = _pass_stats(log)
+    figures.status_first_s, figures.status_longest_gap_s, figures.status_changes = status.gaps(
+        started, started + figures.seconds
+    )
     return figures
+
+
+def _spread(delays: list[float]) -> tuple[int, float, float]:
+    """How many hand-offs, and their median and p99 in ms."""
+    delays = sorted(delays)
+    if not delays:
+        return 0, 0.0, 0.0
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+    return len(delays), statistics.median(delays) * 1000, p99 * 1000
 
 
 def _print(f: Figures) -> None:
@@ -238,6 +253,8 @@ def _print(f: Figures) -> None:
           f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB), "
           f"threads {f.operator_threads_idle} idle, {f.operator_threads_end} at the end")  # fmt: skip
     print(f.passes)
+    print(f"Skyhook status     node count first shown {f.status_first_s:.1f} s after the apply, "
+          f"stood still at most {f.status_longest_gap_s:.1f} s, changed {f.status_changes} times")  # fmt: skip
     print(
         "CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in f.cpu_seconds.items())
     )
@@ -332,6 +349,49 @@ class _PodRecorder:
         return delays
 
 
+class _StatusRecorder:
+    """Watches the benchmark's Skyhook; when its status's node count (`completeNodes`, the
+    COMPLETE column of `kubectl get skyhooks`) changed."""
+
+    def __init__(self, kube: Kube, timeout: float) -> None:
+        self.changes: list[float] = []
+        self._shown = ""
+        self._lock = threading.Lock()
+        synced = threading.Event()
+        query = {"fieldSelector": "metadata.name=bench"}
+        threading.Thread(
+            target=self._pump, args=(kube, query, timeout, synced), daemon=True
+        ).start()
+        if not synced.wait(60):
+            raise SystemExit("the Skyhook watch did not start")
+
+    def _pump(
+        self, kube: Kube, query: dict[str, str], timeout: float, synced: threading.Event
+    ) -> None:
+        try:
+            for kind, scr in watch(kube, kube.skyhook_path(), query, timeout):
+                if kind == "SYNCED":
+                    synced.set()
+                    continue
+                shown = str((scr.get("status") or {}).get("completeNodes") or "")
+                with self._lock:
+                    if shown and shown != self._shown:
+                        self._shown = shown
+                        self.changes.append(time.monotonic())
+        except (ApiError, OSError):
+            return  # the sandbox stopped under the watch: the run is over
+
+    def gaps(self, started: float, ended: float) -> tuple[float, float, int]:
+        """Seconds from `started` to the first count shown, the longest stretch without a
+        change until `ended`, and the number of changes by then."""
+        with self._lock:
+            changes = [t for t in self.changes if t <= ended]
+        if not changes:
+            return ended - started, ended - started, 0
+        marks = [started, *changes, ended]
+        return changes[0] - started, max(b - a for a, b in itertools.pairwise(marks)), len(changes)
+
+
 def _inits_done(pod: Json) -> bool:
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
     wanted = len(pod["spec"].get("initContainers") or [])
@@ -355,7 +415,8 @@ def _per_stage(counts: Counter[str], stages: int) -> dict[str, float]:
 
 def _rollout(
     kube: Kube, names: list[str], *, manifest: Json, timeout: float, operator: OperatorProcess
-) -> float:
+) -> tuple[float, float]:
+    """When the SCR was applied (time.monotonic()) and how long until every node completed."""
     time.sleep(2)  # let the operator list and index before the clock starts
     complete: set[str] = set()
     started = time.monotonic()
@@ -372,7 +433,7 @@ def _rollout(
             last_report = now
             _check_spec(kube)
         if len(complete) == len(names):
-            return now - started
+            return started, now - started
         if not operator.running:
             raise SystemExit("operator exited:\n" + operator.log_tail())
     raise SystemExit(f"rollout not complete after {timeout:.0f} s ({len(complete)}/{len(names)})")
