@@ -64,12 +64,15 @@ def test_ignored_and_untolerating_nodes_say_so_and_others_proceed() -> None:
     d = Driver(3, LABELS)
     label(d, "node-0000", **{keys.IGNORE_LABEL: "true"})
     d.sim.nodes["node-0001"].setdefault("spec", {})["taints"] = [
-        {"key": "gpu", "value": "bad", "effect": "NoSchedule"}
+        {"key": "gpu", "value": "bad", "effect": "NoSchedule"},
+        {"key": "maintenance", "effect": "NoSchedule"},  # a taint with no value
     ]
     d.sim.add_skyhook("scr", {**SEL, "packages": PLAIN})
     found = reasons(d.step())
     assert [r.message for r in found["node-0000"]] == [f"ignored (label {keys.IGNORE_LABEL}=true)"]
-    assert [r.message for r in found["node-0001"]] == ["taints not tolerated: gpu=bad:NoSchedule"]
+    assert [r.message for r in found["node-0001"]] == [
+        "taints not tolerated: gpu=bad:NoSchedule, maintenance:NoSchedule"
+    ]
     assert "node-0002" not in found
 
 

@@ -94,7 +94,7 @@ class Taints:
         untolerated = self.untolerated(node)
         if not untolerated:
             return None
-        listed = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in untolerated)
+        listed = ", ".join(str(t) for t in untolerated)
         return Reason(TAINTS, f"taints not tolerated: {listed}")
 
 
