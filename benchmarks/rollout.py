@@ -94,11 +94,10 @@ class Figures:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     events: str = ""
     passes: str = ""
-    # What `kubectl get skyhooks` showed: seconds from the apply to the first status with a
-    # node count, the longest time its count stood still before the last node completed,
-    # and how many times the count changed.
-    status_first_s: float = 0.0
-    status_longest_gap_s: float = 0.0
+    # How far `kubectl get skyhooks` lagged: per node completion, the seconds until the
+    # status's count of complete nodes included it; and how many times that count changed.
+    status_lag_median_s: float = 0.0
+    status_lag_max_s: float = 0.0
     status_changes: int = 0
 
 
@@ -195,13 +194,14 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 cpu_before, requests_before = _cpu(pids), _apiserver_requests(kube)
                 pods = _PodRecorder(kube, args.timeout)
                 status = _StatusRecorder(kube, args.timeout)
-                started, figures.seconds = _rollout(
+                completions = _rollout(
                     kube,
                     names,
                     manifest=_manifest(packages, spec_budget, args),
                     timeout=args.timeout,
                     operator=operator,
                 )
+                figures.seconds = completions[-1] - completions[0]
                 figures.cpu_seconds = dict(_cpu(pids) - cpu_before)
                 requests = _apiserver_requests(kube) - requests_before
                 cpu, rss, figures.operator_threads_end = _usage(operator)
@@ -225,8 +225,8 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
         dict(requests.refused.most_common()),
     )
     figures.passes = _pass_stats(log)
-    figures.status_first_s, figures.status_longest_gap_s, figures.status_changes = status.gaps(
-        started, started + figures.seconds
+    figures.status_lag_median_s, figures.status_lag_max_s, figures.status_changes = status.lags(
+        completions[1:]
     )
     return figures
 
@@ -253,8 +253,9 @@ def _print(f: Figures) -> None:
           f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB), "
           f"threads {f.operator_threads_idle} idle, {f.operator_threads_end} at the end")  # fmt: skip
     print(f.passes)
-    print(f"Skyhook status     node count first shown {f.status_first_s:.1f} s after the apply, "
-          f"stood still at most {f.status_longest_gap_s:.1f} s, changed {f.status_changes} times")  # fmt: skip
+    print(f"Skyhook status     a node complete shows in its count after median "
+          f"{f.status_lag_median_s:.1f} s, max {f.status_lag_max_s:.1f} s; "
+          f"the count changed {f.status_changes} times")  # fmt: skip
     print(
         "CPU s during the rollout: " + ", ".join(f"{k} {v:.0f}" for k, v in f.cpu_seconds.items())
     )
@@ -354,7 +355,7 @@ class _StatusRecorder:
     COMPLETE column of `kubectl get skyhooks`) changed."""
 
     def __init__(self, kube: Kube, timeout: float) -> None:
-        self.changes: list[float] = []
+        self.changes: list[tuple[float, int]] = []  # (time.monotonic(), complete nodes)
         self._shown = ""
         self._lock = threading.Lock()
         synced = threading.Event()
@@ -377,19 +378,22 @@ class _StatusRecorder:
                 with self._lock:
                     if shown and shown != self._shown:
                         self._shown = shown
-                        self.changes.append(time.monotonic())
+                        self.changes.append((time.monotonic(), int(shown.partition("/")[0])))
         except (ApiError, OSError):
             return  # the sandbox stopped under the watch: the run is over
 
-    def gaps(self, started: float, ended: float) -> tuple[float, float, int]:
-        """Seconds from `started` to the first count shown, the longest stretch without a
-        change until `ended`, and the number of changes by then."""
+    def lags(self, completions: list[float]) -> tuple[float, float, int]:
+        """For the k-th node seen complete (at `completions[k - 1]`), the seconds until the
+        status first counted k complete nodes (until now, if it never did): their median and
+        maximum; and how many times the count changed."""
         with self._lock:
-            changes = [t for t in self.changes if t <= ended]
-        if not changes:
-            return ended - started, ended - started, 0
-        marks = [started, *changes, ended]
-        return changes[0] - started, max(b - a for a, b in itertools.pairwise(marks)), len(changes)
+            changes = list(self.changes)
+        now = time.monotonic()
+        lags = []
+        for k, at in enumerate(completions, 1):
+            shown = next((t for t, count in changes if count >= k), now)
+            lags.append(max(0.0, shown - at))
+        return statistics.median(lags), max(lags), len(changes)
 
 
 def _inits_done(pod: Json) -> bool:
@@ -415,17 +419,20 @@ def _per_stage(counts: Counter[str], stages: int) -> dict[str, float]:
 
 def _rollout(
     kube: Kube, names: list[str], *, manifest: Json, timeout: float, operator: OperatorProcess
-) -> tuple[float, float]:
-    """When the SCR was applied (time.monotonic()) and how long until every node completed."""
+) -> list[float]:
+    """When the SCR was applied, then when each node was seen complete (time.monotonic())."""
     time.sleep(2)  # let the operator list and index before the clock starts
     complete: set[str] = set()
     started = time.monotonic()
+    completions = [started]
     apply_skyhook(kube, manifest)
     last_report = started
     for kind, node in watch(kube, "/api/v1/nodes", {"labelSelector": f"{LABEL}=yes"}, timeout):
-        if kind in ("ADDED", "MODIFIED") and node_status(node, "bench") == "complete":
-            complete.add(node["metadata"]["name"])
         now = time.monotonic()
+        if kind in ("ADDED", "MODIFIED") and node_status(node, "bench") == "complete":
+            if node["metadata"]["name"] not in complete:
+                completions.append(now)
+            complete.add(node["metadata"]["name"])
         if now - last_report > 10:
             print(
                 f"  {now - started:6.0f} s: {len(complete)}/{len(names)} nodes complete", flush=True
@@ -433,7 +440,7 @@ def _rollout(
             last_report = now
             _check_spec(kube)
         if len(complete) == len(names):
-            return started, now - started
+            return completions
         if not operator.running:
             raise SystemExit("operator exited:\n" + operator.log_tail())
     raise SystemExit(f"rollout not complete after {timeout:.0f} s ({len(complete)}/{len(names)})")
