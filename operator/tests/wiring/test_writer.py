@@ -200,7 +200,7 @@ def test_a_status_goes_out_after_its_plan_and_is_pending_until_then() -> None:
         gate = client.hold("n1")
         writer = _writer(client)
         status = PatchSkyhookStatus("s", {"status": "in_progress"})
-        writer.submit(Plan((_mark("n1"), _pod("n1"), status), starting=frozenset({"n1"})))
+        writer.submit(Plan((_mark("n1", "complete"), status), releasing=frozenset({"n1"})))
         assert writer.pending_statuses() == {"s": [{"status": "in_progress"}]}
         await stays_false(lambda: any("skyhooks" in p for p in client.paths()), 0.5)
         gate.set()
@@ -212,27 +212,37 @@ def test_a_status_goes_out_after_its_plan_and_is_pending_until_then() -> None:
     run(scenario)
 
 
-def test_a_status_does_not_wait_for_the_bookkeeping_of_nodes_it_does_not_move() -> None:
+def test_a_status_waits_for_its_hand_offs_and_not_for_its_starts_or_bookkeeping() -> None:
     async def scenario() -> None:
         client = HeldClient()
-        gate = client.hold("w1")
+        held = [client.hold("started"), client.hold("w1")]
         writer = _writer(client)
         status = PatchSkyhookStatus("s", {"status": "in_progress"})
         plan = Plan(
-            (_mark("n1"), _pod("n1"), _mark("w1", "waiting"), status),
-            starting=frozenset({"n1"}),
+            (
+                _mark("handoff"),
+                _pod("handoff"),
+                _mark("started"),
+                _pod("started"),
+                _mark("w1", "waiting"),
+                status,
+            ),
+            starting=frozenset({"started"}),
         )
         writer.submit(plan)
+        status_path = "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status"
         await eventually(
-            lambda: "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status" in client.paths(),
-            3,  # well before the held write gives up (10 s)
-            "the status written while w1's waiting mark is held back",
+            lambda: status_path in client.paths(),
+            3,  # well before the held writes give up (10 s)
+            "the status written while the start and the waiting mark are held back",
         )
-        assert "w1" in client.waiting
-        assert client.paths().index("/api/v1/namespaces/skyhook/pods") < client.paths().index(
-            "/apis/skyhook.nvidia.com/v1alpha1/skyhooks/s/status"
-        ), "after the node it starts"
-        gate.set()
+        assert {"started", "w1"} <= client.waiting
+        paths = client.paths()
+        assert paths.index("/api/v1/namespaces/skyhook/pods") < paths.index(status_path), (
+            "after the hand-off's pod"
+        )
+        for gate in held:
+            gate.set()
         await _closed(writer)
 
     run(scenario)

@@ -59,8 +59,8 @@ class _Run:
 
     result: ApplyResult = field(default_factory=ApplyResult)
     attempted: int = 0  # actions sent, or skipped after a failure in their lane
-    # The lanes its statuses wait for, not done with yet (written, failed or dropped): those
-    # that move a node, not bookkeeping (`Lane.bookkeeping`).
+    # The lanes its statuses wait for, not done with yet (written, failed or dropped): its
+    # hand-offs and releases (`Lane.reported`).
     awaited: set[Lane] = field(default_factory=set)
     lanes_done: asyncio.Event = field(default_factory=asyncio.Event)  # when none is left
 
@@ -167,8 +167,8 @@ class Writer:
 
     def submit(self, plan: Plan) -> ApplyResult:
         """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
-        Its Skyhook status patches go out after every lane of the plan that moves a node is
-        done with (`Lane.bookkeeping`)."""
+        Its Skyhook status patches go out after every lane of the plan that hands off or
+        releases a node is done with (`Lane.reported`)."""
         assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
         lanes: dict[str, list[Action]] = {}
         statuses: list[PatchSkyhookStatus] = []
@@ -215,7 +215,7 @@ class Writer:
             run.lanes_done.set()
             return 0
         queued = self._schedule.queue(lanes, plan.starting, plan.releasing)
-        run.awaited = {lane for lane in queued.lanes if not lane.bookkeeping}
+        run.awaited = {lane for lane in queued.lanes if lane.reported}
         if not run.awaited:
             run.lanes_done.set()
         for lane in queued.lanes:

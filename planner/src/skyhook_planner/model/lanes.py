@@ -58,11 +58,12 @@ class Lane:
         return self.gate is None or self.gate.open
 
     @property
-    def bookkeeping(self) -> bool:
-        """It neither starts, hands off nor releases its node (a `waiting` mark, a
-        condition): a Skyhook status need not wait for it, or it would wait for every node
-        the first pass marks while hand-offs, which go first, keep coming."""
-        return self.priority == LATER
+    def reported(self) -> bool:
+        """It hands off or releases its node: a Skyhook status waits for it, so the status
+        never shows a stage done or a node complete before the node's own annotations do.
+        Starts and bookkeeping (a `waiting` mark) go out after every hand-off; a status that
+        waited for them would lag the rollout by as long as the writer's queue is deep."""
+        return self.priority == URGENT
 
 
 @dataclass(eq=False)
