@@ -145,22 +145,21 @@ class Overlay(Generic[View]):
         """Merge `key` again; True if it was not among the views before."""
         indexed = self._index.get(key)
         found = self._entries.get(key)
-        ours = None if found is None else found[1]
         self._unconfirmed.discard(key)
         view: View | None
-        if indexed is not None and (ours is None or _watch_caught_up(indexed, ours)):
-            if ours is not None:
-                del self._entries[key]
-            view = indexed.view
+        if found is None:
+            view = None if indexed is None else indexed.view
         elif indexed is not None:
-            view = ours.view if ours is not None else None  # None: we deleted it
-        elif ours is None or found is None:
-            view = None
-        elif not ours.created or now - found[0] > _OVERLAY_TTL:
+            if _watch_caught_up(indexed, found[1]):
+                del self._entries[key]
+                view = indexed.view
+            else:
+                view = found[1].view  # None: we deleted it
+        elif not found[1].created or now - found[0] > _OVERLAY_TTL:
             del self._entries[key]  # gone from the watch: deleted, whatever we last wrote
             view = None
         else:
-            view = ours.view  # created by us, not yet seen by the watch
+            view = found[1].view  # created by us, not yet seen by the watch
             self._unconfirmed.add(key)
         if view is None:
             self._views.pop(key, None)

@@ -2,14 +2,13 @@
 status write each.
 
 A plan's status patches go out after every lane of that plan that hands off or releases a
-node is done with, one plan after another: a status never reports a stage done or a node
-complete ahead of the node's own annotations. Starts and bookkeeping lanes (the `waiting` mark
-a first pass puts on every node it does not start) are not waited for: they go out after every
-hand-off, so on a busy fleet a status waiting for them lagged the rollout by the depth of the
-writer's queue (the whole rollout for the `waiting` marks of a new Skyhook; two minutes for
-the starts at 5,000 nodes). A node may thus show `in_progress` or `waiting` in the status a
-moment before its own annotations do. Until written, `pending` lists the patches, so the next pass plans from the status this
-one decided (model/replay.py).
+node is done with (`Lane.reported`), one plan after another: a status never reports a stage
+done or a node complete ahead of the node's own annotations. Starts and bookkeeping lanes
+(the `waiting` mark a first pass puts on every node it does not start) are not waited for:
+they go out after every hand-off, so on a busy fleet a status waiting for them would lag by
+the depth of the writer's queue. A node may thus show `in_progress` or `waiting` in the status
+a moment before its own annotations do. Until written, `pending` lists the patches, so the
+next pass plans from the status this one decided (model/replay.py).
 """
 
 from __future__ import annotations
