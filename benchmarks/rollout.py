@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,6 +300,34 @@ def _package_name(index: int) -> str:
     return "bench-" + chr(ord("a") + index)
 
 
+def _follow(
+    kube: Kube,
+    path: str,
+    query: dict[str, str],
+    timeout: float,
+    *,
+    record: Callable[[Json], None],
+    what: str,
+) -> None:
+    """Watch `path` in a background thread, calling `record` with each object as it changes;
+    return once the watch has listed what exists (SystemExit naming `what` after 60 s)."""
+    synced = threading.Event()
+
+    def pump() -> None:
+        try:
+            for kind, obj in watch(kube, path, query, timeout):
+                if kind == "SYNCED":
+                    synced.set()
+                else:
+                    record(obj)
+        except (ApiError, OSError):
+            return  # the sandbox stopped under the watch: the run is over
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not synced.wait(60):
+        raise SystemExit(f"the {what} watch did not start")
+
+
 class _PodRecorder:
     """Watches the rollout's stage pods; per node, when each pod was first seen done (every
     init container exited 0) and when each was first seen at all."""
@@ -309,35 +337,18 @@ class _PodRecorder:
         self.done: dict[str, float] = {}
         self._seen: set[str] = set()
         self._lock = threading.Lock()
-        synced = threading.Event()
         query = {"labelSelector": f"{keys.NAME_LABEL}=bench"}
-        threading.Thread(
-            target=self._pump, args=(kube, query, timeout, synced), daemon=True
-        ).start()
-        if not synced.wait(60):
-            raise SystemExit("the pod watch did not start")
+        _follow(kube, "/api/v1/pods", query, timeout, record=self._record, what="pod")
 
-    def _pump(
-        self, kube: Kube, query: dict[str, str], timeout: float, synced: threading.Event
-    ) -> None:
-        try:
-            self._record(watch(kube, "/api/v1/pods", query, timeout), synced)
-        except (ApiError, OSError):
-            return  # the sandbox stopped under the watch: the run is over
-
-    def _record(self, events: Iterator[tuple[str, Json]], synced: threading.Event) -> None:
-        for kind, pod in events:
-            if kind == "SYNCED":
-                synced.set()
-                continue
-            at = time.monotonic()
-            uid, node = pod["metadata"]["uid"], pod["spec"].get("nodeName", "")
-            with self._lock:
-                if uid not in self._seen:
-                    self._seen.add(uid)
-                    self.created.setdefault(node, []).append((at, uid))
-                if uid not in self.done and _inits_done(pod):
-                    self.done[uid] = at
+    def _record(self, pod: Json) -> None:
+        at = time.monotonic()
+        uid, node = pod["metadata"]["uid"], pod["spec"].get("nodeName", "")
+        with self._lock:
+            if uid not in self._seen:
+                self._seen.add(uid)
+                self.created.setdefault(node, []).append((at, uid))
+            if uid not in self.done and _inits_done(pod):
+                self.done[uid] = at
 
     def handoffs(self) -> list[float]:
         """Seconds from each stage pod seen done to the same node's next pod seen created."""
@@ -358,29 +369,15 @@ class _StatusRecorder:
         self.changes: list[tuple[float, int]] = []  # (time.monotonic(), complete nodes)
         self._shown = ""
         self._lock = threading.Lock()
-        synced = threading.Event()
         query = {"fieldSelector": "metadata.name=bench"}
-        threading.Thread(
-            target=self._pump, args=(kube, query, timeout, synced), daemon=True
-        ).start()
-        if not synced.wait(60):
-            raise SystemExit("the Skyhook watch did not start")
+        _follow(kube, kube.skyhook_path(), query, timeout, record=self._record, what="Skyhook")
 
-    def _pump(
-        self, kube: Kube, query: dict[str, str], timeout: float, synced: threading.Event
-    ) -> None:
-        try:
-            for kind, scr in watch(kube, kube.skyhook_path(), query, timeout):
-                if kind == "SYNCED":
-                    synced.set()
-                    continue
-                shown = str((scr.get("status") or {}).get("completeNodes") or "")
-                with self._lock:
-                    if shown and shown != self._shown:
-                        self._shown = shown
-                        self.changes.append((time.monotonic(), int(shown.partition("/")[0])))
-        except (ApiError, OSError):
-            return  # the sandbox stopped under the watch: the run is over
+    def _record(self, scr: Json) -> None:
+        shown = str((scr.get("status") or {}).get("completeNodes") or "")
+        with self._lock:
+            if shown and shown != self._shown:
+                self._shown = shown
+                self.changes.append((time.monotonic(), int(shown.partition("/")[0])))
 
     def lags(self, completions: list[float]) -> tuple[float, float, int]:
         """For the k-th node seen complete (at `completions[k - 1]`), the seconds until the
