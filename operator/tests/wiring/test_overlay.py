@@ -62,6 +62,7 @@ def pods() -> tuple[Overlay[PodView], Watch[PodView]]:
 def test_our_newer_write_shadows_the_stale_watch_copy() -> None:
     overlay, watch = nodes()
     watch.put(node("n1", 10, state="complete"))
+    assert [n.annotations["state"] for n in overlay.views()] == ["complete"]
     overlay.wrote(node("n1", 12, state="in_progress"))
     assert [n.annotations["state"] for n in overlay.views()] == ["in_progress"]
 
@@ -105,6 +106,7 @@ def test_deleted_pod_disappears_when_the_watch_drops_it() -> None:
 def test_immediately_deleted_object_is_hidden_until_a_newer_version_shows() -> None:
     overlay, watch = pods()
     watch.put(pod("p1", 20))
+    assert [p.name for p in overlay.views()] == ["p1"]
     overlay.deleted("skyhook", "p1", 1 << 62)
     assert overlay.views() == ()
     watch.drop(("skyhook", "p1"))
