@@ -9,6 +9,7 @@ from skyhook_planner.model.actions import (
     DeletePod,
     EvictPod,
     PatchNode,
+    StopPod,
     UpsertConfigMap,
 )
 from skyhook_planner.model.replay import NodeReplay, StatusReplay
@@ -168,6 +169,26 @@ def test_a_queued_pod_shows_pending_and_a_queued_deletion_shows_terminating() ->
 
     # Nothing queued any more (written, or failed): the pods as stored.
     assert replay.apply(snapshot, {}).pods == snapshot.pods
+
+
+def test_a_queued_stop_shows_its_annotations_and_leaves_the_pod_running() -> None:
+    running = PodView.from_api(
+        {
+            **pod_manifest("s-n1-interrupt"),
+            "metadata": {**pod_manifest("s-n1-interrupt")["metadata"], "annotations": {"a": "1"}},
+            "status": {"phase": "Running"},
+        }
+    )
+    snapshot = ClusterSnapshot(skyhooks=(), nodes=(), pods=(running,))
+    stop = StopPod("skyhook", "s-n1-interrupt", "n1", {"why": "limit"})
+    replay = NodeReplay()
+
+    (shown,) = replay.apply(snapshot, {"n1": (stop,)}).pods
+    assert shown.annotations == {"a": "1", "why": "limit"}
+    assert shown.phase == "Running" and not shown.deleting, "the kubelet stops it, later"
+    (again,) = replay.apply(snapshot, {"n1": (stop,)}).pods
+    assert again is shown
+    assert replay.apply(snapshot, {}).pods == (running,)
 
 
 def test_a_queued_configmap_shows_its_new_content() -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from skyhook_planner.model.actions import DeletePod, EmitEvent
+from skyhook_planner.model.actions import STOP_DEADLINE_S, DeletePod, EmitEvent, StopPod
 from skyhook_planner.sim.driver import SETTINGS, Driver, package, pod_stage
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import decode_entries
@@ -348,10 +348,18 @@ def crash_looping_interrupt(kind: dict[str, Any], restart_count: int) -> tuple[D
     return d, key[1]
 
 
-def test_a_service_interrupt_past_its_restart_limit_is_erroring_and_not_started_again() -> None:
+def test_a_service_interrupt_past_its_restart_limit_is_stopped_kept_and_not_started_again() -> None:
+    """At its restart limit the interrupt pod is stopped where it is (its deadline lowered, so
+    the kubelet fails it) and kept for its logs, marked with how many times it failed; the
+    stage stays erroring and nothing interrupts the node again until a rerun."""
     d, name = crash_looping_interrupt({"type": "service", "services": ["cron"]}, 3)
     result = d.step()
-    assert ("skyhook", name) not in d.sim.pods
+    (stop,) = [a for a in result.actions if isinstance(a, StopPod)]
+    assert (stop.name, stop.annotations) == (name, {keys.RESTART_LIMIT_ANNOTATION: "4"})
+    assert not [a for a in result.actions if isinstance(a, DeletePod)]
+    pod = d.sim.pods[("skyhook", name)]
+    assert pod["spec"]["activeDeadlineSeconds"] == STOP_DEADLINE_S
+    assert (pod["status"]["phase"], pod["status"]["reason"]) == ("Failed", "DeadlineExceeded")
     assert d.entries("scr", NODE) == {"alpha|1.0.0": ("interrupt", "erroring")}
     assert restarts(d) == 4
     assert d.node_status("scr", NODE) == "erroring"
@@ -359,10 +367,53 @@ def test_a_service_interrupt_past_its_restart_limit_is_erroring_and_not_started_
     assert {(e.kind, e.type) for e in found} == {("Node", "Warning"), ("Skyhook", "Warning")}
     assert "package [alpha:1.0.0]" in found[0].message
     assert "failed 4 times" in found[0].message
+    assert f"kubectl logs -n skyhook {name} -c interrupt" in found[0].message
     d.now += timedelta(hours=1)
     for _ in range(3):
-        d.step()
-    assert not d.sim.pods, "parked: no interrupt pod starts again"
+        later = d.step()
+        touched = [a.name for a in later.actions if isinstance(a, StopPod | DeletePod)]
+        assert name not in touched
+        assert not [a for a in later.actions if isinstance(a, EmitEvent) and "failed" in a.message]
+    interrupts = [
+        k for k, p in d.sim.pods.items() if keys.INTERRUPT_LABEL in p["metadata"]["labels"]
+    ]
+    assert interrupts == [("skyhook", name)], "kept, and no new interrupt pod"
+    assert restarts(d) == 4
+    # A rerun from the interrupt stage: the stopped pod goes and the interrupt runs again.
+    node = d.sim.nodes[NODE]["metadata"]["annotations"]
+    state_key = keys.node_state_key("scr")
+    node[state_key] = node[state_key].replace('"state":"erroring"', '"state":"in_progress"')
+    rerun = d.step()
+    assert [a.name for a in rerun.actions if isinstance(a, DeletePod)] == [name]
+    assert not [a for a in rerun.actions if isinstance(a, EmitEvent) and "timed out" in a.message]
+    d.step()
+    (again,) = live_pods(d)
+    assert again[1] == name
+
+
+def test_an_interrupt_stopped_at_its_restart_limit_is_stopped_once() -> None:
+    """While the kubelet has yet to fail the stopped pod, its container may fail once more:
+    the pod is not stopped again and no second Warning goes out."""
+    d, name = crash_looping_interrupt({"type": "noop"}, 3)
+    first = d.step()
+    assert [a.name for a in first.actions if isinstance(a, StopPod)] == [name]
+    pod = d.sim.pods[("skyhook", name)]
+    assert pod["metadata"]["annotations"][keys.RESTART_LIMIT_ANNOTATION] == "4"
+    # The kubelet has not failed it yet, and its container failed once more.
+    pod["status"] = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            {
+                "name": "interrupt",
+                "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            }
+        ],
+    }
+    again = d.step()
+    assert not [a for a in again.actions if isinstance(a, StopPod | DeletePod)]
+    assert not [a for a in again.actions if isinstance(a, EmitEvent) and a.reason == "Interrupt"]
+    assert restarts(d) == 4
 
 
 def test_an_interrupt_within_its_restart_limit_keeps_restarting() -> None:

@@ -20,10 +20,12 @@ from typing import Any
 
 from skyhook_dev.harness import node_state, node_status, wait_until
 from skyhook_operator.kube.client import MERGE_PATCH, Json
+from skyhook_sandbox.kubeapi import core_v1
 from skyhook_sandbox.shims import LOG_DIR, SYSTEMD_DIR
 from skyhook_schemas import keys
 from skyhook_schemas.podpackage import decode_interrupt_argument
 
+from .conftest import NAMESPACE
 from .helpers import SHELLSCRIPT, Cluster, Recording, pod_stage
 
 STEPS = "/skyhook-steps"  # on the node's host: one line per step that ran
@@ -501,24 +503,24 @@ def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
     """PACKAGE_LIFECYCLE.md, Timeouts: "a `service` ... interrupt whose container failed
     `SKYHOOK_STAGE_RETRIES` + 1 times gives up (erroring, a Warning Event with reason
     `Interrupt`)". With SKYHOOK_STAGE_RETRIES=1 the interrupt container runs twice, both runs
-    fail at `systemctl restart broken`; then the pod goes, the entry and the node are erroring,
-    Warning Events on the Node and the Skyhook say so, no interrupt pod starts again and the
-    node stays cordoned."""
+    fail at `systemctl restart broken`; then the pod is stopped where it is and kept for its
+    logs, the entry and the node are erroring, Warning Events on the Node and the Skyhook say
+    so, no interrupt pod starts again and the node stays cordoned."""
     node, scr, recording = one_retry_and_interrupt_events(cluster)
     cluster.skyhook(scr, {"broken": broken_service_package()})
 
     def given_up() -> bool:
         found = node_state(cluster.node(node), scr).get("broken|1.0.0") or {}
-        deleted = [
+        stopped = [
             p
-            for _, kind, p in recording.of("pod")
-            if kind == "DELETED" and pod_stage(p) == "interrupt"
+            for _, _, p in recording.of("pod")
+            if pod_stage(p) == "interrupt" and p["status"].get("phase") == "Failed"
         ]
         return (found.get("stage"), found.get("state"), found.get("restarts")) == (
             "interrupt",
             "erroring",
             2,
-        ) and bool(deleted)
+        ) and bool(stopped)
 
     wait_until(given_up, 90, "the interrupt to give up after 2 failed runs", interval=0.5)
     interrupts = [p for p in created(recording) if pod_stage(p) == "interrupt"]
@@ -529,10 +531,23 @@ def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
     assert payload(interrupt) == {"type": "service_restart", "services": ["broken"]}
     # The container ran twice (restarted once), both runs failed, then the pod went.
     assert failed_runs(recording, interrupt) == (2, 1), failed_runs(recording, interrupt)
+    # Stopped where it ran and kept: failed at its lowered deadline, marked with its failed
+    # runs, its logs readable as `kubectl logs <pod> -c interrupt` reads them.
     uid = interrupt["metadata"]["uid"]
-    assert any(
+    assert not any(
         kind == "DELETED" and p["metadata"]["uid"] == uid for _, kind, p in recording.of("pod")
-    ), "the interrupt pod was not deleted at its restart limit"
+    ), "the interrupt pod was deleted at its restart limit"
+    (kept,) = [p for p in cluster.pods(scr) if pod_stage(p) == "interrupt"]
+    assert kept["metadata"]["uid"] == uid
+    assert (kept["status"]["phase"], kept["status"].get("reason")) == (
+        "Failed",
+        "DeadlineExceeded",
+    )
+    assert kept["metadata"]["annotations"][keys.RESTART_LIMIT_ANNOTATION] == "2"
+    log = core_v1(cluster.sandbox).read_namespaced_pod_log(
+        kept["metadata"]["name"], NAMESPACE, container="interrupt"
+    )
+    assert "broken" in log, log
     assert lines(cluster, node, BROKEN) == ["daemon-reload", "restart broken", "restart broken"]
     assert lines(cluster, node, STEPS) == ["apply"], "post-interrupt ran after a failed interrupt"
 
@@ -558,7 +573,7 @@ def test_a_service_interrupt_that_keeps_failing_gives_up_at_its_restart_limit(
     given = rv(recording.of("pod")[-1][2])
     time.sleep(5)
     assert created(recording, given) == [], stages(created(recording, given))
-    running = [p for p in cluster.pods(scr) if p["status"].get("phase") != "Succeeded"]
+    running = [p for p in cluster.pods(scr) if p["status"].get("phase") in {"Pending", "Running"}]
     assert not running, [p["metadata"]["name"] for p in running]
     nodes = [n for _, _, n in recording.of("node")]
     cordoned = next(i for i, n in enumerate(nodes) if n["spec"].get("unschedulable"))

@@ -134,6 +134,8 @@ PACKAGE_ANNOTATION = f"{GROUP}/package"
 RESOURCE_ID_ANNOTATION = f"{GROUP}/resource-id"
 # Ours: which attempt at its stage a stage pod is (absent: the first, 0); a retry is a new pod.
 ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
+# On an interrupt pod stopped at its restart limit: how many times its container failed.
+RESTART_LIMIT_ANNOTATION = f"{GROUP}/restart-limit-exceeded"
 
 # ConfigMaps.
 PACKAGE_NAME_ANNOTATION = f"{GROUP}/Package.Name"

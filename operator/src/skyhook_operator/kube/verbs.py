@@ -33,6 +33,7 @@ from skyhook_operator.kube.client import (
 )
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import (
+    STOP_DEADLINE_S,
     Action,
     AddFinalizer,
     AnnotateSkyhook,
@@ -42,6 +43,7 @@ from skyhook_planner.model.actions import (
     PatchNode,
     PatchSkyhookStatus,
     RemoveFinalizer,
+    StopPod,
     UpsertConfigMap,
 )
 from skyhook_planner.model.effects import finalizers_after, taints_after
@@ -73,6 +75,7 @@ class ApiVerbs:
             PatchNode: self.patch_node,
             CreatePod: self.create_pod,
             DeletePod: self.delete_pod,
+            StopPod: self.stop_pod,
             UpsertConfigMap: self.upsert_configmap,
             DeleteConfigMap: self.delete_configmap,
             PatchSkyhookStatus: self.patch_skyhook_status,
@@ -180,6 +183,21 @@ class ApiVerbs:
             self._store.pods.wrote(answer)  # still terminating: deletionTimestamp set
         else:
             self._store.pods.deleted(action.namespace, action.name, _GONE)
+
+    async def stop_pod(self, action: StopPod) -> None:
+        path = self._kube.namespaced_path("pods", action.namespace, action.name)
+        patch = {
+            "metadata": {"annotations": dict(action.annotations)},
+            "spec": {"activeDeadlineSeconds": STOP_DEADLINE_S},
+        }
+        try:
+            answer = await self._kube.request("PATCH", path, patch, MERGE_PATCH)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return
+        log.info("stopped pod %s/%s: %s", action.namespace, action.name, action.reason)
+        self._store.pods.wrote(answer)
 
     # --- configmaps -------------------------------------------------------------------------
 

@@ -60,6 +60,24 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class StopPod:
+    """Stop a running pod where it is and keep it: its `activeDeadlineSeconds` lowered to
+    `STOP_DEADLINE_S`, long passed, so the kubelet stops its containers and fails it with
+    reason DeadlineExceeded, and `annotations` merged (what stopped it). The pod and its
+    containers' logs stay until it is deleted; NotFound counts as done."""
+
+    namespace: str
+    name: str
+    node: str  # the lane it goes out in
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    reason: str = ""
+
+
+# A live pod's deadline may only be set or lowered; one second has passed for any running pod.
+STOP_DEADLINE_S = 1
+
+
+@dataclass(frozen=True)
 class EvictPod:
     """Remove a pod for a drain and wait until it is gone: a policy/v1 Eviction, whose refusal
     by a PodDisruptionBudget is a wait the drain reports, not a failure; or, with `delete`
@@ -136,6 +154,7 @@ Action = (
     PatchNode
     | CreatePod
     | DeletePod
+    | StopPod
     | EvictPod
     | UpsertConfigMap
     | DeleteConfigMap
@@ -206,7 +225,7 @@ def lane_of(action: Action) -> str | None:
         return action.name
     if isinstance(action, CreatePod):
         return str(action.manifest.get("spec", {}).get("nodeName") or "") or None
-    if isinstance(action, DeletePod | EvictPod):
+    if isinstance(action, DeletePod | StopPod | EvictPod):
         return action.node or None
     if isinstance(action, UpsertConfigMap):
         meta = action.manifest.get("metadata", {})

@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skyhook_planner.model.actions import Action, CreatePod, DeletePod, EvictPod
+from skyhook_planner.model.actions import Action, CreatePod, DeletePod, EvictPod, StopPod
 
 # Lane priorities: hand-offs and releases first, admissions after them, bookkeeping last.
 URGENT, STARTING, LATER = 0, 1, 2
@@ -174,7 +174,7 @@ class LaneSchedule:
             priority = URGENT
         elif node in starting:
             priority = STARTING
-        elif any(isinstance(a, CreatePod | DeletePod | EvictPod) for a in actions):
+        elif any(isinstance(a, CreatePod | DeletePod | StopPod | EvictPod) for a in actions):
             priority = URGENT  # a hand-off
         else:
             priority = LATER

@@ -4,7 +4,7 @@ The operator queues a pass's writes and plans the next pass while they go out. T
 plan from what the earlier ones decided, or it decides the same writes again (a second stage
 pod, a second start past the budget). So the snapshot it plans from shows every queued write
 as done: each Skyhook's status patches (`StatusReplay`), and each node's lane, that is its
-node patches, stage pods created or deleted, and metadata ConfigMaps (`NodeReplay`). A write
+node patches, stage pods created, stopped or deleted, and metadata ConfigMaps (`NodeReplay`). A write
 stops showing once it is done: written, the object as the API returned it is in the snapshot
 anyway; failed, the next pass sees the cluster as it is and plans again.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from skyhook_planner.model.actions import (
@@ -24,6 +25,7 @@ from skyhook_planner.model.actions import (
     CreatePod,
     DeletePod,
     PatchNode,
+    StopPod,
     UpsertConfigMap,
 )
 from skyhook_planner.model.effects import node_patched
@@ -109,7 +111,7 @@ class _Lane:
 
     actions: Sequence[Action]
     patches: tuple[PatchNode, ...]
-    pods: Mapping[PodKey, CreatePod | DeletePod]  # the last action about each pod
+    pods: Mapping[PodKey, CreatePod | DeletePod | StopPod]  # the last action about each pod
     configmaps: tuple[UpsertConfigMap, ...]
 
     def same(self, actions: Sequence[Action]) -> bool:
@@ -122,12 +124,12 @@ class _Lane:
     @classmethod
     def of(cls, actions: Sequence[Action]) -> _Lane:
         patches: list[PatchNode] = []
-        pods: dict[PodKey, CreatePod | DeletePod] = {}
+        pods: dict[PodKey, CreatePod | DeletePod | StopPod] = {}
         configmaps: list[UpsertConfigMap] = []
         for action in actions:
             if isinstance(action, PatchNode):
                 patches.append(action)
-            elif isinstance(action, CreatePod | DeletePod):
+            elif isinstance(action, CreatePod | DeletePod | StopPod):
                 # Created after a deletion of the same name: the new pod is what stays.
                 pods[(action.namespace, action.name)] = action
             elif isinstance(action, UpsertConfigMap):
@@ -138,7 +140,8 @@ class _Lane:
 class NodeReplay:
     """Each node's queued lane (`pending`: node name -> its actions, oldest first) applied to
     the snapshot: its node patches to the node, the pods it creates added (as the API would
-    first show them: pending, no status), the pods it deletes shown terminating, and the
+    first show them: pending, no status), the pods it deletes shown terminating, those it stops
+    with the annotations it adds (the kubelet fails them after), and the
     ConfigMaps it writes shown with their new content. Evictions and Events change nothing a
     pass reads back. A pass costs the nodes with writes queued, plus one look-up per stored
     pod while pod writes are queued."""
@@ -150,6 +153,7 @@ class NodeReplay:
         # Replayed pod and ConfigMap views, by the action or stored view they come from.
         self._created: _Derived[CreatePod, PodView] = _Derived()
         self._deleting: _Derived[PodView, PodView] = _Derived()
+        self._stopping: _Derived[PodView, PodView] = _Derived()
         self._written: _Derived[UpsertConfigMap, ConfigMapView] = _Derived()
 
     def apply(
@@ -160,7 +164,7 @@ class NodeReplay:
             last = self._lanes.get(node)
             lanes[node] = last if last is not None and last.same(actions) else _Lane.of(actions)
         self._lanes = lanes
-        pods: dict[PodKey, CreatePod | DeletePod] = {}
+        pods: dict[PodKey, CreatePod | DeletePod | StopPod] = {}
         configmaps: dict[str, UpsertConfigMap] = {}
         for lane in lanes.values():
             if lane.pods:
@@ -199,11 +203,12 @@ class NodeReplay:
         return tuple(replayed)
 
     def _replay_pods(
-        self, stored: tuple[PodView, ...], pending: Mapping[PodKey, CreatePod | DeletePod]
+        self, stored: tuple[PodView, ...], pending: Mapping[PodKey, CreatePod | DeletePod | StopPod]
     ) -> tuple[PodView, ...]:
         if not pending:
             self._created.settle()
             self._deleting.settle()
+            self._stopping.settle()
             return stored
         pods = list(stored)
         seen: set[PodKey] = set()
@@ -218,6 +223,8 @@ class NodeReplay:
                 # Unless deleted, a pod stays as it is: a create of a pod that exists leaves it.
                 if isinstance(action, DeletePod) and not pod.deleting:
                     pods[i] = self._deleting.of(pod, lambda p: replace(p, deleting=True))
+                elif isinstance(action, StopPod):
+                    pods[i] = self._stopping.of(pod, partial(_annotated, action))
         added = False
         for key, action in pending.items():
             if key not in seen and isinstance(action, CreatePod):
@@ -225,6 +232,7 @@ class NodeReplay:
                 added = True
         self._created.settle()
         self._deleting.settle()
+        self._stopping.settle()
         if added:
             pods.sort(key=BY_NAMESPACE_AND_NAME)
         return tuple(pods)
@@ -241,3 +249,7 @@ class NodeReplay:
             return stored
         configmaps = [shown.pop((c.namespace, c.name), c) for c in stored]
         return (*configmaps, *shown.values())
+
+
+def _annotated(action: StopPod, pod: PodView) -> PodView:
+    return replace(pod, annotations={**pod.annotations, **action.annotations})

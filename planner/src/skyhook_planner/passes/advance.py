@@ -427,7 +427,7 @@ class _NodeRun:
         if any(
             ctx.index.is_ours(p)
             # A finished stage pod kept for its logs holds nothing back; an interrupt pod
-            # kept at its stageTimeout is the interrupt given up on.
+            # kept at its stageTimeout or restart limit is the interrupt given up on.
             and (self.work.live(p) or (keys.INTERRUPT_LABEL in p.labels and self.work.present(p)))
             for p in on_node
         ):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skyhook_planner.model.actions import Action, DeletePod, EmitEvent
+from skyhook_planner.model.actions import Action, DeletePod, EmitEvent, StopPod
 from skyhook_planner.model.nodestate import NodeChanges
 from skyhook_planner.model.snapshot import PodView, SkyhookView
 from skyhook_planner.model.vocabulary import NodeCondition, Taint
@@ -80,6 +80,12 @@ class Decision:
         if key not in self.deleted and not pod.deleting:
             self.deleted.add(key)
             self.node(pod.node).actions.append(DeletePod(pod.namespace, pod.name, pod.node, reason))
+
+    def stop_pod(self, pod: PodView, reason: str, annotations: dict[str, str]) -> None:
+        """Decide to stop `pod` where it runs and keep it for its logs (model.actions.StopPod)."""
+        self.node(pod.node).actions.append(
+            StopPod(pod.namespace, pod.name, pod.node, annotations, reason)
+        )
 
     def event(
         self, kind: str, name: str, reason: str, message: str, type: str = "Normal", *, action: str

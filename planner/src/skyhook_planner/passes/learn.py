@@ -95,7 +95,7 @@ def from_pod(ctx: SkyhookContext, work: SkyhookWork, pod: PodView) -> Step:
         return _failed_attempt(ctx, work, pod, node, entries, result=result)
     elif result.result == results.FAILED:
         if interrupt and pod.reason == results.DEADLINE_EXCEEDED:
-            return _interrupt_timed_out(ctx, work, pod, node, entries)
+            return _interrupt_stopped(ctx, work, pod, node, entries)
         # The container's failed runs: its restarts, and the run that just failed.
         entries = results.record_failure(entries, pkg, result.restarts + 1)
         retries = ctx.settings.stage_retries
@@ -214,10 +214,28 @@ def _failed_pods(
 
 
 def _interrupt_parked(pod: PodView, stage: str, entry: PackageEntry) -> bool:
-    """An interrupt pod stopped at its stageTimeout stays while its stage is erroring."""
+    """An interrupt pod stopped at its stageTimeout or its restart limit stays while its stage
+    is erroring."""
     return (
         pod.reason == results.DEADLINE_EXCEEDED and entry.stage == stage and entry.state == ERRORING
     )
+
+
+def _interrupt_stopped(
+    ctx: SkyhookContext,
+    work: SkyhookWork,
+    pod: PodView,
+    node: NodeView,
+    entries: dict[str, PackageEntry],
+) -> Step:
+    """An interrupt pod the kubelet stopped at its deadline while its stage is not erroring:
+    its stageTimeout, or the stop at its restart limit from before a rerun (the pod goes)."""
+    if keys.RESTART_LIMIT_ANNOTATION not in pod.annotations:
+        return _interrupt_timed_out(ctx, work, pod, node, entries)
+    decision = Step()
+    if work.present(pod):
+        decision.delete_pod(pod, "stopped at its restart limit before a rerun")
+    return decision
 
 
 def _interrupt_timed_out(
@@ -255,24 +273,28 @@ def _restart_limit(
     failed: int,
 ) -> Step | None:
     """A non-reboot interrupt (service, restartAllServices, noop) whose container failed
-    `failed` times, past SKYHOOK_STAGE_RETRIES + 1: its pod goes, the stage stays erroring
-    with the failed runs as restarts (results.restart_limit_spent), Warning Events say so.
-    None for a reboot interrupt: the reboot's own shutdown kills its container, so its
-    restarts are never counted."""
+    `failed` times, past SKYHOOK_STAGE_RETRIES + 1: its pod is stopped where it is (no more
+    restarts) and kept for its logs, the stage stays erroring with the failed runs as restarts
+    (results.restart_limit_spent), Warning Events say so. None for a reboot interrupt: the
+    reboot's own shutdown kills its container, so its restarts are never counted."""
     pkg = ctx.index.pod_package(pod)
     assert pkg is not None
     waiting = [e for e in entries.values() if e.stage == pkg.stage and e.state != COMPLETE]
     if any(work.reboots(e) for e in waiting):
         return None
     decision = Step()
+    if keys.RESTART_LIMIT_ANNOTATION in pod.annotations:
+        return decision  # stopped already: the kubelet has yet to fail it
     entries[pkg.key] = replace(entries[pkg.key], state=ERRORING, restarts=failed)
     decision.changes.states[node.name] = replace(work.state(node), entries=entries, error="")
-    decision.delete_pod(pod, "interrupt restart limit exceeded")
+    decision.stop_pod(
+        pod, "interrupt restart limit exceeded", {keys.RESTART_LIMIT_ANNOTATION: str(failed)}
+    )
     message = (
         f"Interrupt of package [{pkg.name}:{pkg.version}] on node [{node.name}] failed "
         f"{failed} times (restart limit {ctx.settings.stage_retries + 1}): erroring until the "
-        f"package is rerun or reset; the agent's log is on the node under "
-        f"{ctx.settings.agent_log_root}/{ctx.name}"
+        f"package is rerun or reset; its pod is stopped and kept, its logs: kubectl logs -n "
+        f"{pod.namespace} {pod.name} -c interrupt (--previous for the run before)"
     )
     decision.event(
         "Node", node.name, "Interrupt", message, type="Warning", action="RestartLimitExceeded"

@@ -72,6 +72,9 @@ class Step:
     def delete_pod(self, pod: PodView, reason: str) -> None:
         self.out.delete_pod(pod, reason)
 
+    def stop_pod(self, pod: PodView, reason: str, annotations: dict[str, str]) -> None:
+        self.out.stop_pod(pod, reason, annotations)
+
     def event(
         self, kind: str, name: str, reason: str, message: str, type: str = "Normal", *, action: str
     ) -> None:

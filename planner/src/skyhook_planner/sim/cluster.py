@@ -17,6 +17,7 @@ from typing import Any
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model.actions import (
+    STOP_DEADLINE_S,
     Action,
     AddFinalizer,
     AnnotateSkyhook,
@@ -28,6 +29,7 @@ from skyhook_planner.model.actions import (
     PatchNode,
     PatchSkyhookStatus,
     RemoveFinalizer,
+    StopPod,
     UpsertConfigMap,
 )
 from skyhook_planner.model.effects import finalizers_after, merged, patch_node_object
@@ -41,6 +43,7 @@ from skyhook_planner.model.snapshot import (
     SkyhookView,
 )
 from skyhook_planner.model.status import merge_patched
+from skyhook_planner.rules import results
 
 
 def make_node(
@@ -164,6 +167,17 @@ class SimCluster:
         for action in actions:
             self._apply(action)
 
+    def _stop_pod(self, action: StopPod) -> None:
+        pod = self.pods.get((action.namespace, action.name))
+        if pod is not None:  # the kubelet fails it at once: its deadline has passed
+            pod["metadata"].setdefault("annotations", {}).update(action.annotations)
+            pod["spec"]["activeDeadlineSeconds"] = STOP_DEADLINE_S
+            pod["status"] = {
+                **pod.get("status", {}),
+                "phase": "Failed",
+                "reason": results.DEADLINE_EXCEEDED,
+            }
+
     def _apply(self, action: Action) -> None:
         if isinstance(action, PatchNode):
             if action.name in self.nodes:
@@ -179,6 +193,8 @@ class SimCluster:
                     )
                 self.pods[key] = pod
                 self.created_pods.append(pod)
+        elif isinstance(action, StopPod):
+            self._stop_pod(action)
         elif isinstance(action, EvictPod) and not action.delete:
             key = (action.namespace, action.name)
             if key in self.budgeted and key in self.pods:
