@@ -99,6 +99,11 @@ class Figures:
     status_lag_median_s: float = 0.0
     status_lag_max_s: float = 0.0
     status_changes: int = 0
+    # Passes that looked at most QUIET_LOOKED_AT nodes again (issue #36's "pass with 10 changed
+    # nodes"): how many, and the median of their planning, CPU and wall time.
+    quiet_passes: int = 0
+    quiet_plan_cpu_median_ms: float = 0.0
+    quiet_plan_median_ms: float = 0.0
 
 
 def main() -> int:
@@ -214,8 +219,11 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
             sandbox.stop()
     node_stages = nodes * packages * len(STAGES)
     figures.handoffs, figures.handoff_median_ms, figures.handoff_p99_ms = _spread(pods.handoffs())
-    figures.ratio = figures.seconds / figures.lower_bound
-    figures.operator_cpu_seconds, figures.operator_peak_rss_mib = cpu, rss / 2**20
+    figures.ratio, figures.operator_cpu_seconds, figures.operator_peak_rss_mib = (
+        figures.seconds / figures.lower_bound,
+        cpu,
+        rss / 2**20,
+    )
     ours = _operator_requests(log)
     figures.operator_requests_per_node_stage = ours.total() / node_stages
     figures.operator_requests = _per_stage(ours, node_stages)
@@ -224,7 +232,11 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
         _per_stage(requests.served, node_stages),
         dict(requests.refused.most_common()),
     )
-    figures.passes = _pass_stats(log)
+    passes = _passes(log)
+    figures.passes = _pass_stats(passes)
+    (figures.quiet_passes, figures.quiet_plan_cpu_median_ms, figures.quiet_plan_median_ms) = _quiet(
+        passes
+    )
     figures.status_lag_median_s, figures.status_lag_max_s, figures.status_changes = status.lags(
         completions[1:]
     )
@@ -253,6 +265,9 @@ def _print(f: Figures) -> None:
           f"peak RSS {f.operator_peak_rss_mib:.0f} MiB (target < 100 MiB), "
           f"threads {f.operator_threads_idle} idle, {f.operator_threads_end} at the end")  # fmt: skip
     print(f.passes)
+    print(f"quiet passes       {f.quiet_passes} looked at <= {QUIET_LOOKED_AT} nodes again: "
+          f"plan median {f.quiet_plan_median_ms:.1f} ms, {f.quiet_plan_cpu_median_ms:.1f} ms CPU "
+          f"(target <= 20 ms at 5,000 nodes)")  # fmt: skip
     print(f"Skyhook status     a node complete shows in its count after median "
           f"{f.status_lag_median_s:.1f} s, max {f.status_lag_max_s:.1f} s; "
           f"the count changed {f.status_changes} times")  # fmt: skip
@@ -453,22 +468,56 @@ def _check_spec(kube: Kube) -> None:
             raise SystemExit(f"the operator refused the SCR: {condition.get('message')}")
 
 
-_PASS = re.compile(r"applied (\d+) in ([\d.]+) s, queued (\d+) \(planned in ([\d.]+) s\)")
+_PASS = re.compile(
+    r"applied (\d+) in ([\d.]+) s, queued (\d+) \(planned in ([\d.]+) s; "
+    r"([\d.]+) ms CPU, (\d+) nodes looked at again\)"
+)
+QUIET_LOOKED_AT = 10
 
 
-def _pass_stats(log: str) -> str:
-    """Passes that wrote something: how many, their planning times, and how long the pass
-    itself waited on writes (only a Skyhook-wide plan does; node writes are queued)."""
+@dataclass(frozen=True)
+class _Pass:
+    actions: int
+    wait_s: float  # on writes: only a Skyhook-wide plan waits (node writes are queued)
+    plan_s: float
+    plan_cpu_ms: float
+    looked_at: int
+
+
+def _passes(log: str) -> list[_Pass]:
+    """The passes that wrote something, from the operator's pass log."""
     found = [_PASS.search(line) for line in log.splitlines()]
-    rows = [(int(m[1]) + int(m[3]), float(m[2]), float(m[4])) for m in found if m]
-    if not rows:
+    return [
+        _Pass(int(m[1]) + int(m[3]), float(m[2]), float(m[4]), float(m[5]), int(m[6]))
+        for m in found
+        if m
+    ]
+
+
+def _quiet(passes: list[_Pass]) -> tuple[int, float, float]:
+    """How many passes looked at QUIET_LOOKED_AT nodes again or fewer, and their median
+    planning CPU and wall time in ms."""
+    quiet = [p for p in passes if p.looked_at <= QUIET_LOOKED_AT]
+    if not quiet:
+        return 0, 0.0, 0.0
+    cpu = statistics.median(p.plan_cpu_ms for p in quiet)
+    return len(quiet), cpu, statistics.median(p.plan_s for p in quiet) * 1000
+
+
+def _pass_stats(passes: list[_Pass]) -> str:
+    """Passes that wrote something: how many, their planning times, and how long the pass
+    itself waited on writes."""
+    if not passes:
         return "passes             none logged"
-    waits = sorted(r[1] for r in rows)
-    plans = sorted(r[2] for r in rows)
+    waits = sorted(p.wait_s for p in passes)
+    plans = sorted(p.plan_s for p in passes)
     p95 = plans[min(len(plans) - 1, len(plans) * 95 // 100)]
+    looked_at = statistics.median(p.looked_at for p in passes)
+    cpu = statistics.median(p.plan_cpu_ms for p in passes)
     return (
-        f"passes             {len(rows)} that wrote ({sum(r[0] for r in rows)} actions); "
-        f"plan median {plans[len(plans) // 2] * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
+        f"passes             {len(passes)} that wrote ({sum(p.actions for p in passes)} "
+        f"actions); plan median {plans[len(plans) // 2] * 1000:.0f} ms ({cpu:.0f} ms CPU, "
+        f"{looked_at:.0f} nodes looked at again), p95 {p95 * 1000:.0f} ms, "
         f"max {plans[-1] * 1000:.0f} ms; "
         f"waited on writes median {waits[len(waits) // 2] * 1000:.0f} ms, "
         f"max {waits[-1] * 1000:.0f} ms"

@@ -291,3 +291,6 @@ def test_a_quiet_fleet_is_not_looked_at_again() -> None:
     after = memory.skyhooks["fleet"].verdicts
     reused = [n for n, v in after.items() if kept_before.get(n) is v]
     assert len(reused) >= 17, f"only {len(reused)} of {len(after)} verdicts were reused"
+    # The plan says what it cost: the nodes it looked at again, against every node without memory.
+    assert 1 <= third.looked_at <= 3
+    assert plan(snapshot, d.settings).looked_at == 20

@@ -188,6 +188,10 @@ class Plan:
     # Nodes held back this pass and every reason the blockers gave (rules/blockers.py): what
     # `kubectl skyhook plan` reports and the held-nodes metric counts.
     waiting: Mapping[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
+    # How many (Skyhook, node) verdicts the pass made again rather than took over from the
+    # last pass (passes/memory.py): what the pass cost, beyond its walks over every node. Not
+    # part of what the plan does: a pass with memory plans the same as one without.
+    looked_at: int = field(default=0, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.actions)

@@ -67,6 +67,8 @@ class Decision:
     complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
+    # (Skyhook, node) verdicts made again rather than taken over from the last pass
+    looked_at: int = field(default=0, compare=False)
 
     def node(self, name: str) -> NodeOut:
         """This decision's work on `name` (created empty on first use)."""
@@ -115,6 +117,7 @@ class Decision:
         self.starting |= other.starting
         self.releasing |= other.releasing
         self.complete.update(other.complete)
+        self.looked_at += other.looked_at
         if not self.waiting:
             self.waiting = dict(other.waiting)
         else:

@@ -192,6 +192,7 @@ def assemble(index: PassIndex, decision: Decision) -> Plan:
         starting=frozenset(decision.starting),
         releasing=frozenset(decision.releasing),
         waiting=decision.waiting,
+        looked_at=decision.looked_at,
     )
 
 

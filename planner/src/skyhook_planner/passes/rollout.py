@@ -153,6 +153,7 @@ class _ShareRun:
         admission = admit.admit(ctx, work, self.rollout, selection, groups=groups, halt=gate.halt)
         self.fold(admission.decided)
         node_statuses, reused = self.advance_nodes(selection, admission)
+        decided.looked_at += len(node_statuses) - len(reused)
         counted = self.count(node_statuses.keys() - reused.keys())
         self.fold(report.selection_conditions(ctx, self.rollout, selection))
         if counted.admin_cordoned:
