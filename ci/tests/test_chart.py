@@ -810,7 +810,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     assert role["metadata"]["namespace"] == NAMESPACE
     assert grants(role["rules"]) == (
         expand("", "configmaps", "create get list watch patch delete")
-        | expand("", "pods", "create delete")
+        | expand("", "pods", "create delete patch")  # patch: an interrupt stopped in place
         | expand("", "secrets", "create get list watch patch")
         | expand("coordination.k8s.io", "leases", "create get update")
     )
