@@ -1138,7 +1138,7 @@ ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
     *((verb, "pods", "") for verb in ("get", "list", "watch")),
-    *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete")),
+    *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete", "patch")),
     ("create", "pods/eviction", "default"),
     *((verb, "secrets", RBAC_NAMESPACE) for verb in ("create", "get", "list", "watch", "patch")),
     *(
@@ -1161,7 +1161,7 @@ DENIED = [
     ("get", "secrets", "default"),
     ("create", "pods", "default"),
     ("delete", "pods", "default"),
-    ("patch", "pods", RBAC_NAMESPACE),
+    ("patch", "pods", "default"),
     ("update", "skyhooks.skyhook.nvidia.com", ""),
     ("update", "configmaps", RBAC_NAMESPACE),
     ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "ci"))
 from _release import ReleaseError, changelog_text, check_requested  # noqa: E402
 
 CI_FILES = ("release", "_release.py", "_project.py", "_helm.py", "_gotool.py", "cliff.toml")
-CI_BUILDERS = ("build-image", "build-package", "_buildx.py")
+CI_BUILDERS = ("build-image", "build-package", "_buildx.py", "_sbom.py")
 COPIED = (
     "chart",
     "operator/pyproject.toml",
