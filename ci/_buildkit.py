@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from _gotool import GoTool, GoToolBuildError, Say
+from _gotool import GoTool, Say, ensure_all, print_paths
 
 BUILDX_VERSION = "v0.38.2"
 BUILDKIT_VERSION = "v0.34.2"
@@ -85,19 +85,8 @@ TOOLS = (REGISTRY, RUNC, BUILDKITD, BUILDCTL, BUILDX)
 
 def ensure_tools(say: Say = print) -> dict[str, Path]:
     """Every tool by name, each built first when missing. `say` receives progress lines."""
-    return {tool.name: tool.ensure(say) for tool in TOOLS}
-
-
-def main() -> int:
-    try:
-        paths = ensure_tools(lambda line: print(line, file=sys.stderr, flush=True))
-    except GoToolBuildError as error:
-        print(f"ci/_buildkit.py: {error}", file=sys.stderr)
-        return 1
-    for name, path in paths.items():
-        print(f"{name} {path}")
-    return 0
+    return ensure_all(TOOLS, say)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_paths(TOOLS, "ci/_buildkit.py"))

@@ -15,9 +15,10 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,24 @@ class GoTool:
             raise GoToolBuildError(
                 f"go install of {self.name} failed; last output:\n" + "\n".join(tail)
             )
+
+
+def ensure_all(tools: Sequence[GoTool], say: Say = print) -> dict[str, Path]:
+    """Every tool by name, each built first when missing. `say` receives progress lines."""
+    return {tool.name: tool.ensure(say) for tool in tools}
+
+
+def print_paths(tools: Sequence[GoTool], prog: str) -> int:
+    """A tool module's command line: build what is missing (progress on stderr), then print
+    `name path` per tool; 1, with the reason, when a build failed."""
+    try:
+        paths = ensure_all(tools, lambda line: print(line, file=sys.stderr, flush=True))
+    except GoToolBuildError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name} {path}")
+    return 0
 
 
 def cache_root() -> Path:

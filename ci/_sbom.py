@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from _gotool import GoTool, GoToolBuildError, Say
+from _gotool import GoTool, Say, ensure_all, print_paths
 
 SYFT_VERSION = "v1.57.1"
 ORAS_VERSION = "v1.3.6"
@@ -64,7 +64,7 @@ class AttachedSbom:
 
 
 def ensure_tools(say: Say = print) -> dict[str, Path]:
-    return {tool.name: tool.ensure(say) for tool in TOOLS}
+    return ensure_all(TOOLS, say)
 
 
 def plain_http(image: str) -> bool:
@@ -139,16 +139,5 @@ def _run(
     return result.stdout
 
 
-def main() -> int:
-    try:
-        paths = ensure_tools(lambda line: print(line, file=sys.stderr, flush=True))
-    except GoToolBuildError as error:
-        print(f"ci/_sbom.py: {error}", file=sys.stderr)
-        return 1
-    for name, path in paths.items():
-        print(f"{name} {path}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_paths(TOOLS, "ci/_sbom.py"))
