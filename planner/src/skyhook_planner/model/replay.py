@@ -41,6 +41,7 @@ from skyhook_planner.model.status import merge_patched
 from skyhook_schemas.status import SkyhookStatus
 
 PodKey = tuple[str, str]  # (namespace, name)
+PodWrite = CreatePod | DeletePod | StopPod  # a queued write the replay shows on its pod
 Source = TypeVar("Source")
 Derived = TypeVar("Derived")
 
@@ -111,7 +112,7 @@ class _Lane:
 
     actions: Sequence[Action]
     patches: tuple[PatchNode, ...]
-    pods: Mapping[PodKey, CreatePod | DeletePod | StopPod]  # the last action about each pod
+    pods: Mapping[PodKey, PodWrite]  # the last action about each pod
     configmaps: tuple[UpsertConfigMap, ...]
 
     def same(self, actions: Sequence[Action]) -> bool:
@@ -124,12 +125,12 @@ class _Lane:
     @classmethod
     def of(cls, actions: Sequence[Action]) -> _Lane:
         patches: list[PatchNode] = []
-        pods: dict[PodKey, CreatePod | DeletePod | StopPod] = {}
+        pods: dict[PodKey, PodWrite] = {}
         configmaps: list[UpsertConfigMap] = []
         for action in actions:
             if isinstance(action, PatchNode):
                 patches.append(action)
-            elif isinstance(action, CreatePod | DeletePod | StopPod):
+            elif isinstance(action, PodWrite):
                 # Created after a deletion of the same name: the new pod is what stays.
                 pods[(action.namespace, action.name)] = action
             elif isinstance(action, UpsertConfigMap):
@@ -164,7 +165,7 @@ class NodeReplay:
             last = self._lanes.get(node)
             lanes[node] = last if last is not None and last.same(actions) else _Lane.of(actions)
         self._lanes = lanes
-        pods: dict[PodKey, CreatePod | DeletePod | StopPod] = {}
+        pods: dict[PodKey, PodWrite] = {}
         configmaps: dict[str, UpsertConfigMap] = {}
         for lane in lanes.values():
             if lane.pods:
@@ -203,7 +204,7 @@ class NodeReplay:
         return tuple(replayed)
 
     def _replay_pods(
-        self, stored: tuple[PodView, ...], pending: Mapping[PodKey, CreatePod | DeletePod | StopPod]
+        self, stored: tuple[PodView, ...], pending: Mapping[PodKey, PodWrite]
     ) -> tuple[PodView, ...]:
         if not pending:
             self._created.settle()
