@@ -90,7 +90,8 @@ def skyhook_specs(draw: st.DrawFn, priority: int) -> dict[str, Any]:
 
 class Checked:
     """The driver's planner: every pass planned twice, with and without memory; the counts
-    each Skyhook keeps for the next pass (passes/tally.py) are the same both ways too."""
+    each Skyhook keeps for the next pass (passes/tally.py) and what its selection adds up to
+    (passes/select.py) are the same both ways too."""
 
     def __init__(self) -> None:
         self.memory: PassMemory | None = None
@@ -104,11 +105,20 @@ class Checked:
 
 
 def _assert_same_tallies(kept: PassMemory, counted: PassMemory) -> None:
-    """The tallies a pass updated from the last pass's equal those counted from nothing: a
-    stale one would hide a condition (or an uninstall's) until some other change showed it."""
+    """The tallies and selections a pass updated from the last pass's equal those counted from
+    nothing: a stale one would hide a condition (or an uninstall's) until some other change
+    showed it, or hand the budget to a node in the wrong order."""
     assert kept.skyhooks.keys() == counted.skyhooks.keys()
     for name, memory in kept.skyhooks.items():
         assert memory.tally == counted.skyhooks[name].tally, name
+        updated, found = memory.selection, counted.skyhooks[name].selection
+        assert updated == found, name
+        if updated is not None and found is not None:  # in the same order, too
+            assert list(updated.node_statuses.by_node.items()) == list(
+                found.node_statuses.by_node.items()
+            )
+            assert list(updated.protected) == list(found.protected)
+            assert list(updated.nodes) == list(found.nodes)
 
 
 def _difference(incremental: Plan, full: Plan) -> str:

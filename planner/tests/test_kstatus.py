@@ -116,10 +116,9 @@ def test_ready_reason_per_status(overall: str, reason: str) -> None:
     ],
 )
 def test_ready_message_summarises_the_nodes(node_statuses: dict[str, str], message: str) -> None:
-    assert statuses.node_summary(node_statuses) == message
-    ready = statuses.kstatus_conditions(
-        "in_progress", NOW, generation=1, node_statuses=node_statuses
-    )
+    found = statuses.NodeStatuses.of(node_statuses)
+    assert statuses.node_summary(found) == message
+    ready = statuses.kstatus_conditions("in_progress", NOW, generation=1, node_statuses=found)
     assert ready[0]["message"] == message
 
 
@@ -133,8 +132,9 @@ def test_at_most_one_kstatus_condition_is_true(overall: str, generation: int) ->
 
 def test_erroring_message_names_the_nodes() -> None:
     nodes = {f"n{i}": "erroring" for i in range(7)} | {"ok": "complete"}
-    assert statuses.erroring_message(nodes) == "7 node(s) erroring: n0, n1, n2, n3, n4 and 2 more."
-    assert statuses.erroring_message({"ok": "complete"}) == ""
+    found = statuses.NodeStatuses.of(nodes)
+    assert statuses.erroring_message(found) == "7 node(s) erroring: n0, n1, n2, n3, n4 and 2 more."
+    assert statuses.erroring_message(statuses.NodeStatuses.of({"ok": "complete"})) == ""
 
 
 def skyhook(d: Driver) -> dict[str, Any]:

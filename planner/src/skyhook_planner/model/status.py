@@ -4,7 +4,9 @@ its status block and the merge patch that gets it there.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -116,10 +118,52 @@ def node_status(
     return IN_PROGRESS if in_progress else WAITING
 
 
-def skyhook_status(node_statuses: Mapping[str, str], *, paused: bool, disabled: bool) -> str:
+@dataclass(frozen=True)
+class NodeStatuses:
+    """A Skyhook's selected nodes' statuses, in node order (`by_node`), and the nodes with each
+    status (`by_status`): what the status's counts, overall status and messages are made of. A
+    pass that looked at few nodes again updates the last pass's (`updated`) instead of walking
+    and sorting every node."""
+
+    by_node: Mapping[str, str]
+    by_status: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, by_node: Mapping[str, str]) -> NodeStatuses:
+        found: defaultdict[str, set[str]] = defaultdict(set)
+        for name, status in by_node.items():
+            found[status].add(name)
+        return cls(by_node, {status: frozenset(names) for status, names in found.items()})
+
+    def updated(self, by_node: Mapping[str, str], looked_at: Iterable[str]) -> NodeStatuses:
+        """These statuses as `by_node` has them, which differs from `self.by_node` at most for
+        the `looked_at` nodes."""
+        left: defaultdict[str, set[str]] = defaultdict(set)
+        joined: defaultdict[str, set[str]] = defaultdict(set)
+        for name in looked_at:
+            before, now = self.by_node[name], by_node[name]
+            if before != now:
+                left[before].add(name)
+                joined[now].add(name)
+        if not joined:
+            return NodeStatuses(by_node, self.by_status)
+        by_status = dict(self.by_status)
+        for status in left.keys() | joined.keys():
+            names = (by_status.get(status, frozenset()) - left[status]) | joined[status]
+            if names:
+                by_status[status] = names
+            else:
+                del by_status[status]
+        return NodeStatuses(by_node, by_status)
+
+    def count(self, status: str) -> int:
+        return len(self.by_status.get(status, ()))
+
+
+def skyhook_status(node_statuses: NodeStatuses, *, paused: bool, disabled: bool) -> str:
     """All complete (or no nodes) -> complete; else the most pressing node status, in the order
     in_progress, erroring, waiting, blocked; then disable/pause override an incomplete result."""
-    values = set(node_statuses.values())
+    values = node_statuses.by_status.keys()
     if values <= {COMPLETE}:
         return COMPLETE
     if disabled:
@@ -176,7 +220,7 @@ def kstatus_conditions(
     *,
     generation: int,
     message: str = "",
-    node_statuses: Mapping[str, str] | None = None,
+    node_statuses: NodeStatuses | None = None,
 ) -> list[dict[str, Any]]:
     """Ready, Reconciling and Stalled for a Skyhook whose overall status is `overall`.
 
@@ -216,36 +260,38 @@ def kstatus_conditions(
     ]
 
 
-def node_summary(node_statuses: Mapping[str, str]) -> str:
+def node_summary(node_statuses: NodeStatuses) -> str:
     """Ready's message, as upstream words it: `<c>/<total> nodes complete`, then a count for
     each other status that has nodes (in progress, blocked, erroring, waiting, paused,
     disabled, unknown; any other word counts as unknown), each followed by its nodes' names,
     sorted, or by a note that the list is left out when it has more than
     SUMMARY_NAMES_MAX."""
     words = {status for status, _ in _SUMMARY_BUCKETS} | {COMPLETE}
-    buckets: dict[str, list[str]] = {}
-    for name in sorted(node_statuses):
-        status = node_statuses[name] if node_statuses[name] in words else UNKNOWN
-        buckets.setdefault(status, []).append(name)
+    buckets: defaultdict[str, set[str]] = defaultdict(set)
+    for status, nodes in node_statuses.by_status.items():
+        buckets[status if status in words else UNKNOWN] |= nodes
 
-    def names(nodes: list[str]) -> str:
+    def names(nodes: set[str]) -> str:
         if not nodes:
             return ""
         if len(nodes) > SUMMARY_NAMES_MAX:
             return " (list truncated; see status.nodeStatus)"
-        return f" ({', '.join(nodes)})"
+        return f" ({', '.join(sorted(nodes))})"
 
-    complete = buckets.get(COMPLETE, [])
-    parts = [f"{len(complete)}/{len(node_statuses)} nodes complete{names(complete)}"]
+    complete = buckets.get(COMPLETE, set())
+    parts: list[str] = [
+        f"{len(complete)}/{len(node_statuses.by_node)} nodes complete{names(complete)}"
+    ]
     for status, label in _SUMMARY_BUCKETS:
-        if nodes := buckets.get(status):
-            parts.append(f"{len(nodes)} {label}{names(nodes)}")
+        bucket = buckets.get(status)
+        if bucket:
+            parts.append(f"{len(bucket)} {label}{names(bucket)}")
     return ", ".join(parts)
 
 
-def erroring_message(node_statuses: Mapping[str, str]) -> str:
+def erroring_message(node_statuses: NodeStatuses) -> str:
     """Names the erroring nodes (at most five) for the Stalled condition."""
-    erroring = sorted(name for name, status in node_statuses.items() if status == ERRORING)
+    erroring = sorted(node_statuses.by_status.get(ERRORING, ()))
     if not erroring:
         return ""
     shown = ", ".join(erroring[:5]) + (
@@ -378,10 +424,10 @@ def merge_patch(current: Any, desired: Any) -> Any:
     return patch
 
 
-def counts(node_statuses: Mapping[str, str]) -> tuple[int, int]:
+def counts(node_statuses: NodeStatuses) -> tuple[int, int]:
     """(complete nodes, nodes in progress) where in progress includes erroring, as upstream."""
-    values = list(node_statuses.values())
-    return values.count(COMPLETE), values.count(IN_PROGRESS) + values.count(ERRORING)
+    found = node_statuses.count
+    return found(COMPLETE), found(IN_PROGRESS) + found(ERRORING)
 
 
 def package_list(packages: Mapping[str, Any]) -> str:

@@ -64,7 +64,8 @@ class Decision:
     requeue_after: float | None = None
     starting: set[str] = field(default_factory=set)
     releasing: set[str] = field(default_factory=set)
-    complete: dict[tuple[str, str], bool] = field(default_factory=dict)  # (scr, node)
+    # By Skyhook, then node: has it nothing left to do there? (passes/select.py)
+    complete: dict[str, dict[str, bool]] = field(default_factory=dict)
     # (Skyhook, node) -> why the node may not start work now, as the blockers answered
     waiting: dict[tuple[str, str], tuple[Reason, ...]] = field(default_factory=dict)
     # (Skyhook, node) verdicts made again rather than taken over from the last pass
@@ -116,7 +117,11 @@ class Decision:
             self.wake_in(other.requeue_after)
         self.starting |= other.starting
         self.releasing |= other.releasing
-        self.complete.update(other.complete)
+        for skyhook, nodes in other.complete.items():
+            if skyhook in self.complete:
+                self.complete[skyhook].update(nodes)
+            else:
+                self.complete[skyhook] = dict(nodes)
         self.looked_at += other.looked_at
         if not self.waiting:
             self.waiting = dict(other.waiting)

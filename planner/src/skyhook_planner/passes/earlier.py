@@ -66,11 +66,14 @@ class Earlier:
         """This value with `decided` (the next step's output) and the nodes it runs added."""
         complete = self.complete
         if decided.complete:
-            by_skyhook: dict[str, dict[str, bool]] = {}
-            for (scr, node), done in decided.complete.items():
-                by_skyhook.setdefault(scr, dict(self.complete.get(scr, {})))[node] = done
             complete = MappingProxyType(
-                {**self.complete, **{s: MappingProxyType(n) for s, n in by_skyhook.items()}}
+                {
+                    **self.complete,
+                    **{
+                        scr: MappingProxyType({**self.complete.get(scr, {}), **nodes})
+                        for scr, nodes in decided.complete.items()
+                    },
+                }
             )
         cordons = self.cordons
         changed: dict[str, Cordon] = {}

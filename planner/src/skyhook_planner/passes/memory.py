@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.status import NodeStatuses
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.tally import Tally
 from skyhook_planner.rules.ordering import Selected
@@ -82,6 +83,28 @@ class NodeSelection:
 
 
 @dataclass(frozen=True)
+class KeptSelection:
+    """What `select` found over all of a Skyhook's selected nodes as a pass ended, and what
+    advancing them reported: the next pass over the same nodes in the same order starts from
+    it and redoes only the nodes it looks at again (passes/select.py, passes/rollout.py)."""
+
+    names: tuple[str, ...]  # the selected nodes, in node order (`Selected.names`)
+    order: Mapping[str, int]  # each one's place in `names`
+    nodes: Mapping[str, NodeSelection]
+    complete: Mapping[str, bool]  # by node: nothing left to do there
+    waiting: Mapping[tuple[str, str], tuple[Reason, ...]]  # why each node `select` holds waits
+    held: Mapping[str, tuple[Reason, ...]]  # every node with a reason, done or not
+    occupied: tuple[NodeView, ...]  # in node order
+    candidates: tuple[NodeView, ...]  # in node order
+    protected: Mapping[str, tuple[PodView, ...]]
+    unfinished: int
+    failed: frozenset[str]
+    running: frozenset[str]  # the nodes admitted, as advancing found them
+    node_statuses: NodeStatuses
+    node_state: Mapping[str, Mapping[str, Any]]  # the status's nodeState mirror
+
+
+@dataclass(frozen=True)
 class NodeVerdict:
     """A quiet node's share of a Skyhook's pass."""
 
@@ -103,6 +126,7 @@ class SkyhookMemory:
     node_inputs: Mapping[str, NodeInputs] = field(default_factory=dict)
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
     tally: Tally | None = None  # its counts over its selected nodes (passes/tally.py)
+    selection: KeptSelection | None = None
 
 
 @dataclass(frozen=True)

@@ -194,11 +194,13 @@ def unrunnable(index: PassIndex, scr: SkyhookView, why: Unrunnable) -> Decision:
                     message=why.message,
                     node_statuses=None  # an undecodable spec selects no node we could name
                     if why.condition == statuses.CONDITION_SPEC_INVALID
-                    else {  # the node's own record first: the status may list only some
-                        node.name: node.labels.get(status_key)
-                        or scr.status.node_status.get(node.name, UNKNOWN)
-                        for node in why.matched
-                    },
+                    else statuses.NodeStatuses.of(
+                        {  # the node's own record first: the status may list only some
+                            node.name: node.labels.get(status_key)
+                            or scr.status.node_status.get(node.name, UNKNOWN)
+                            for node in why.matched
+                        }
+                    ),
                 ),
             ],
             generation=scr.generation,

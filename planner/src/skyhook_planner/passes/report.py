@@ -5,7 +5,7 @@ changes (`save`), and the Skyhook's status (`status`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -291,7 +291,7 @@ def save(ctx: SkyhookContext, states: Mapping[str, NodeState]) -> Step:
 def status(
     ctx: SkyhookContext,
     rollout: Rollout,
-    node_statuses: Mapping[str, str],
+    node_statuses: statuses.NodeStatuses,
     *,
     lists: status_size.NodeLists,
     gated: bool = False,
@@ -414,7 +414,7 @@ def status(
 @dataclass(frozen=True)
 class _Group:
     budget: Budget
-    members: Sequence[str]
+    members: Collection[str]
     batch: BatchState | None = None
     reset: bool = False
 
@@ -422,7 +422,7 @@ class _Group:
 def compartment_statuses(
     ctx: SkyhookContext,
     rollout: Rollout,
-    node_statuses: Mapping[str, str],
+    node_statuses: statuses.NodeStatuses,
     overall: str,
     groups: Compartments | None,
 ) -> dict[str, dict[str, Any]]:
@@ -430,7 +430,8 @@ def compartment_statuses(
     reports all its nodes in `__default__`."""
     found: dict[str, _Group]
     if groups is None or rollout.policy is None:
-        found = {keys.DEFAULT_COMPARTMENT: _Group(rollout.spec.budget, list(node_statuses))}
+        everyone = node_statuses.by_node.keys()
+        found = {keys.DEFAULT_COMPARTMENT: _Group(rollout.spec.budget, everyone)}
     else:
         stored = ctx.scr.status.to_json()
         old_status = stored.get("status")
@@ -445,13 +446,15 @@ def compartment_statuses(
             for name, run in groups.runs.items()
         }
     result: dict[str, dict[str, Any]] = {}
+    complete_nodes = node_statuses.by_status.get(COMPLETE, frozenset())
+    in_progress_nodes = node_statuses.by_status.get(IN_PROGRESS, frozenset())
     for name, group in found.items():
         matched = len(group.members)
-        complete = sum(node_statuses[n] == COMPLETE for n in group.members)
+        complete = len(complete_nodes.intersection(group.members))
         entry: dict[str, Any] = {
             "matched": matched,
             "ceiling": budget.reported_ceiling(group.budget, matched),
-            "inProgress": sum(node_statuses[n] == IN_PROGRESS for n in group.members),
+            "inProgress": len(in_progress_nodes.intersection(group.members)),
             "completed": complete,
             "progressPercent": complete * 100 // matched if matched else 0,
         }

@@ -21,14 +21,15 @@ pass; the working state stays behind.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from skyhook_planner.model import status_size
 from skyhook_planner.model.nodestate import NodeState
-from skyhook_planner.model.snapshot import SkyhookView
+from skyhook_planner.model.snapshot import NodeView, SkyhookView
+from skyhook_planner.model.status import NodeStatuses
 from skyhook_planner.passes import (
     admit,
     configmaps,
@@ -45,6 +46,7 @@ from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision, NodeOut
 from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.memory import (
+    KeptSelection,
     NodeInputs,
     NodeVerdict,
     SkyhookInputs,
@@ -107,7 +109,10 @@ class _ShareRun:
         )
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         remembered = memory if memory is not None and memory.inputs == self.inputs else None
+        self.remembered = remembered
         self.node_inputs, self.kept = _node_inputs(index, scr, rollout, earlier, remembered)
+        # What the last pass found over the same nodes, once `select` started from it
+        self.last_selection: KeptSelection | None = None
         self.last_tally = memory.tally if memory is not None else None
         self.ctx = SkyhookContext(
             index,
@@ -152,9 +157,9 @@ class _ShareRun:
         self.fold(gate.decided)
         admission = admit.admit(ctx, work, self.rollout, selection, groups=groups, halt=gate.halt)
         self.fold(admission.decided)
-        node_statuses, reused = self.advance_nodes(selection, admission)
-        decided.looked_at += len(node_statuses) - len(reused)
-        counted = self.count(node_statuses.keys() - reused.keys())
+        node_statuses, reused, looked_at = self.advance_nodes(selection, admission)
+        decided.looked_at += len(looked_at)
+        counted = self.count(set(looked_at))
         self.fold(report.selection_conditions(ctx, self.rollout, selection))
         if counted.admin_cordoned:
             self.fold(report.admin_cordons(ctx, self.rollout))
@@ -163,9 +168,9 @@ class _ShareRun:
         self.fold(uninstall.report(ctx, work, self.rollout, cycling=bool(counted.uninstalling)))
         blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in work.conditions)
         self.fold(report.drain_conditions(ctx, self.rollout, work.drains, blocked_already))
-        node_state = _mirror(work, self.rollout, reused)
+        node_state = self.mirror(reused, looked_at)
         lists = status_size.fit(
-            node_statuses,
+            node_statuses.by_node,
             node_state,
             boot_ids,
             limit=ctx.settings.status_node_lists_bytes,
@@ -208,18 +213,23 @@ class _ShareRun:
             for name in self.noisy & verdicts.keys():
                 del verdicts[name]
             nodes = ctx.index.nodes
-            for name in node_statuses.keys() - reused.keys() - self.noisy:
+            for name in set(looked_at) - self.noisy:
                 verdicts[name] = NodeVerdict(
                     state=work.state(nodes[name]),
                     selected=selection.nodes[name],
                     running=name in admission.running,
-                    node_status=node_statuses[name],
+                    node_status=node_statuses.by_node[name],
                     mirror=node_state.get(name),
                     list_bytes=lists.sizes[name],
                     pods_go_at=self.pods_go_at.get(name),
                 )
         memory = SkyhookMemory(
-            self.inputs, self.rollout.selected, self.node_inputs, verdicts, counted
+            self.inputs,
+            self.rollout.selected,
+            self.node_inputs,
+            verdicts,
+            counted,
+            selection.keep(admission.running, node_statuses, node_state),
         )
         return Share(decided, admission.running, memory)
 
@@ -273,47 +283,100 @@ class _ShareRun:
                 tidied[node.name] = found
                 self.noisy.add(node.name)
         self.fold(Step(changes=WorkChanges(states=tidied)))
-        selection = select.select(ctx, work, self.rollout, self.kept, self.closed_gates)
+        last = self.remembered.selection if self.remembered is not None else None
+        selection = select.select(ctx, work, self.rollout, self.kept, self.closed_gates, last=last)
+        if selection.again is not None:
+            self.last_selection = last
         self.fold(selection.decided)
         return selection
 
     def advance_nodes(
         self, selection: select.Selection, admission: admit.Admission
-    ) -> tuple[dict[str, str], dict[str, NodeVerdict]]:
-        """Advance each running node and report its status; returns the node statuses and the
-        kept verdicts that held for the whole share."""
-        ctx, work, rollout = self.ctx, self.work, self.rollout
-        node_statuses: dict[str, str] = {}
-        reused: dict[str, NodeVerdict] = {}
-        switched_off = blockers.SwitchedOff(rollout.paused, rollout.disabled)
-        for node in rollout.matched:
-            running = node.name in admission.running
-            verdict = self.kept.get(node.name)
-            if verdict is not None and verdict.running == running:
-                node_statuses[node.name] = reused.setdefault(node.name, verdict).node_status
-                continue
-            blocked = selection.blocked(node.name)
-            complete = selection.nodes[node.name].done
-            off = switched_off.check(node)
-            gate = min(self.closed_gates, default=None)
-            if running and gate is not None and not complete:
-                # A gate ahead closed again (a new node, a new version): what runs finishes,
-                # nothing new starts.
-                self.decided.wait(ctx.name, node.name, (blockers.gate_reason(gate),))
-                self.noisy.add(node.name)
-            elif running and not (off or blocked):
-                if node.ready and not complete:
-                    # Advancing only ever starts stages, so the node stays incomplete.
-                    work_on = selection.nodes[node.name].work
-                    self.take(advance(ctx, work, node, work_on), node.name)
-            elif running and off and not complete:
-                self.decided.wait(ctx.name, node.name, (off,))
-                self.noisy.add(node.name)
-            node_statuses[node.name], finished = report.finish(
-                ctx, work, rollout, node, complete=complete, running=running, blocked=blocked
-            )
-            self.take(finished, node.name)
-        return node_statuses, reused
+    ) -> tuple[NodeStatuses, dict[str, NodeVerdict], list[str]]:
+        """Advance each running node and report its status; returns the node statuses, the
+        kept verdicts that held for the whole share and the nodes looked at again, in node
+        order. A kept verdict holds while its node's admission is what it was decided with;
+        when `select` started from the last pass's selection, so does this, and only the
+        other nodes are looked at."""
+        last = self.last_selection
+        if last is None:
+            found: dict[str, str] = {}
+            reused: dict[str, NodeVerdict] = {}
+            looked_at: list[str] = []
+            for node in self.rollout.matched:
+                verdict = self.kept.get(node.name)
+                if verdict is not None and verdict.running == (node.name in admission.running):
+                    found[node.name] = reused.setdefault(node.name, verdict).node_status
+                else:
+                    found[node.name] = self.advance_node(node, selection, admission)
+                    looked_at.append(node.name)
+            return NodeStatuses.of(found), reused, looked_at
+        reused = dict(self.kept)
+        # A kept verdict was decided with its node admitted as the last pass admitted it.
+        readmitted = (admission.running ^ last.running) & reused.keys()
+        for name in readmitted:
+            del reused[name]
+        by_node = dict(last.node_statuses.by_node)
+        nodes = self.ctx.index.nodes
+        looked_at = sorted({*readmitted, *(selection.again or ())}, key=selection.order.__getitem__)
+        for name in looked_at:
+            by_node[name] = self.advance_node(nodes[name], selection, admission)
+        return last.node_statuses.updated(by_node, looked_at), reused, looked_at
+
+    def mirror(
+        self, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
+    ) -> dict[str, Mapping[str, Any]]:
+        """The status's nodeState: each node's entries, taken over from its verdict when kept,
+        or from the last pass's for all but the nodes looked at again."""
+        work, last = self.work, self.last_selection
+        if last is None:
+            node_state: dict[str, Mapping[str, Any]] = {}
+            for node in self.rollout.matched:
+                verdict = reused.get(node.name)
+                entries = (
+                    verdict.mirror if verdict is not None else report.mirrored(work.state(node))
+                )
+                if entries is not None:
+                    node_state[node.name] = entries
+            return node_state
+        node_state = dict(last.node_state)
+        nodes = self.ctx.index.nodes
+        for name in looked_at:
+            entries = report.mirrored(work.state(nodes[name]))
+            if entries is None:
+                node_state.pop(name, None)
+            else:
+                node_state[name] = entries
+        return node_state
+
+    def advance_node(
+        self, node: NodeView, selection: select.Selection, admission: admit.Admission
+    ) -> str:
+        """Advance `node` if it runs and may work; returns its status."""
+        ctx, rollout = self.ctx, self.rollout
+        running = node.name in admission.running
+        blocked = selection.blocked(node.name)
+        complete = selection.nodes[node.name].done
+        off = blockers.SwitchedOff(rollout.paused, rollout.disabled).check(node)
+        gate = min(self.closed_gates, default=None)
+        if running and gate is not None and not complete:
+            # A gate ahead closed again (a new node, a new version): what runs finishes,
+            # nothing new starts.
+            self.decided.wait(ctx.name, node.name, (blockers.gate_reason(gate),))
+            self.noisy.add(node.name)
+        elif running and not (off or blocked):
+            if node.ready and not complete:
+                # Advancing only ever starts stages, so the node stays incomplete.
+                work_on = selection.nodes[node.name].work
+                self.take(advance(ctx, self.work, node, work_on), node.name)
+        elif running and off and not complete:
+            self.decided.wait(ctx.name, node.name, (off,))
+            self.noisy.add(node.name)
+        status, finished = report.finish(
+            ctx, self.work, rollout, node, complete=complete, running=running, blocked=blocked
+        )
+        self.take(finished, node.name)
+        return status
 
 
 def _release_unselected(ctx: SkyhookContext, work: SkyhookWork, rollout: prepare.Rollout) -> Step:
@@ -328,19 +391,6 @@ def _release_unselected(ctx: SkyhookContext, work: SkyhookWork, rollout: prepare
             if released is not None:
                 decided.merge(released)
     return decided
-
-
-def _mirror(
-    work: SkyhookWork, rollout: prepare.Rollout, reused: Mapping[str, NodeVerdict]
-) -> dict[str, Mapping[str, Any]]:
-    """The status's nodeState: each node's entries, taken over from its verdict when kept."""
-    node_state: dict[str, Mapping[str, Any]] = {}
-    for node in rollout.matched:
-        verdict = reused.get(node.name)
-        entries = verdict.mirror if verdict is not None else report.mirrored(work.state(node))
-        if entries is not None:
-            node_state[node.name] = entries
-    return node_state
 
 
 def _skyhook_inputs(

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from typing import Any
 
 from skyhook_planner.model import waiting
 from skyhook_planner.model.health import HealthGate
 from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView, PodView
+from skyhook_planner.model.status import NodeStatuses
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import SkyhookContext
-from skyhook_planner.passes.memory import CANDIDATE, OCCUPIED, NodeSelection, NodeVerdict
+from skyhook_planner.passes.memory import (
+    CANDIDATE,
+    OCCUPIED,
+    KeptSelection,
+    NodeSelection,
+    NodeVerdict,
+)
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.work import SkyhookWork, Step
 from skyhook_planner.rules import blockers, drain, health, interrupts, ordering, stages
@@ -73,7 +80,7 @@ def tidy(ctx: SkyhookContext, work: SkyhookWork, node: NodeView) -> NodeState | 
 
 @dataclass(frozen=True)
 class Selection:
-    """Each selected node as `select` found it."""
+    """Each selected node as `select` found it, and what that adds up to."""
 
     nodes: Mapping[str, NodeSelection]
     occupied: tuple[NodeView, ...]  # in progress: holding a budget slot
@@ -83,21 +90,48 @@ class Selection:
     # node order, and how many nodes are not done: what admit's deferral reads
     protected: Mapping[str, tuple[PodView, ...]] = field(default_factory=dict)
     unfinished: int = 0
-
-    @cached_property
-    def reasons(self) -> dict[str, tuple[Reason, ...]]:
-        """Why a node may not start, for every node something holds back."""
-        return {name: found.reasons for name, found in self.nodes.items() if found.reasons}
-
-    @cached_property
-    def failed(self) -> frozenset[str]:
-        return frozenset(name for name, found in self.nodes.items() if found.failed)
+    # Why a node may not start, for every node something holds back
+    reasons: Mapping[str, tuple[Reason, ...]] = field(default_factory=dict)
+    failed: frozenset[str] = frozenset()
+    order: Mapping[str, int] = field(default_factory=dict)  # each node's place in node order
+    names: tuple[str, ...] = ()
+    complete: Mapping[str, bool] = field(default_factory=dict)  # by node: is it done?
+    # Started from the last pass's selection: the nodes selected again, in node order (None:
+    # every node was)
+    again: tuple[str, ...] | None = None
 
     def blocked(self, node: str) -> bool:
         return any(r.blocker in SELECTION_BLOCKERS for r in self.nodes[node].reasons)
 
     def with_reason(self, blocker: str) -> list[str]:
-        return [n for n, found in self.reasons.items() if any(r.blocker == blocker for r in found)]
+        """The nodes held back by `blocker`, in node order."""
+        found = [n for n, why in self.reasons.items() if any(r.blocker == blocker for r in why)]
+        return sorted(found, key=self.order.__getitem__)
+
+    def keep(
+        self,
+        running: frozenset[str],
+        node_statuses: NodeStatuses,
+        node_state: Mapping[str, Mapping[str, Any]],
+    ) -> KeptSelection:
+        """What the next pass starts from, with the nodes admitted, their statuses and the
+        status's nodeState mirror."""
+        return KeptSelection(
+            names=self.names,
+            order=self.order,
+            nodes=self.nodes,
+            complete=self.complete,
+            waiting=self.decided.out.waiting,
+            held=self.reasons,
+            occupied=self.occupied,
+            candidates=self.candidates,
+            protected=self.protected,
+            unfinished=self.unfinished,
+            failed=self.failed,
+            running=running,
+            node_statuses=node_statuses,
+            node_state=node_state,
+        )
 
 
 def select(
@@ -106,10 +140,14 @@ def select(
     rollout: Rollout,
     kept: Mapping[str, NodeVerdict] | None = None,
     closed_gates: frozenset[str] = frozenset(),
+    *,
+    last: KeptSelection | None = None,
 ) -> Selection:
     """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
     (passes/memory.py); they count as that pass found them, without being looked at again.
-    `closed_gates`: the Skyhooks ahead with `sequencing: all` not yet complete everywhere."""
+    `closed_gates`: the Skyhooks ahead with `sequencing: all` not yet complete everywhere.
+    `last`: what the last pass found; over the same nodes in the same order, this pass starts
+    from it and selects only the nodes not kept, so a quiet pass costs the nodes that changed."""
     index = ctx.index
     kept = kept or {}
     selection_blockers = (
@@ -126,32 +164,121 @@ def select(
         ),
     )
     gate = health.gate_of(rollout.spec, rollout.policy)
-    nodes: dict[str, NodeSelection] = {}
-    occupied: list[NodeView] = []
-    candidates: list[NodeView] = []
-    protected: dict[str, tuple[PodView, ...]] = {}
-    unfinished = 0
+    scr, names = ctx.name, rollout.selected.names
     decided = Step()
-    complete = decided.out.complete
-    for node in rollout.matched:
-        verdict = kept.get(node.name)
-        found = nodes[node.name] = (
+    fresh: Sequence[NodeView]
+    held_before: dict[str, str] = {}  # the slot each node selected again held
+    if last is not None and kept and last.names == names:
+        order = last.order
+        nodes = dict(last.nodes)
+        complete = dict(last.complete)
+        decided.out.waiting.update(last.waiting)
+        reasons, protected = dict(last.held), dict(last.protected)
+        failed, unfinished = set(last.failed), last.unfinished
+        fresh = [index.nodes[name] for name in names if name not in kept]
+        for node in fresh:  # what the last pass found for them no longer counts
+            name = node.name
+            held_before[name] = nodes[name].slot
+            unfinished -= not nodes[name].done
+            decided.out.waiting.pop((scr, name), None)
+            reasons.pop(name, None)
+            protected.pop(name, None)
+            failed.discard(name)
+    else:
+        order = {name: place for place, name in enumerate(names)}
+        complete = {}
+        nodes, reasons, protected = {}, {}, {}
+        failed, unfinished = set(), 0
+        fresh = rollout.matched
+    waits = decided.out.waiting
+    decided.out.complete[scr] = complete
+    for node in fresh:
+        name = node.name
+        verdict = kept.get(name)
+        found = nodes[name] = (
             verdict.selected
             if verdict is not None
             else _select_node(ctx, work, node, selection_blockers, readiness, gate=gate)
         )
-        complete[(ctx.name, node.name)] = found.done
-        if not found.done:
-            unfinished += 1
-            if found.reasons:
-                decided.wait(ctx.name, node.name, found.reasons)
-        if found.slot == OCCUPIED:
-            occupied.append(node)
-        elif found.slot == CANDIDATE:
-            candidates.append(node)
-            if found.protected:
-                protected[node.name] = found.protected
-    return Selection(nodes, tuple(occupied), tuple(candidates), decided, protected, unfinished)
+        complete[name] = found.done
+        if found.reasons:
+            reasons[name] = found.reasons
+            if not found.done:
+                waits[(scr, name)] = found.reasons
+        unfinished += not found.done
+        if found.failed:
+            failed.add(name)
+        if found.slot == CANDIDATE and found.protected:
+            protected[name] = found.protected
+    if fresh is rollout.matched:  # every node selected again
+        return Selection(
+            nodes,
+            _in_slot(rollout.matched, nodes, OCCUPIED),
+            _in_slot(rollout.matched, nodes, CANDIDATE),
+            decided,
+            protected,
+            unfinished,
+            reasons,
+            frozenset(failed),
+            order,
+            names,
+            complete,
+        )
+    assert last is not None
+    if any(n.name in protected for n in fresh):
+        protected = {name: protected[name] for name in sorted(protected, key=order.__getitem__)}
+    return Selection(
+        nodes,
+        _kept_slot(
+            OCCUPIED, last.occupied, rollout.matched, nodes, held_before=held_before, fresh=fresh
+        ),
+        _kept_slot(
+            CANDIDATE,
+            last.candidates,
+            rollout.matched,
+            nodes,
+            held_before=held_before,
+            fresh=fresh,
+        ),
+        decided,
+        protected,
+        unfinished,
+        reasons,
+        frozenset(failed),
+        order,
+        names,
+        complete,
+        tuple(n.name for n in fresh),
+    )
+
+
+def _kept_slot(
+    slot: str,
+    last: tuple[NodeView, ...],
+    matched: Sequence[NodeView],
+    nodes: Mapping[str, NodeSelection],
+    *,
+    held_before: Mapping[str, str],
+    fresh: Sequence[NodeView],
+) -> tuple[NodeView, ...]:
+    """The nodes in `slot` in node order, from the last pass's (`last`) and the slots the
+    nodes selected again held before (`held_before`): the same tuple when none of those held
+    or holds it; the same nodes with the current views when they all stayed; else found over
+    every node."""
+    was = [name for name, held in held_before.items() if held == slot]
+    if any((held == slot) != (nodes[name].slot == slot) for name, held in held_before.items()):
+        return _in_slot(matched, nodes, slot)
+    if not was:
+        return last
+    views = {n.name: n for n in fresh}
+    return tuple(views.get(n.name, n) for n in last)
+
+
+def _in_slot(
+    matched: Sequence[NodeView], nodes: Mapping[str, NodeSelection], slot: str
+) -> tuple[NodeView, ...]:
+    """The nodes `select` put in `slot`, in node order."""
+    return tuple(n for n in matched if nodes[n.name].slot == slot)
 
 
 def _select_node(

@@ -45,6 +45,9 @@ class Selected:
     selector: LabelSelector
     seen: Mapping[str, NodeView]  # by name: every node of the snapshot
     matched: tuple[NodeView, ...]
+    # `matched`'s names: the same tuple while the order holds, so the next pass knows at once
+    # that its nodes are the ones the last pass counted (passes/select.py)
+    names: tuple[str, ...]
 
 
 def selected_nodes(
@@ -71,9 +74,10 @@ def selected_nodes(
         else:
             if not replaced:
                 return last
-            return Selected(selector, by_name, tuple(by_name[n.name] for n in last.matched))
-    matched = sorted((n for n in nodes if selector.matches(n.labels)), key=node_order_key)
-    return Selected(selector, by_name, tuple(matched))
+            matched = tuple(by_name[name] for name in last.names)
+            return Selected(selector, by_name, matched, last.names)
+    ordered = sorted((n for n in nodes if selector.matches(n.labels)), key=node_order_key)
+    return Selected(selector, by_name, tuple(ordered), tuple(n.name for n in ordered))
 
 
 def runnable(
