@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Protocol
 
 from skyhook_planner import podbuilder
 from skyhook_planner.model import imagecompat, nodestate
@@ -83,6 +84,14 @@ class PassIndex:
         return self._decoded[key]
 
 
+class Decoded(Protocol):
+    """A node's state decoded by an earlier pass from the annotations the node still has (a
+    kept verdict, passes/memory.py)."""
+
+    @property
+    def state(self) -> NodeState: ...
+
+
 class SkyhookContext:
     """One Skyhook's facts for the pass. `earlier` is what the Skyhooks before it decided, a
     value built before its share began; the caches only remember what the snapshot says."""
@@ -96,7 +105,7 @@ class SkyhookContext:
         matched: Sequence[NodeView],
         earlier: Earlier,
         holds: Holds = NO_HOLDS,
-        known: Mapping[str, NodeState] | None = None,
+        known: Mapping[str, Decoded] | None = None,
     ) -> None:
         self.index = index
         self.scr = scr
@@ -108,14 +117,18 @@ class SkyhookContext:
         self.earlier = earlier  # what the Skyhooks before this one decided: a value
         self.holds = holds  # what a closed window or a firing alert holds back this pass
         # Node states decoded by an earlier pass from the same annotations (passes/memory.py).
-        self._before: dict[str, NodeState] = dict(known or {})
+        self._known: Mapping[str, Decoded] = known or {}
+        self._before: dict[str, NodeState] = {}
         self._node_packages: dict[str, NodePackages] = {}
 
     def before(self, node: NodeView) -> NodeState:
         """The state as the node's annotations record it (decoded once)."""
         found = self._before.get(node.name)
         if found is None:
-            found = self._before[node.name] = nodestate.read(node, self.name)
+            kept = self._known.get(node.name)
+            found = self._before[node.name] = (
+                kept.state if kept is not None else nodestate.read(node, self.name)
+            )
         return found
 
     def node_packages(self, node: NodeView) -> NodePackages:

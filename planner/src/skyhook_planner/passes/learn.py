@@ -5,7 +5,7 @@ function reads the Skyhook's working state (`SkyhookWork`) and returns its `Step
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -367,14 +367,22 @@ def expire_finished(
     return decision, due
 
 
-def track_reboots(ctx: SkyhookContext, work: SkyhookWork) -> tuple[dict[str, str], Step]:
+def track_reboots(
+    ctx: SkyhookContext,
+    work: SkyhookWork,
+    nodes: Sequence[NodeView],
+    known: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], Step]:
     """The boot ids to record, and what a reboot decides: a new boot id completes the interrupt
-    a node was waiting on (or, with REAPPLY_ON_REBOOT, starts the node over)."""
+    a node was waiting on (or, with REAPPLY_ON_REBOOT, starts the node over). `known`: the boot
+    ids the last pass found, for every selected node but `nodes` (whose boot id and record
+    are as they were then: a reboot decides something, so its node is not kept)."""
     decision = Step()
     recorded = ctx.scr.status.node_boot_ids
-    boot_ids: dict[str, str] = {}
-    for node in ctx.matched:
+    boot_ids: dict[str, str] = dict(known or {})
+    for node in nodes:
         before = recorded.get(node.name)
+        boot_ids.pop(node.name, None)
         if node.boot_id:
             boot_ids[node.name] = node.boot_id
         if not before or not node.boot_id or before == node.boot_id:

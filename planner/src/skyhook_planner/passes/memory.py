@@ -102,6 +102,8 @@ class KeptSelection:
     running: frozenset[str]  # the nodes admitted, as advancing found them
     node_statuses: NodeStatuses
     node_state: Mapping[str, Mapping[str, Any]]  # the status's nodeState mirror
+    list_sizes: Mapping[str, int]  # each node's bytes in the status's lists (status_size.py)
+    boot_ids: Mapping[str, str]  # as `learn.track_reboots` found them
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ from skyhook_planner.passes.context import PassIndex, SkyhookContext
 from skyhook_planner.passes.decision import Decision, NodeOut
 from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.memory import (
-    KeptSelection,
     NodeInputs,
     NodeVerdict,
     SkyhookInputs,
@@ -109,10 +108,15 @@ class _ShareRun:
         )
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         remembered = memory if memory is not None and memory.inputs == self.inputs else None
-        self.remembered = remembered
-        self.node_inputs, self.kept = _node_inputs(index, scr, rollout, earlier, remembered)
-        # What the last pass found over the same nodes, once `select` started from it
-        self.last_selection: KeptSelection | None = None
+        self.node_inputs, self.kept, self.unkept = _node_inputs(
+            index, scr, rollout, earlier, remembered
+        )
+        # What the last pass found over the same nodes: the share starts from it and looks
+        # only at the nodes not kept (`unkept`, in node order) while some are kept.
+        last = remembered.selection if remembered is not None else None
+        self.last_selection = (
+            last if last is not None and last.names == rollout.selected.names else None
+        )
         self.last_tally = memory.tally if memory is not None else None
         self.ctx = SkyhookContext(
             index,
@@ -121,7 +125,7 @@ class _ShareRun:
             matched=rollout.matched,
             earlier=earlier,
             holds=rollout.holds,
-            known={name: v.state for name, v in self.kept.items()},
+            known=self.kept,
         )
         self.work = SkyhookWork(
             self.ctx, {k: list(v) for k, v in scr.status.config_updates.items()}
@@ -175,7 +179,7 @@ class _ShareRun:
             boot_ids,
             limit=ctx.settings.status_node_lists_bytes,
             every_boot_id=ctx.settings.reapply_on_reboot,
-            known={name: verdict.list_bytes for name, verdict in reused.items()},
+            known=self.list_sizes(reused, looked_at),
         )
         selected = selection.nodes
         node_priority, node_order_offset = ordering.retire(
@@ -229,7 +233,7 @@ class _ShareRun:
             self.node_inputs,
             verdicts,
             counted,
-            selection.keep(admission.running, node_statuses, node_state),
+            selection.keep(admission.running, node_statuses, node_state, lists.sizes, boot_ids),
         )
         return Share(decided, admission.running, memory)
 
@@ -254,7 +258,11 @@ class _ShareRun:
         for pod in ctx.pods():
             if pod.node not in self.kept:
                 self.take(learn.from_pod(ctx, work, pod), pod.node)
-        boot_ids, rebooted = learn.track_reboots(ctx, work)
+        last = self.last_selection
+        if last is not None and self.kept:
+            boot_ids, rebooted = learn.track_reboots(ctx, work, self.unkept, last.boot_ids)
+        else:
+            boot_ids, rebooted = learn.track_reboots(ctx, work, self.rollout.matched)
         self.take(rebooted)
         deadline = deadlines.deadline_s(self.rollout.spec, self.rollout.policy)
         self.take(learn.reboot_deadlines(ctx, work, deadline))
@@ -276,17 +284,25 @@ class _ShareRun:
         changed = self.kept.keys() & work.states.keys()  # a step so far changed their state
         if changed:
             self.kept = {n: v for n, v in self.kept.items() if n not in changed}
+            self.unkept = [n for n in self.rollout.matched if n.name not in self.kept]
+        if not self.kept:
+            self.last_selection, self.unkept = None, list(self.rollout.matched)
         tidied: dict[str, NodeState] = {}
-        for node in self.rollout.matched:
-            found = None if node.name in self.kept else select.tidy(ctx, work, node)
+        for node in self.unkept:
+            found = select.tidy(ctx, work, node)
             if found is not None:
                 tidied[node.name] = found
                 self.noisy.add(node.name)
         self.fold(Step(changes=WorkChanges(states=tidied)))
-        last = self.remembered.selection if self.remembered is not None else None
-        selection = select.select(ctx, work, self.rollout, self.kept, self.closed_gates, last=last)
-        if selection.again is not None:
-            self.last_selection = last
+        selection = select.select(
+            ctx,
+            work,
+            self.rollout,
+            self.kept,
+            self.closed_gates,
+            last=self.last_selection,
+            again=self.unkept,
+        )
         self.fold(selection.decided)
         return selection
 
@@ -318,7 +334,8 @@ class _ShareRun:
             del reused[name]
         by_node = dict(last.node_statuses.by_node)
         nodes = self.ctx.index.nodes
-        looked_at = sorted({*readmitted, *(selection.again or ())}, key=selection.order.__getitem__)
+        again = {*readmitted, *(n.name for n in self.unkept)}
+        looked_at = sorted(again, key=selection.order.__getitem__)
         for name in looked_at:
             by_node[name] = self.advance_node(nodes[name], selection, admission)
         return last.node_statuses.updated(by_node, looked_at), reused, looked_at
@@ -348,6 +365,18 @@ class _ShareRun:
             else:
                 node_state[name] = entries
         return node_state
+
+    def list_sizes(
+        self, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
+    ) -> dict[str, int]:
+        """The status list bytes of the nodes not looked at again (model/status_size.py)."""
+        last = self.last_selection
+        if last is None:
+            return {name: verdict.list_bytes for name, verdict in reused.items()}
+        sizes = dict(last.list_sizes)
+        for name in looked_at:
+            del sizes[name]
+        return sizes
 
     def advance_node(
         self, node: NodeView, selection: select.Selection, admission: admit.Admission
@@ -426,9 +455,10 @@ def _node_inputs(
     rollout: prepare.Rollout,
     earlier: Earlier,
     memory: SkyhookMemory | None,
-) -> tuple[dict[str, NodeInputs], dict[str, NodeVerdict]]:
-    """Each selected node's inputs, and the verdicts of `memory` (kept for the same Skyhook
-    inputs) whose node's inputs are unchanged: one walk over the nodes, as every pass makes."""
+) -> tuple[dict[str, NodeInputs], dict[str, NodeVerdict], list[NodeView]]:
+    """Each selected node's inputs, the verdicts of `memory` (kept for the same Skyhook
+    inputs) whose node's inputs are unchanged, and the other nodes in node order: one walk
+    over the nodes, as every pass makes."""
     ahead = [earlier.complete.get(s.name, {}) for s in _ahead(index, scr)]
     recorded = scr.status.node_boot_ids
     pods_on_node = index.pods_on_node
@@ -436,6 +466,7 @@ def _node_inputs(
     verdicts = memory.verdicts if memory is not None else {}
     found: dict[str, NodeInputs] = {}
     kept: dict[str, NodeVerdict] = {}
+    unkept: list[NodeView] = []
     for node in rollout.matched:
         name = node.name
         inputs = found[name] = _new_inputs(
@@ -449,7 +480,9 @@ def _node_inputs(
         # Views the store kept compare by identity, element by element.
         if remembered.get(name) == inputs and name in verdicts:
             kept[name] = verdicts[name]
-    return found, kept
+        else:
+            unkept.append(node)
+    return found, kept, unkept
 
 
 # NodeInputs built without its generated Python constructor: one per selected node per pass.

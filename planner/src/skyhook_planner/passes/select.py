@@ -96,9 +96,6 @@ class Selection:
     order: Mapping[str, int] = field(default_factory=dict)  # each node's place in node order
     names: tuple[str, ...] = ()
     complete: Mapping[str, bool] = field(default_factory=dict)  # by node: is it done?
-    # Started from the last pass's selection: the nodes selected again, in node order (None:
-    # every node was)
-    again: tuple[str, ...] | None = None
 
     def blocked(self, node: str) -> bool:
         return any(r.blocker in SELECTION_BLOCKERS for r in self.nodes[node].reasons)
@@ -113,9 +110,12 @@ class Selection:
         running: frozenset[str],
         node_statuses: NodeStatuses,
         node_state: Mapping[str, Mapping[str, Any]],
+        list_sizes: Mapping[str, int],
+        boot_ids: Mapping[str, str],
     ) -> KeptSelection:
-        """What the next pass starts from, with the nodes admitted, their statuses and the
-        status's nodeState mirror."""
+        """What the next pass starts from, with the nodes admitted, their statuses, the
+        status's nodeState mirror, each node's bytes in the status's lists and the boot ids
+        found."""
         return KeptSelection(
             names=self.names,
             order=self.order,
@@ -131,6 +131,8 @@ class Selection:
             running=running,
             node_statuses=node_statuses,
             node_state=node_state,
+            list_sizes=list_sizes,
+            boot_ids=boot_ids,
         )
 
 
@@ -142,12 +144,14 @@ def select(
     closed_gates: frozenset[str] = frozenset(),
     *,
     last: KeptSelection | None = None,
+    again: Sequence[NodeView] = (),
 ) -> Selection:
     """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
     (passes/memory.py); they count as that pass found them, without being looked at again.
     `closed_gates`: the Skyhooks ahead with `sequencing: all` not yet complete everywhere.
-    `last`: what the last pass found; over the same nodes in the same order, this pass starts
-    from it and selects only the nodes not kept, so a quiet pass costs the nodes that changed."""
+    `last`: what the last pass found over the same nodes in the same order; with it this pass
+    starts from there and selects only the nodes not kept (`again`, in node order), so a
+    quiet pass costs the nodes that changed."""
     index = ctx.index
     kept = kept or {}
     selection_blockers = (
@@ -168,14 +172,14 @@ def select(
     decided = Step()
     fresh: Sequence[NodeView]
     held_before: dict[str, str] = {}  # the slot each node selected again held
-    if last is not None and kept and last.names == names:
+    if last is not None and kept:
         order = last.order
         nodes = dict(last.nodes)
         complete = dict(last.complete)
         decided.out.waiting.update(last.waiting)
         reasons, protected = dict(last.held), dict(last.protected)
         failed, unfinished = set(last.failed), last.unfinished
-        fresh = [index.nodes[name] for name in names if name not in kept]
+        fresh = again
         for node in fresh:  # what the last pass found for them no longer counts
             name = node.name
             held_before[name] = nodes[name].slot
@@ -248,7 +252,6 @@ def select(
         order,
         names,
         complete,
-        tuple(n.name for n in fresh),
     )
 
 
