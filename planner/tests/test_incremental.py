@@ -111,7 +111,7 @@ def _assert_same_tallies(kept: PassMemory, counted: PassMemory) -> None:
     assert kept.skyhooks.keys() == counted.skyhooks.keys()
     for name, memory in kept.skyhooks.items():
         assert memory.tally == counted.skyhooks[name].tally, name
-        updated, found = memory.selection, counted.skyhooks[name].selection
+        updated, found = memory.totals, counted.skyhooks[name].totals
         assert updated == found, name
         if updated is not None and found is not None:  # in the same order, too
             assert list(updated.node_statuses.by_node.items()) == list(

@@ -5,9 +5,12 @@ A node is quiet for a Skyhook when its share of the pass decided nothing to writ
 change, pod, event, timer or wait beyond what `select` found. Most nodes of a large fleet are
 quiet in most passes (done, waiting for the budget, or running a stage pod). The next pass
 reuses a quiet node's verdict when its inputs compare equal, instead of learning, tidying and
-selecting it again. What the pass counts over the nodes for the uninstall conditions and the
-admin cordons is kept too (`Tally`, passes/tally.py) and recounted for the nodes looked at again
-only, as is when each node's first finished pod kept for its logs goes (`learn.expire_finished`); budgets, batches and the rest of the Skyhook's status are still counted over every node.
+selecting it again. What the share found over all its selected nodes is kept too and updated
+from the nodes looked at again only: the selection, the budget slots, the node statuses and
+their counts, the status's nodeState mirror, list sizes and boot ids (`ShareTotals`), the
+nodes in an uninstall cycle and the admin cordons (`Tally`, passes/tally.py), and when each
+node's first finished pod kept for its logs goes (`learn.expire_finished`). Batches, shared
+limits and compartments are still counted over their nodes.
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it; the Skyhook's spec, pause, holds, config updates and
@@ -83,10 +86,12 @@ class NodeSelection:
 
 
 @dataclass(frozen=True)
-class KeptSelection:
-    """What `select` found over all of a Skyhook's selected nodes as a pass ended, and what
-    advancing them reported: the next pass over the same nodes in the same order starts from
-    it and redoes only the nodes it looks at again (passes/select.py, passes/rollout.py)."""
+class ShareTotals:
+    """What a Skyhook's share found over all its selected nodes as a pass ended: what `select`
+    found and adds up to, the nodes admitted, and what the status reports of them. The next
+    pass over the same nodes in the same order starts from it and redoes only the nodes it
+    looks at again (passes/select.py, passes/rollout.py); `tests/test_incremental.py` checks
+    that it equals the totals a pass without memory finds."""
 
     names: tuple[str, ...]  # the selected nodes, in node order (`Selected.names`)
     order: Mapping[str, int]  # each one's place in `names`
@@ -128,7 +133,7 @@ class SkyhookMemory:
     node_inputs: Mapping[str, NodeInputs] = field(default_factory=dict)
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
     tally: Tally | None = None  # its counts over its selected nodes (passes/tally.py)
-    selection: KeptSelection | None = None
+    totals: ShareTotals | None = None  # what its share found over all its selected nodes
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ pass; the working state stays behind.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import compress, repeat
 from typing import Any
 
 from skyhook_planner.model import status_size
@@ -113,8 +115,8 @@ class _ShareRun:
         )
         # What the last pass found over the same nodes: the share starts from it and looks
         # only at the nodes not kept (`unkept`, in node order) while some are kept.
-        last = remembered.selection if remembered is not None else None
-        self.last_selection = (
+        last = remembered.totals if remembered is not None else None
+        self.last_totals = (
             last if last is not None and last.names == rollout.selected.names else None
         )
         self.last_tally = memory.tally if memory is not None else None
@@ -233,7 +235,7 @@ class _ShareRun:
             self.node_inputs,
             verdicts,
             counted,
-            selection.keep(admission.running, node_statuses, node_state, lists.sizes, boot_ids),
+            selection.totals(admission.running, node_statuses, node_state, lists.sizes, boot_ids),
         )
         return Share(decided, admission.running, memory)
 
@@ -258,7 +260,7 @@ class _ShareRun:
         for pod in ctx.pods():
             if pod.node not in self.kept:
                 self.take(learn.from_pod(ctx, work, pod), pod.node)
-        last = self.last_selection
+        last = self.last_totals
         if last is not None and self.kept:
             boot_ids, rebooted = learn.track_reboots(ctx, work, self.unkept, last.boot_ids)
         else:
@@ -286,7 +288,7 @@ class _ShareRun:
             self.kept = {n: v for n, v in self.kept.items() if n not in changed}
             self.unkept = [n for n in self.rollout.matched if n.name not in self.kept]
         if not self.kept:
-            self.last_selection, self.unkept = None, list(self.rollout.matched)
+            self.last_totals, self.unkept = None, list(self.rollout.matched)
         tidied: dict[str, NodeState] = {}
         for node in self.unkept:
             found = select.tidy(ctx, work, node)
@@ -300,7 +302,7 @@ class _ShareRun:
             self.rollout,
             self.kept,
             self.closed_gates,
-            last=self.last_selection,
+            last=self.last_totals,
             again=self.unkept,
         )
         self.fold(selection.decided)
@@ -314,7 +316,7 @@ class _ShareRun:
         order. A kept verdict holds while its node's admission is what it was decided with;
         when `select` started from the last pass's selection, so does this, and only the
         other nodes are looked at."""
-        last = self.last_selection
+        last = self.last_totals
         if last is None:
             found: dict[str, str] = {}
             reused: dict[str, NodeVerdict] = {}
@@ -345,7 +347,7 @@ class _ShareRun:
     ) -> dict[str, Mapping[str, Any]]:
         """The status's nodeState: each node's entries, taken over from its verdict when kept,
         or from the last pass's for all but the nodes looked at again."""
-        work, last = self.work, self.last_selection
+        work, last = self.work, self.last_totals
         if last is None:
             node_state: dict[str, Mapping[str, Any]] = {}
             for node in self.rollout.matched:
@@ -370,7 +372,7 @@ class _ShareRun:
         self, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
     ) -> dict[str, int]:
         """The status list bytes of the nodes not looked at again (model/status_size.py)."""
-        last = self.last_selection
+        last = self.last_totals
         if last is None:
             return {name: verdict.list_bytes for name, verdict in reused.items()}
         sizes = dict(last.list_sizes)
@@ -457,32 +459,26 @@ def _node_inputs(
     memory: SkyhookMemory | None,
 ) -> tuple[dict[str, NodeInputs], dict[str, NodeVerdict], list[NodeView]]:
     """Each selected node's inputs, the verdicts of `memory` (kept for the same Skyhook
-    inputs) whose node's inputs are unchanged, and the other nodes in node order: one walk
-    over the nodes, as every pass makes."""
+    inputs) whose node's inputs are unchanged, and the other nodes in node order. The one walk
+    over every selected node that each pass makes: it iterates in C (map, zip, compress)."""
+    names, matched = rollout.selected.names, rollout.matched
+    pods = map(index.pods_on_node.get, names, repeat(()))
     ahead = [earlier.complete.get(s.name, {}) for s in _ahead(index, scr)]
-    recorded = scr.status.node_boot_ids
-    pods_on_node = index.pods_on_node
-    remembered = memory.node_inputs if memory is not None else {}
-    verdicts = memory.verdicts if memory is not None else {}
-    found: dict[str, NodeInputs] = {}
-    kept: dict[str, NodeVerdict] = {}
-    unkept: list[NodeView] = []
-    for node in rollout.matched:
-        name = node.name
-        inputs = found[name] = _new_inputs(
-            (
-                node,
-                pods_on_node.get(name, ()),
-                tuple(complete.get(name) for complete in ahead) if ahead else (),
-                recorded.get(name),
-            )
-        )
-        # Views the store kept compare by identity, element by element.
-        if remembered.get(name) == inputs and name in verdicts:
-            kept[name] = verdicts[name]
-        else:
-            unkept.append(node)
-    return found, kept, unkept
+    verdicts_ahead = (
+        zip(*(map(c.get, names) for c in ahead), strict=True) if ahead else repeat((), len(names))
+    )
+    boot_ids = map(scr.status.node_boot_ids.get, names)
+    inputs = list(map(_new_inputs, zip(matched, pods, verdicts_ahead, boot_ids, strict=True)))
+    found = dict(zip(names, inputs, strict=True))
+    if memory is None:
+        return found, {}, list(matched)
+    # Kept: inputs equal to the last pass's (views the store kept compare by identity,
+    # element by element) and a verdict kept by it.
+    unchanged = map(operator.eq, map(memory.node_inputs.get, names), inputs)
+    quiet = list(map(operator.and_, unchanged, map(memory.verdicts.__contains__, names)))
+    kept_names = list(compress(names, quiet))
+    kept = dict(zip(kept_names, map(memory.verdicts.__getitem__, kept_names), strict=True))
+    return found, kept, list(compress(matched, map(operator.not_, quiet)))
 
 
 # NodeInputs built without its generated Python constructor: one per selected node per pass.

@@ -19,9 +19,9 @@ from skyhook_planner.passes.context import SkyhookContext
 from skyhook_planner.passes.memory import (
     CANDIDATE,
     OCCUPIED,
-    KeptSelection,
     NodeSelection,
     NodeVerdict,
+    ShareTotals,
 )
 from skyhook_planner.passes.prepare import Rollout
 from skyhook_planner.passes.work import SkyhookWork, Step
@@ -105,18 +105,18 @@ class Selection:
         found = [n for n, why in self.reasons.items() if any(r.blocker == blocker for r in why)]
         return sorted(found, key=self.order.__getitem__)
 
-    def keep(
+    def totals(
         self,
         running: frozenset[str],
         node_statuses: NodeStatuses,
         node_state: Mapping[str, Mapping[str, Any]],
         list_sizes: Mapping[str, int],
         boot_ids: Mapping[str, str],
-    ) -> KeptSelection:
+    ) -> ShareTotals:
         """What the next pass starts from, with the nodes admitted, their statuses, the
         status's nodeState mirror, each node's bytes in the status's lists and the boot ids
         found."""
-        return KeptSelection(
+        return ShareTotals(
             names=self.names,
             order=self.order,
             nodes=self.nodes,
@@ -143,7 +143,7 @@ def select(
     kept: Mapping[str, NodeVerdict] | None = None,
     closed_gates: frozenset[str] = frozenset(),
     *,
-    last: KeptSelection | None = None,
+    last: ShareTotals | None = None,
     again: Sequence[NodeView] = (),
 ) -> Selection:
     """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
