@@ -5,10 +5,12 @@ the rollout), an incremental pass (`replan` with the last pass's memory) after -
 stage pods finished beside a full pass of the same snapshot, the time to build the snapshot
 from API-shaped objects, and a simulated rollout's makespan against its lower bound. The simulation is event-driven with zero latency: every pod
 runs for exactly --stage-seconds of virtual time, and the planner runs after every change, so
-the ratio measures only how well the planner keeps budget slots busy (1.00 = never idles).
+the ratio measures only how well the planner keeps budget slots busy (1.00 = never idles). The
+same two passes half-way through a one-package rollout, with the finished pods kept, show what a
+quiet pass costs the running operator.
 
     python benchmarks/planner.py [--nodes 1000] [--budget-percent 10] [--stage-seconds 10]
-                                 [--default-gc]
+                                 [--changed 10] [--default-gc] [--passes-only]
 """
 
 from __future__ import annotations
@@ -178,6 +180,61 @@ def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, f
     return statistics.median(full), statistics.median(partial)
 
 
+def half_way(nodes: int, budget_percent: int, changed: int) -> tuple[float, float, int]:
+    """Median ms of an incremental and a full pass after `changed` nodes' stage pods finished,
+    half-way through a one-package rollout (as the operator's rollout benchmark runs it), when
+    half the nodes are complete and their finished pods are kept for their logs; and the pods
+    the snapshot holds then."""
+    views = KeptViews()
+    sim = SimCluster()
+    for i in range(nodes):
+        sim.add_node(make_node(f"node-{i:05d}", {"pool": "gpu"}))
+    sim.add_skyhook(
+        "fleet",
+        {
+            "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
+            "interruptionBudget": {"percent": budget_percent},
+            "packages": {"tools": {"version": "1.0.0", "image": IMAGE, "configMap": {"a": "b"}}},
+        },
+    )
+    settings = PlannerSettings()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    memory = None
+
+    def running() -> list[tuple[str, str]]:
+        return [k for k, p in sim.pods.items() if p["status"].get("phase") == "Pending"]
+
+    def complete() -> int:
+        found = sim.skyhooks["fleet"].get("status", {}).get("nodeStatus", {})
+        return sum(status == "complete" for status in found.values())
+
+    while complete() < nodes // 2:
+        result, memory = replan(views(sim.snapshot(now)), settings, memory)
+        sim.apply(result.actions)
+        if not result.actions:  # quiet: the running stages finish 2 s later
+            now += timedelta(seconds=2)
+            for key in running():
+                sim.finish_pod(key, at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    full, partial = [], []
+    for _ in range(5):
+        for key in running()[:changed]:
+            sim.finish_pod(key, at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        snapshot = views(sim.snapshot(now))
+        t0 = time.perf_counter()
+        result, memory = replan(snapshot, settings, memory)
+        t1 = time.perf_counter()
+        expected = plan(snapshot, settings)
+        t2 = time.perf_counter()
+        if result != expected:
+            raise SystemExit("the incremental pass planned something else than the full pass")
+        partial.append((t1 - t0) * 1000)
+        full.append((t2 - t1) * 1000)
+        for _ in range(3):  # the passes its writes wake
+            result, memory = replan(views(sim.snapshot(now)), settings, memory)
+            sim.apply(result.actions)
+    return statistics.median(partial), statistics.median(full), len(sim.pods)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -189,16 +246,41 @@ def main() -> None:
         action="store_true",
         help="keep Python's default collector thresholds instead of the operator's",
     )
+    parser.add_argument(
+        "--passes-only",
+        action="store_true",
+        help="only the two single passes, not the simulated rollout (minutes at 5,000 nodes)",
+    )
     args = parser.parse_args()
     if not args.default_gc:
         tune_garbage_collector()  # plan() runs under the operator's collector settings
-    slots = max(1, int(args.nodes * (args.budget_percent / 100.0)))
-    run = simulate(args.nodes, args.budget_percent, args.stage_seconds)
-    lower = math.ceil(args.nodes / slots) * CRITICAL_PATH_STAGES * args.stage_seconds
+    print(f"nodes={args.nodes} budget={args.budget_percent}%")
+    full_ms, incremental_ms = incremental(args.nodes, args.budget_percent, args.changed)
+    print(
+        f"four packages, first stages running, after {args.changed} nodes' stage pods "
+        f"finished: incremental (replan) {incremental_ms:.1f} ms, full (plan) {full_ms:.1f} ms"
+    )
+    partial_ms, full_ms, pods = half_way(args.nodes, args.budget_percent, args.changed)
+    print(
+        f"one package, half-way ({pods} pods, finished ones kept for their logs), after "
+        f"{args.changed} nodes' stage pods finished: incremental (replan) {partial_ms:.1f} ms, "
+        f"full (plan) {full_ms:.1f} ms"
+    )
+    if not args.passes_only:
+        rollout(args.nodes, args.budget_percent, args.stage_seconds)
+
+
+def rollout(nodes: int, budget_percent: int, stage_seconds: float) -> None:
+    """The simulated rollout of four packages, a pass after every change."""
+    slots = max(1, int(nodes * (budget_percent / 100.0)))
+    run = simulate(nodes, budget_percent, stage_seconds)
+    lower = math.ceil(nodes / slots) * CRITICAL_PATH_STAGES * stage_seconds
     first, rest = run.pass_ms[0], run.pass_ms[1:]
     status = run.status
-    print(f"nodes={args.nodes} packages=4 budget={args.budget_percent}% (ceiling {slots})")
-    print(f"status={status['status']} completeNodes={status['completeNodes']}")
+    print(
+        f"four packages, budget ceiling {slots}: status={status['status']} "
+        f"completeNodes={status['completeNodes']}"
+    )
     print(f"passes={len(run.pass_ms)}; plan() first pass: {first:.1f} ms")
     print(
         f"plan() per pass during rollout: mean {statistics.mean(rest):.1f} ms, "
@@ -206,11 +288,6 @@ def main() -> None:
     )
     print(
         f"plan() quiet pass on the finished fleet: median {statistics.median(run.idle_ms):.1f} ms"
-    )
-    full_ms, incremental_ms = incremental(args.nodes, args.budget_percent, args.changed)
-    print(
-        f"pass after {args.changed} nodes' stage pods finished: incremental (replan) "
-        f"{incremental_ms:.1f} ms, full (plan) {full_ms:.1f} ms"
     )
     print(f"snapshot from API objects: mean {statistics.mean(run.snapshot_ms):.1f} ms per pass")
     print(f"peak nodes with pods: {run.peak_busy} (budget {slots})")
