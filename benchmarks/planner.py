@@ -25,9 +25,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skyhook_operator.cli import tune_garbage_collector
-from skyhook_planner.model.actions import CreatePod
+from skyhook_planner.model.actions import CreatePod, Plan
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
+from skyhook_planner.passes.memory import PassMemory
 from skyhook_planner.passes.plan import plan, replan
 from skyhook_planner.sim.cluster import SimCluster, make_node
 
@@ -144,6 +145,28 @@ class KeptViews:
         )
 
 
+def _timed_passes(
+    snapshot: ClusterSnapshot,
+    settings: PlannerSettings,
+    memory: PassMemory | None,
+    partial: list[float],
+    full: list[float],
+) -> tuple[Plan, PassMemory]:
+    """One incremental pass then one full pass of `snapshot`, their ms appended to `partial`
+    and `full`; exits unless they plan the same. The incremental pass goes first, as in the
+    operator: right after a full pass, it would also pay for collecting its garbage."""
+    t0 = time.perf_counter()
+    result, memory = replan(snapshot, settings, memory)
+    t1 = time.perf_counter()
+    expected = plan(snapshot, settings)
+    t2 = time.perf_counter()
+    if result != expected:
+        raise SystemExit("the incremental pass planned something else than the full pass")
+    partial.append((t1 - t0) * 1000)
+    full.append((t2 - t1) * 1000)
+    return result, memory
+
+
 def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, float]:
     """Median ms of a full pass and of an incremental pass, each after `changed` nodes' stage
     pods finished, mid-rollout (five rounds), on snapshots that keep unchanged views."""
@@ -163,18 +186,7 @@ def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, f
     for _ in range(5):
         for key in list(sim.pods)[:changed]:
             sim.finish_pod(key, at=at)
-        snapshot = views(sim.snapshot(now))
-        # The incremental pass first, as in the operator: right after a full pass, it would
-        # also pay for collecting the full pass's garbage.
-        t0 = time.perf_counter()
-        result, memory = replan(snapshot, settings, memory)
-        t1 = time.perf_counter()
-        expected = plan(snapshot, settings)
-        t2 = time.perf_counter()
-        if result != expected:
-            raise SystemExit("the incremental pass planned something else than the full pass")
-        partial.append((t1 - t0) * 1000)
-        full.append((t2 - t1) * 1000)
+        result, memory = _timed_passes(views(sim.snapshot(now)), settings, memory, partial, full)
         sim.apply(result.actions)
         _, memory = replan(views(sim.snapshot(now)), settings, memory)
     return statistics.median(full), statistics.median(partial)
@@ -219,16 +231,8 @@ def half_way(nodes: int, budget_percent: int, changed: int) -> tuple[float, floa
     for _ in range(5):
         for key in running()[:changed]:
             sim.finish_pod(key, at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        snapshot = views(sim.snapshot(now))
-        t0 = time.perf_counter()
-        result, memory = replan(snapshot, settings, memory)
-        t1 = time.perf_counter()
-        expected = plan(snapshot, settings)
-        t2 = time.perf_counter()
-        if result != expected:
-            raise SystemExit("the incremental pass planned something else than the full pass")
-        partial.append((t1 - t0) * 1000)
-        full.append((t2 - t1) * 1000)
+        result, memory = _timed_passes(views(sim.snapshot(now)), settings, memory, partial, full)
+        sim.apply(result.actions)
         for _ in range(3):  # the passes its writes wake
             result, memory = replan(views(sim.snapshot(now)), settings, memory)
             sim.apply(result.actions)

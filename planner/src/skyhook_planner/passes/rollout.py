@@ -117,7 +117,9 @@ class _ShareRun:
         # only at the nodes not kept (`unkept`, in node order) while some are kept.
         last = remembered.totals if remembered is not None else None
         self.last_totals = (
-            last if last is not None and last.names == rollout.selected.names else None
+            last
+            if last is not None and self.kept and last.names == rollout.selected.names
+            else None
         )
         self.last_tally = memory.tally if memory is not None else None
         self.ctx = SkyhookContext(
@@ -261,7 +263,7 @@ class _ShareRun:
             if pod.node not in self.kept:
                 self.take(learn.from_pod(ctx, work, pod), pod.node)
         last = self.last_totals
-        if last is not None and self.kept:
+        if last is not None:
             boot_ids, rebooted = learn.track_reboots(ctx, work, self.unkept, last.boot_ids)
         else:
             boot_ids, rebooted = learn.track_reboots(ctx, work, self.rollout.matched)

@@ -149,9 +149,9 @@ def select(
     """`kept`: the verdicts of nodes whose inputs have not changed since an earlier pass
     (passes/memory.py); they count as that pass found them, without being looked at again.
     `closed_gates`: the Skyhooks ahead with `sequencing: all` not yet complete everywhere.
-    `last`: what the last pass found over the same nodes in the same order; with it this pass
-    starts from there and selects only the nodes not kept (`again`, in node order), so a
-    quiet pass costs the nodes that changed."""
+    `last`: what the last pass found over the same nodes in the same order, given while some
+    verdicts are kept; with it this pass starts from there and selects only the nodes not
+    kept (`again`, in node order), so a quiet pass costs the nodes that changed."""
     index = ctx.index
     kept = kept or {}
     selection_blockers = (
@@ -172,7 +172,7 @@ def select(
     decided = Step()
     fresh: Sequence[NodeView]
     held_before: dict[str, str] = {}  # the slot each node selected again held
-    if last is not None and kept:
+    if last is not None:
         order = last.order
         nodes = dict(last.nodes)
         complete = dict(last.complete)
@@ -214,36 +214,13 @@ def select(
             failed.add(name)
         if found.slot == CANDIDATE and found.protected:
             protected[name] = found.protected
-    if fresh is rollout.matched:  # every node selected again
-        return Selection(
-            nodes,
-            _in_slot(rollout.matched, nodes, OCCUPIED),
-            _in_slot(rollout.matched, nodes, CANDIDATE),
-            decided,
-            protected,
-            unfinished,
-            reasons,
-            frozenset(failed),
-            order,
-            names,
-            complete,
-        )
-    assert last is not None
-    if any(n.name in protected for n in fresh):
-        protected = {name: protected[name] for name in sorted(protected, key=order.__getitem__)}
+    occupied, candidates, protected = _slots(
+        rollout.matched, nodes, protected, last, held_before=held_before, fresh=fresh
+    )
     return Selection(
         nodes,
-        _kept_slot(
-            OCCUPIED, last.occupied, rollout.matched, nodes, held_before=held_before, fresh=fresh
-        ),
-        _kept_slot(
-            CANDIDATE,
-            last.candidates,
-            rollout.matched,
-            nodes,
-            held_before=held_before,
-            fresh=fresh,
-        ),
+        occupied,
+        candidates,
         decided,
         protected,
         unfinished,
@@ -253,6 +230,29 @@ def select(
         names,
         complete,
     )
+
+
+def _slots(
+    matched: Sequence[NodeView],
+    nodes: Mapping[str, NodeSelection],
+    protected: dict[str, tuple[PodView, ...]],
+    last: ShareTotals | None,
+    *,
+    held_before: Mapping[str, str],
+    fresh: Sequence[NodeView],
+) -> tuple[tuple[NodeView, ...], tuple[NodeView, ...], dict[str, tuple[PodView, ...]]]:
+    """The occupied and candidate nodes, and the protected pods, each in node order: found
+    over every node without `last`, else from the last pass's with the nodes selected again."""
+    if last is None:
+        return _in_slot(matched, nodes, OCCUPIED), _in_slot(matched, nodes, CANDIDATE), protected
+    occupied, candidates = (
+        _kept_slot(slot, kept_in, matched, nodes, held_before=held_before, fresh=fresh)
+        for slot, kept_in in ((OCCUPIED, last.occupied), (CANDIDATE, last.candidates))
+    )
+    if any(n.name in protected for n in fresh):
+        order = last.order
+        protected = {name: protected[name] for name in sorted(protected, key=order.__getitem__)}
+    return occupied, candidates, protected
 
 
 def _kept_slot(
