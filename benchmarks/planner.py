@@ -20,9 +20,8 @@ import heapq
 import math
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from skyhook_operator.cli import tune_garbage_collector
 from skyhook_planner.model.actions import CreatePod, Plan
@@ -117,34 +116,6 @@ def simulate(nodes: int, budget_percent: int, stage_seconds: float) -> Rollout:
     return out
 
 
-class KeptViews:
-    """Snapshots as the operator's store gives them: a view is the same object from pass to
-    pass until its object changes. The in-memory cluster decodes every view afresh; this keeps
-    each one that compares equal to the last (outside the timed pass)."""
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, object], object] = {}
-
-    def __call__(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
-        def kept(kind: str, views: tuple[Any, ...]) -> tuple[Any, ...]:
-            found = []
-            for fresh in views:
-                key = (kind, (getattr(fresh, "namespace", ""), fresh.name))
-                last = self._last.get(key)
-                view = last if last == fresh else fresh
-                self._last[key] = view
-                found.append(view)
-            return tuple(found)
-
-        return replace(
-            snapshot,
-            skyhooks=kept("skyhook", snapshot.skyhooks),
-            nodes=kept("node", snapshot.nodes),
-            pods=kept("pod", snapshot.pods),
-            configmaps=kept("configmap", snapshot.configmaps),
-        )
-
-
 def _timed_passes(
     snapshot: ClusterSnapshot,
     settings: PlannerSettings,
@@ -170,7 +141,6 @@ def _timed_passes(
 def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, float]:
     """Median ms of a full pass and of an incremental pass, each after `changed` nodes' stage
     pods finished, mid-rollout (five rounds), on snapshots that keep unchanged views."""
-    views = KeptViews()
     sim = SimCluster()
     for i in range(nodes):
         sim.add_node(make_node(f"node-{i:05d}", {"pool": "gpu"}))
@@ -180,15 +150,15 @@ def incremental(nodes: int, budget_percent: int, changed: int) -> tuple[float, f
     at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     memory = None
     for _ in range(7):  # start the first stages, then one quiet pass to fill the memory
-        result, memory = replan(views(sim.snapshot(now)), settings, memory)
+        result, memory = replan(sim.snapshot(now), settings, memory)
         sim.apply(result.actions)
     full, partial = [], []
     for _ in range(5):
         for key in list(sim.pods)[:changed]:
             sim.finish_pod(key, at=at)
-        result, memory = _timed_passes(views(sim.snapshot(now)), settings, memory, partial, full)
+        result, memory = _timed_passes(sim.snapshot(now), settings, memory, partial, full)
         sim.apply(result.actions)
-        _, memory = replan(views(sim.snapshot(now)), settings, memory)
+        _, memory = replan(sim.snapshot(now), settings, memory)
     return statistics.median(full), statistics.median(partial)
 
 
@@ -197,7 +167,6 @@ def half_way(nodes: int, budget_percent: int, changed: int) -> tuple[float, floa
     half-way through a one-package rollout (as the operator's rollout benchmark runs it), when
     half the nodes are complete and their finished pods are kept for their logs; and the pods
     the snapshot holds then."""
-    views = KeptViews()
     sim = SimCluster()
     for i in range(nodes):
         sim.add_node(make_node(f"node-{i:05d}", {"pool": "gpu"}))
@@ -221,7 +190,7 @@ def half_way(nodes: int, budget_percent: int, changed: int) -> tuple[float, floa
         return sum(status == "complete" for status in found.values())
 
     while complete() < nodes // 2:
-        result, memory = replan(views(sim.snapshot(now)), settings, memory)
+        result, memory = replan(sim.snapshot(now), settings, memory)
         sim.apply(result.actions)
         if not result.actions:  # quiet: the running stages finish 2 s later
             now += timedelta(seconds=2)
@@ -231,10 +200,10 @@ def half_way(nodes: int, budget_percent: int, changed: int) -> tuple[float, floa
     for _ in range(5):
         for key in running()[:changed]:
             sim.finish_pod(key, at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        result, memory = _timed_passes(views(sim.snapshot(now)), settings, memory, partial, full)
+        result, memory = _timed_passes(sim.snapshot(now), settings, memory, partial, full)
         sim.apply(result.actions)
         for _ in range(3):  # the passes its writes wake
-            result, memory = replan(views(sim.snapshot(now)), settings, memory)
+            result, memory = replan(sim.snapshot(now), settings, memory)
             sim.apply(result.actions)
     return statistics.median(partial), statistics.median(full), len(sim.pods)
 

@@ -105,10 +105,13 @@ class Checked:
 
 
 def _assert_same_tallies(kept: PassMemory, counted: PassMemory) -> None:
-    """The tallies and selections a pass updated from the last pass's equal those counted from
-    nothing: a stale one would hide a condition (or an uninstall's) until some other change
-    showed it, or hand the budget to a node in the wrong order."""
+    """The tallies, selections and groups a pass updated from the last pass's equal those
+    counted from nothing: a stale one would hide a condition (or an uninstall's) until some
+    other change showed it, or hand the budget to a node in the wrong order."""
     assert kept.skyhooks.keys() == counted.skyhooks.keys()
+    # The pods and ConfigMaps regrouped from the last pass's groups, as grouped from nothing
+    # (passes/grouped.py), each group in the same order.
+    assert kept.grouped == counted.grouped
     for name, memory in kept.skyhooks.items():
         assert memory.tally == counted.skyhooks[name].tally, name
         updated, found = memory.totals, counted.skyhooks[name].totals

@@ -27,7 +27,7 @@ def cleanup(index: PassIndex, scr: SkyhookView, earlier: Earlier) -> Decision:
             out.unschedulable = False
         types = {keys.not_ready_condition(scr.name), keys.erroring_condition(scr.name)}
         out.drop_conditions += [c.type for c in node.conditions if c.type in types]
-    for pod in index.skyhook_pods.get(scr.name, ()):
+    for pod in index.pods_of(scr.name):
         if (pod.namespace, pod.name) not in earlier.deleted:
             decision.delete_pod(pod, f"Skyhook {scr.name} deleted")
     for cm in index.snap.configmaps:

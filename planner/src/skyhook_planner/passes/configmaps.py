@@ -12,6 +12,7 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import ConfigMapView, NodeView, PodView
 from skyhook_planner.model.spec import Package
 from skyhook_planner.passes.context import SkyhookContext
+from skyhook_planner.passes.grouped import by_key
 from skyhook_planner.passes.work import SkyhookWork, Step, WorkChanges
 from skyhook_planner.rules import results, stages
 from skyhook_schemas import keys
@@ -39,22 +40,22 @@ def reconcile(ctx: SkyhookContext, work: SkyhookWork) -> Step:
             )
         elif not current.holds(package.config_map):
             decision.merge(_config_edit(ctx, work, package, current, decision))
-    configmaps = ctx.index.snap.configmaps
-    for cm in configmaps:
-        if cm.labels.get(keys.NAME_LABEL) == ctx.name and cm.name not in wanted_names:
-            decision.out.last.append(DeleteConfigMap(cm.namespace, cm.name))
-    selected = {n.name for n in ctx.matched}
-    expected: set[str] | None = None  # every selected node's ConfigMap name, built if needed
-    for cm in configmaps:
-        if cm.labels.get(keys.NODE_META_LABEL) != ctx.name:
-            continue
-        node = cm.annotations.get(keys.NODE_NAME_ANNOTATION, "")
-        if node in selected and cm.name == keys.node_metadata_configmap_name(ctx.name, node):
-            continue  # the common case, without naming every selected node's ConfigMap
-        if expected is None:
-            expected = {keys.node_metadata_configmap_name(ctx.name, n) for n in selected}
-        if cm.name not in expected:
-            decision.out.last.append(DeleteConfigMap(cm.namespace, cm.name))
+    grouped = ctx.index.grouped
+    labelled = grouped.skyhook_configmaps.get(ctx.name, {})
+    for key in sorted(labelled):
+        if labelled[key].name not in wanted_names:
+            decision.out.last.append(DeleteConfigMap(*key))
+    # Node metadata ConfigMaps of nodes no longer selected, or not named for their node, go
+    # unless named for another selected node; the common case is looked at by set difference.
+    by_node = grouped.node_metadata.get(ctx.name, {})
+    unselected = by_node.keys() - ctx.selected_names
+    suspects = {by_key(cm): cm for node in unselected for cm in by_node[node]}
+    suspects.update(grouped.misnamed_metadata.get(ctx.name, {}))
+    if suspects:
+        expected = {keys.node_metadata_configmap_name(ctx.name, n) for n in ctx.selected_names}
+        for key in sorted(suspects):
+            if suspects[key].name not in expected:
+                decision.out.last.append(DeleteConfigMap(*key))
     return decision
 
 

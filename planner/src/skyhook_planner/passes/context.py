@@ -9,10 +9,11 @@ it decides (`Step`).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
+from operator import attrgetter
 from typing import Protocol
 
 from skyhook_planner import podbuilder
@@ -21,16 +22,18 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import (
     ClusterSnapshot,
-    ConfigMapView,
     NodeView,
     PodView,
     SkyhookView,
 )
 from skyhook_planner.model.spec import Package, SkyhookSpec
 from skyhook_planner.passes.earlier import Earlier
+from skyhook_planner.passes.grouped import Grouped
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
 from skyhook_schemas import keys
 from skyhook_schemas.podpackage import PodPackage
+
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -44,30 +47,27 @@ class NodePackages:
 
 
 class PassIndex:
-    """Lookups over one snapshot: nodes by name, pods by node and by Skyhook, our ConfigMaps."""
+    """Lookups over one snapshot: nodes by name, pods by node and by Skyhook, our ConfigMaps
+    (passes/grouped.py). `grouped`: the last pass's groups, which this one starts from."""
 
-    def __init__(self, snapshot: ClusterSnapshot, settings: PlannerSettings) -> None:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        settings: PlannerSettings,
+        grouped: Grouped | None = None,
+    ) -> None:
         self.snap = snapshot
         self.settings = settings
         self.now: datetime = snapshot.now
-        self.nodes = {n.name: n for n in snapshot.nodes}
-        on_node: dict[str, list[PodView]] = defaultdict(list)
-        self.skyhook_pods: dict[str, list[PodView]] = defaultdict(list)
-        for pod in snapshot.pods:
-            if pod.node:
-                on_node[pod.node].append(pod)
-            if self.is_ours(pod):
-                self.skyhook_pods[pod.labels[keys.NAME_LABEL]].append(pod)
-        # Tuples: each pass's memory keeps a node's pods as one of its inputs.
-        self.pods_on_node: dict[str, tuple[PodView, ...]] = {
-            node: tuple(pods) for node, pods in on_node.items()
-        }
-        self.configmaps: dict[str, ConfigMapView] = {
-            c.name: c for c in snapshot.configmaps if c.namespace == settings.namespace
-        }
+        self.nodes = dict(zip(map(_NAME, snapshot.nodes), snapshot.nodes, strict=True))
+        if grouped is None or grouped.namespace != settings.namespace:
+            grouped = Grouped(settings.namespace)
+        self.grouped = grouped.after(snapshot)
+        self.pods_on_node = self.grouped.pods_on_node
+        self.terminating = self.grouped.terminating
+        self.configmaps = self.grouped.configmaps_by_name
         self.policies = {p.name: p for p in snapshot.policies}
         self.alerts = {r.url: r for r in snapshot.alerts}
-        self.terminating = {(p.namespace, p.name) for p in snapshot.pods if p.deleting}
         self._decoded: dict[tuple[str, str], PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:
@@ -75,6 +75,21 @@ class PassIndex:
         may create pods elsewhere could copy the labels; such a pod is an ordinary pod to us,
         never a stage result."""
         return keys.NAME_LABEL in pod.labels and pod.namespace == self.settings.namespace
+
+    def skyhook_pods(self, skyhook: str) -> Mapping[str, tuple[PodView, ...]]:
+        """A Skyhook's pods by node ("": not bound to one yet)."""
+        return self.grouped.skyhook_pods.get(skyhook, {})
+
+    def check_pods(self, skyhook: str) -> list[PodView]:
+        """A Skyhook's health check pods, in (namespace, name) order."""
+        found = self.grouped.check_pods.get(skyhook, {})
+        return [found[key] for key in sorted(found)]
+
+    def pods_of(self, skyhook: str, skip: Collection[str] = ()) -> Iterator[PodView]:
+        """A Skyhook's pods, node by node in name order, except those on the nodes in `skip`."""
+        by_node = self.skyhook_pods(skyhook)
+        for node in sorted(by_node.keys() - skip if skip else by_node):
+            yield from by_node[node]
 
     def pod_package(self, pod: PodView) -> PodPackage | None:
         """The package annotation of one of our pods, decoded once per pass."""
@@ -120,6 +135,11 @@ class SkyhookContext:
         self._known: Mapping[str, Decoded] = known or {}
         self._before: dict[str, NodeState] = {}
         self._node_packages: dict[str, NodePackages] = {}
+
+    @cached_property
+    def selected_names(self) -> frozenset[str]:
+        """The names of the nodes the Skyhook selects."""
+        return frozenset(map(_NAME, self.matched))
 
     def before(self, node: NodeView) -> NodeState:
         """The state as the node's annotations record it (decoded once)."""
@@ -177,6 +197,6 @@ class SkyhookContext:
 
     # --- pods -----------------------------------------------------------------------------
 
-    def pods(self) -> list[PodView]:
-        """This Skyhook's pods, wherever they run."""
-        return self.index.skyhook_pods.get(self.name, [])
+    def pods(self, skip: Collection[str] = ()) -> Iterator[PodView]:
+        """This Skyhook's pods, node by node, except those on the nodes in `skip`."""
+        return self.index.pods_of(self.name, skip)

@@ -65,12 +65,8 @@ def _check_pods(
     decided = Step()
     check = gate.check_pod if gate is not None else None
     waiting = {name for name, at in nodes.items() if at.waits}
-    for pod in ctx.pods():
-        if (
-            keys.HEALTH_CHECK_LABEL in pod.labels
-            and work.present(pod)
-            and (check is None or pod.node not in waiting)
-        ):
+    for pod in ctx.index.check_pods(ctx.name):
+        if work.present(pod) and (check is None or pod.node not in waiting):
             decided.delete_pod(pod, "health check no longer needed")
     if check is None:
         return decided

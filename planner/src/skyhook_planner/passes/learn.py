@@ -344,8 +344,8 @@ def expire_finished(
     due: dict[str, datetime | None] = {
         node: at for node, at in known.items() if at is None or at > ctx.now
     }
-    for pod in ctx.pods():
-        if pod.node in due or pod.phase not in FINISHED_PHASES:
+    for pod in ctx.pods(skip=due):
+        if pod.phase not in FINISHED_PHASES:
             continue
         if keys.PACKAGE_LABEL not in pod.labels or not work.present(pod):
             continue
@@ -546,8 +546,8 @@ def validate_pods(ctx: SkyhookContext, work: SkyhookWork, skip: Collection[str] 
     restarts the stage (an uninstall pod too: a fix to a failing uninstall rolls forward). Pods on
     the nodes in `skip` were found valid by an earlier pass from the same inputs."""
     decision = Step()
-    for pod in ctx.pods():
-        if pod.node in skip or not work.live(pod):
+    for pod in ctx.pods(skip):
+        if not work.live(pod):
             continue
         pkg = ctx.index.pod_package(pod)
         node = ctx.index.nodes.get(pod.node)

@@ -10,7 +10,8 @@ from the nodes looked at again only: the selection, the budget slots, the node s
 their counts, the status's nodeState mirror, list sizes and boot ids (`ShareTotals`), the
 nodes in an uninstall cycle and the admin cordons (`Tally`, passes/tally.py), and when each
 node's first finished pod kept for its logs goes (`learn.expire_finished`). Batches, shared
-limits and compartments are still counted over their nodes.
+limits and compartments are still counted over their nodes. The snapshot's pods and
+ConfigMaps are kept grouped by node and Skyhook (`Grouped`, passes/grouped.py).
 
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it; the Skyhook's spec, pause, holds, config updates and
@@ -32,6 +33,7 @@ from skyhook_planner.model.nodestate import NodeState
 from skyhook_planner.model.snapshot import NodeView, PodView
 from skyhook_planner.model.status import NodeStatuses
 from skyhook_planner.model.waiting import Reason
+from skyhook_planner.passes.grouped import Grouped
 from skyhook_planner.passes.tally import Tally
 from skyhook_planner.rules.ordering import Selected
 from skyhook_planner.rules.stages import NodeWork
@@ -141,3 +143,4 @@ class PassMemory:
     """What a pass hands the next one, by Skyhook name."""
 
     skyhooks: Mapping[str, SkyhookMemory] = field(default_factory=dict)
+    grouped: Grouped | None = None  # its snapshot's pods and ConfigMaps, grouped

@@ -43,8 +43,9 @@ def replan(
     """One pass that reuses what the last one kept (`memory`, passes/memory.py): the same plan
     as `plan(snapshot, settings)`, for the cost of the nodes whose inputs changed. Returns what
     this pass keeps for the next."""
-    index = PassIndex(snapshot, settings)
-    decision, kept = decide(index, memory or PassMemory())
+    memory = memory or PassMemory()
+    index = PassIndex(snapshot, settings, memory.grouped)
+    decision, kept = decide(index, memory)
     return assemble(index, decision), kept
 
 
@@ -82,7 +83,7 @@ def decide(index: PassIndex, memory: PassMemory) -> tuple[Decision, PassMemory]:
         decision.merge(decided)
         earlier = earlier.after(decided, running)
     decision.merge(runtime_required(index, ordered, earlier))
-    return decision, PassMemory(remembered)
+    return decision, PassMemory(remembered, index.grouped)
 
 
 def auto_taint(index: PassIndex, skyhooks: Sequence[SkyhookView]) -> Decision:

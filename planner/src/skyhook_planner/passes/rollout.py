@@ -259,9 +259,8 @@ class _ShareRun:
     def learn_from_pods(self) -> dict[str, str]:
         """Learn from pods and reboots; returns the boot ids to record."""
         ctx, work = self.ctx, self.work
-        for pod in ctx.pods():
-            if pod.node not in self.kept:
-                self.take(learn.from_pod(ctx, work, pod), pod.node)
+        for pod in ctx.pods(skip=self.kept):
+            self.take(learn.from_pod(ctx, work, pod), pod.node)
         last = self.last_totals
         if last is not None:
             boot_ids, rebooted = learn.track_reboots(ctx, work, self.unkept, last.boot_ids)

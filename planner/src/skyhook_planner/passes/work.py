@@ -235,15 +235,11 @@ class SkyhookWork:
 
     def check_pod(self, node: str) -> PodView | None:
         """This Skyhook's health check pod on `node` (rules/health.py), if it is there."""
-        index, name = self.ctx.index, self.ctx.name
         return next(
             (
                 p
-                for p in index.pods_on_node.get(node, ())
-                if keys.HEALTH_CHECK_LABEL in p.labels
-                and p.labels.get(keys.NAME_LABEL) == name
-                and index.is_ours(p)
-                and self.present(p)
+                for p in self.ctx.index.skyhook_pods(self.ctx.name).get(node, ())
+                if keys.HEALTH_CHECK_LABEL in p.labels and self.present(p)
             ),
             None,
         )
@@ -251,9 +247,4 @@ class SkyhookWork:
     def ours_on(self, node: str) -> list[PodView]:
         """This Skyhook's pods on `node` that may still run: a finished pod kept for its logs
         holds nothing back."""
-        index, name = self.ctx.index, self.ctx.name
-        return [
-            p
-            for p in index.pods_on_node.get(node, ())
-            if p.labels.get(keys.NAME_LABEL) == name and index.is_ours(p) and self.live(p)
-        ]
+        return [p for p in self.ctx.index.skyhook_pods(self.ctx.name).get(node, ()) if self.live(p)]

@@ -76,14 +76,15 @@ class SimCluster:
         self.created_pods: list[dict[str, Any]] = []  # every pod ever created, in order
         # What the operator would have fetched for image compatibility sources, by source key.
         self.image_artifacts: dict[str, Any] = {}
-        self._views: dict[str, tuple[int, Any]] = {}
+        # The last snapshot's views by (kind, namespace, name): a view equal to the last one is
+        # handed over as the same object, as the operator's store does until an object changes.
+        self._views: dict[tuple[str, str, str], Any] = {}
         # Pods a PodDisruptionBudget protects: their eviction is refused (a delete is not),
         # and the refusal shows in the snapshot as the operator's evictor records it.
         self.budgeted: dict[tuple[str, str], str] = {}  # pod -> the refusal's message
         self.eviction_refusals: dict[tuple[str, str], EvictionRefusal] = {}
         # The time of the last snapshot: pods created after it are stamped with it.
         self.clock: datetime | None = None
-        self._version = 0
 
     # --- building ----------------------------------------------------------------------------
 
@@ -150,16 +151,31 @@ class SimCluster:
 
     def snapshot(self, now: datetime) -> ClusterSnapshot:
         self.clock = now
+        last, self._views = self._views, {}
         return ClusterSnapshot(
-            skyhooks=tuple(SkyhookView.from_api(s) for s in self.skyhooks.values()),
-            nodes=tuple(NodeView.from_api(n) for n in self.nodes.values()),
-            pods=tuple(PodView.from_api(p) for p in self.pods.values()),
-            configmaps=tuple(ConfigMapView.from_api(c) for c in self.configmaps.values()),
-            policies=tuple(PolicyView.from_api(p) for p in self.policies.values()),
+            skyhooks=self._kept(last, "skyhook", map(SkyhookView.from_api, self.skyhooks.values())),
+            nodes=self._kept(last, "node", map(NodeView.from_api, self.nodes.values())),
+            pods=self._kept(last, "pod", map(PodView.from_api, self.pods.values())),
+            configmaps=self._kept(
+                last, "configmap", map(ConfigMapView.from_api, self.configmaps.values())
+            ),
+            policies=self._kept(last, "policy", map(PolicyView.from_api, self.policies.values())),
             image_artifacts=dict(self.image_artifacts),
             now=now,
             eviction_refusals={k: r for k, r in self.eviction_refusals.items() if k in self.pods},
         )
+
+    def _kept(
+        self, last: Mapping[tuple[str, str, str], Any], kind: str, views: Iterable[Any]
+    ) -> tuple[Any, ...]:
+        found = []
+        for fresh in views:
+            key = (kind, getattr(fresh, "namespace", ""), fresh.name)
+            before = last.get(key)
+            view = before if before == fresh else fresh
+            self._views[key] = view
+            found.append(view)
+        return tuple(found)
 
     # --- the writer ---------------------------------------------------------------------------
 
