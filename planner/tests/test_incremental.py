@@ -43,6 +43,7 @@ EVENTS = [
     "cordon",
     "deadline",
     "health",
+    "delete-pod",
 ]
 
 
@@ -182,16 +183,24 @@ def _flip_health(node: dict[str, Any]) -> None:
 NODE_TOGGLES = {"cordon": _toggle_cordon, "health": _flip_health}
 
 
+def _pod_event(d: Driver, data: st.DataObject, event: str, pending: list[tuple[str, str]]) -> None:
+    """A running stage pod finishes, fails, or is deleted by someone."""
+    key = data.draw(st.sampled_from(pending))
+    if event == "delete-pod":
+        del d.sim.pods[key]
+        return
+    at = d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    d.sim.finish_pod(key, 0 if event == "finish" else 1, at=at, failed_phase=True)
+
+
 def _happen(d: Driver, data: st.DataObject, event: str, names: list[str]) -> None:
     """One cluster event between passes."""
     node_names = sorted(d.sim.nodes)
     node = data.draw(st.sampled_from(node_names)) if node_names else None
     scr = d.sim.skyhooks[data.draw(st.sampled_from(names))]
     pending = d.pending_pods()
-    if event in {"finish", "fail"} and pending:
-        key = data.draw(st.sampled_from(pending))
-        at = d.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        d.sim.finish_pod(key, 0 if event == "finish" else 1, at=at, failed_phase=True)
+    if event in {"finish", "fail", "delete-pod"} and pending:
+        _pod_event(d, data, event, pending)
     elif event == "clock":
         d.now += timedelta(seconds=data.draw(st.sampled_from([1, 5, 30, 300])))
     elif event == "not-ready" and node:

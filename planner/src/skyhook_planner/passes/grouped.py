@@ -1,6 +1,6 @@
 """The snapshot's pods and ConfigMaps grouped as a pass's steps look them up: pods by node and,
 ours, by Skyhook and node; ConfigMaps by name and, ours, by Skyhook (and node, for the node
-metadata ones).
+metadata ones); and which nodes' views or pods differ from the last snapshot's.
 
 A pass hands its `Grouped` to the next (passes/memory.py), which regroups only the views that
 are not in the last snapshot: where the operator's store hands over the same view objects, a
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TypeVar
 
-from skyhook_planner.model.snapshot import ClusterSnapshot, ConfigMapView, PodView
+from skyhook_planner.model.snapshot import ClusterSnapshot, ConfigMapView, NodeView, PodView
 from skyhook_schemas import keys
 
-View = TypeVar("View", PodView, ConfigMapView)
+View = TypeVar("View", NodeView, PodView, ConfigMapView)
 Group = TypeVar("Group", bound=Hashable)
 Key = tuple[str, str]  # (namespace, name)
 
@@ -34,9 +34,11 @@ class Grouped:
     our pods and ConfigMaps from anyone's."""
 
     namespace: str
-    pods: tuple[PodView, ...] = ()  # the snapshot's, as grouped
+    nodes: tuple[NodeView, ...] = ()  # the snapshot's, as grouped
+    pods: tuple[PodView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
     # The same views by id, to tell which views of the next snapshot are new.
+    node_ids: Mapping[int, NodeView] = field(default_factory=dict)
     pod_ids: Mapping[int, PodView] = field(default_factory=dict)
     configmap_ids: Mapping[int, ConfigMapView] = field(default_factory=dict)
     pods_on_node: Mapping[str, tuple[PodView, ...]] = field(default_factory=dict)
@@ -55,10 +57,14 @@ class Grouped:
     )
     # Node metadata ConfigMaps not named for the node they are annotated with, by Skyhook.
     misnamed_metadata: Mapping[str, Mapping[Key, ConfigMapView]] = field(default_factory=dict)
+    # The nodes whose view, or the pods on them, are not the last snapshot's (every node, when
+    # grouped from nothing): any other node's view and pods are the same objects as then.
+    changed_nodes: frozenset[str] = field(default=frozenset(), compare=False)
 
     def after(self, snapshot: ClusterSnapshot) -> Grouped:
         """The groups of `snapshot`, regrouping only the views this one does not hold."""
-        pods, configmaps = snapshot.pods, snapshot.configmaps
+        nodes, pods, configmaps = snapshot.nodes, snapshot.pods, snapshot.configmaps
+        node_ids, nodes_gone, nodes_came = _changes(self.nodes, self.node_ids, nodes)
         pod_ids, pods_gone, pods_came = _changes(self.pods, self.pod_ids, pods)
         configmap_ids, gone, came = _changes(self.configmaps, self.configmap_ids, configmaps)
         terminating = self.terminating
@@ -75,10 +81,15 @@ class Grouped:
                 if by_name.get(cm.name) is cm:
                     del by_name[cm.name]
             by_name.update((c.name, c) for c in ours_came)
+        changed = {n.name for n in nodes_gone} | {n.name for n in nodes_came}
+        changed |= {p.node for p in pods_gone} | {p.node for p in pods_came}
+        changed.discard("")
         return Grouped(
             namespace=self.namespace,
+            nodes=nodes,
             pods=pods,
             configmaps=configmaps,
+            node_ids=node_ids,
             pod_ids=pod_ids,
             configmap_ids=configmap_ids,
             pods_on_node=_regrouped(
@@ -97,6 +108,7 @@ class Grouped:
                 self.node_metadata, gone, came, _metadata_of, _annotated_node
             ),
             misnamed_metadata=_rekeyed_within(self.misnamed_metadata, gone, came, _misnamed_of),
+            changed_nodes=frozenset(changed),
         )
 
     def _skyhook_of(self, pod: PodView) -> str | None:

@@ -136,6 +136,10 @@ class SkyhookMemory:
     verdicts: Mapping[str, NodeVerdict] = field(default_factory=dict)
     tally: Tally | None = None  # its counts over its selected nodes (passes/tally.py)
     totals: ShareTotals | None = None  # what its share found over all its selected nodes
+    # What `node_inputs` took from beyond the node's own views and pods: the verdicts of the
+    # Skyhooks ahead (passes/earlier.py) and the boot ids its status recorded.
+    ahead: tuple[Mapping[str, bool], ...] = ()
+    recorded_boot_ids: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,9 @@ class _ShareRun:
         )
         self.inputs = _skyhook_inputs(index, scr, rollout, self.closed_gates)
         remembered = memory if memory is not None and memory.inputs == self.inputs else None
+        self.ahead = tuple(earlier.complete.get(s.name, {}) for s in _ahead(index, scr))
         self.node_inputs, self.kept, self.unkept = _node_inputs(
-            index, scr, rollout, earlier, remembered
+            index, scr, rollout, self.ahead, remembered
         )
         # What the last pass found over the same nodes: the share starts from it and looks
         # only at the nodes not kept (`unkept`, in node order) while some are kept.
@@ -238,6 +239,8 @@ class _ShareRun:
             verdicts,
             counted,
             selection.totals(admission.running, node_statuses, node_state, lists.sizes, boot_ids),
+            self.ahead,
+            self.ctx.scr.status.node_boot_ids,
         )
         return Share(decided, admission.running, memory)
 
@@ -456,15 +459,50 @@ def _node_inputs(
     index: PassIndex,
     scr: SkyhookView,
     rollout: prepare.Rollout,
-    earlier: Earlier,
+    ahead: tuple[Mapping[str, bool], ...],
     memory: SkyhookMemory | None,
 ) -> tuple[dict[str, NodeInputs], dict[str, NodeVerdict], list[NodeView]]:
     """Each selected node's inputs, the verdicts of `memory` (kept for the same Skyhook
-    inputs) whose node's inputs are unchanged, and the other nodes in node order. The one walk
-    over every selected node that each pass makes: it iterates in C (map, zip, compress)."""
+    inputs) whose node's inputs are unchanged, and the other nodes in node order. `ahead`: the
+    verdicts of the Skyhooks a node finishes first.
+
+    Over the same nodes as the last pass, with the same verdicts ahead and boot ids recorded,
+    only the nodes whose views or pods changed since (`Grouped.changed_nodes`) can have other
+    inputs: the rest keep the last pass's. Otherwise every selected node's inputs are built
+    and compared, iterating in C (map, zip, compress)."""
     names, matched = rollout.selected.names, rollout.matched
+    recorded = scr.status.node_boot_ids
+    if (
+        memory is not None
+        and memory.selected is not None
+        and memory.selected.names is names
+        and memory.ahead == ahead
+        and memory.recorded_boot_ids == recorded
+    ):
+        found = dict(memory.node_inputs)
+        verdicts = memory.verdicts
+        differ: set[str] = set()
+        for name in index.grouped.changed_nodes & found.keys():
+            now = _new_inputs(
+                (
+                    index.nodes[name],
+                    index.pods_on_node.get(name, ()),
+                    tuple(c.get(name) for c in ahead),
+                    recorded.get(name),
+                )
+            )
+            if now != found[name]:
+                differ.add(name)
+            found[name] = now
+        quiet = list(map(operator.contains, repeat(verdicts), names))
+        if differ:
+            quiet = list(
+                map(operator.and_, quiet, map(operator.not_, map(differ.__contains__, names)))
+            )
+        kept_names = list(compress(names, quiet))
+        kept = dict(zip(kept_names, map(verdicts.__getitem__, kept_names), strict=True))
+        return found, kept, list(compress(matched, map(operator.not_, quiet)))
     pods = map(index.pods_on_node.get, names, repeat(()))
-    ahead = [earlier.complete.get(s.name, {}) for s in _ahead(index, scr)]
     verdicts_ahead = (
         zip(*(map(c.get, names) for c in ahead), strict=True) if ahead else repeat((), len(names))
     )
