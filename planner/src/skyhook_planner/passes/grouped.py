@@ -12,10 +12,11 @@ from nothing (`tests/test_incremental.py` checks it).
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress
 from typing import TypeVar
 
 from skyhook_planner.model.snapshot import ClusterSnapshot, ConfigMapView, NodeView, PodView
@@ -25,7 +26,7 @@ View = TypeVar("View", NodeView, PodView, ConfigMapView)
 Group = TypeVar("Group", bound=Hashable)
 Key = tuple[str, str]  # (namespace, name)
 
-by_key = attrgetter("namespace", "name")
+by_key = operator.attrgetter("namespace", "name")
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,6 @@ class Grouped:
     nodes: tuple[NodeView, ...] = ()  # the snapshot's, as grouped
     pods: tuple[PodView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
-    # The same views by id, to tell which views of the next snapshot are new.
-    node_ids: Mapping[int, NodeView] = field(default_factory=dict)
-    pod_ids: Mapping[int, PodView] = field(default_factory=dict)
-    configmap_ids: Mapping[int, ConfigMapView] = field(default_factory=dict)
     pods_on_node: Mapping[str, tuple[PodView, ...]] = field(default_factory=dict)
     # Our stage, interrupt and check pods, by Skyhook, then node ("": not bound to one yet).
     skyhook_pods: Mapping[str, Mapping[str, tuple[PodView, ...]]] = field(default_factory=dict)
@@ -64,9 +61,9 @@ class Grouped:
     def after(self, snapshot: ClusterSnapshot) -> Grouped:
         """The groups of `snapshot`, regrouping only the views this one does not hold."""
         nodes, pods, configmaps = snapshot.nodes, snapshot.pods, snapshot.configmaps
-        node_ids, nodes_gone, nodes_came = _changes(self.nodes, self.node_ids, nodes)
-        pod_ids, pods_gone, pods_came = _changes(self.pods, self.pod_ids, pods)
-        configmap_ids, gone, came = _changes(self.configmaps, self.configmap_ids, configmaps)
+        nodes_gone, nodes_came = _changes(self.nodes, nodes)
+        pods_gone, pods_came = _changes(self.pods, pods)
+        gone, came = _changes(self.configmaps, configmaps)
         terminating = self.terminating
         if any(p.deleting for p in pods_gone) or any(p.deleting for p in pods_came):
             terminating = (terminating - {by_key(p) for p in pods_gone if p.deleting}) | {
@@ -89,9 +86,6 @@ class Grouped:
             nodes=nodes,
             pods=pods,
             configmaps=configmaps,
-            node_ids=node_ids,
-            pod_ids=pod_ids,
-            configmap_ids=configmap_ids,
             pods_on_node=_regrouped(
                 self.pods_on_node, pods_gone, pods_came, lambda p: p.node or None
             ),
@@ -123,17 +117,22 @@ class Grouped:
         return self._skyhook_of(pod) if keys.HEALTH_CHECK_LABEL in pod.labels else None
 
 
-def _changes(
-    last: tuple[View, ...], last_ids: Mapping[int, View], views: tuple[View, ...]
-) -> tuple[Mapping[int, View], list[View], list[View]]:
-    """`views` by id, and the views of `last` not among them and those new in them. The ids
-    stay valid: the last snapshot's views live on in `last` until this comparison is done."""
+def _changes(last: tuple[View, ...], views: tuple[View, ...]) -> tuple[list[View], list[View]]:
+    """The views of `last` not in `views` and those new in `views`, by identity. The snapshot
+    keeps its views in key order, where a changed object's new view takes the old one's
+    place: with as many views as before, the places that differ are compared (a view that
+    only moved is then both gone and come, which regroups it where it was)."""
     if views is last:
-        return last_ids, [], []
+        return [], []
+    if len(views) == len(last):
+        moved = list(compress(range(len(views)), map(operator.is_not, last, views)))
+        return [last[i] for i in moved], [views[i] for i in moved]
+    # The ids stay valid: both snapshots' views are alive while they are compared.
+    last_ids = dict(zip(map(id, last), last, strict=True))
     ids = dict(zip(map(id, views), views, strict=True))
-    gone = [last_ids[i] for i in last_ids.keys() - ids.keys()]
-    came = [ids[i] for i in ids.keys() - last_ids.keys()]
-    return ids, gone, came
+    return [last_ids[i] for i in last_ids.keys() - ids.keys()], [
+        ids[i] for i in ids.keys() - last_ids.keys()
+    ]
 
 
 def _regrouped(

@@ -275,7 +275,7 @@ class _ShareRun:
         if self.rollout.paused:
             self.take(learn.stop_for_pause(ctx, work))
         self.take(learn.validate_pods(ctx, work, skip=self.kept))
-        known = {node: verdict.pods_go_at for node, verdict in self.kept.items()}
+        known = dict(zip(self.kept, map(_PODS_GO_AT, self.kept.values()), strict=True))
         expiring, self.pods_go_at = learn.expire_finished(ctx, work, known)
         self.take(expiring)
         return boot_ids
@@ -519,6 +519,8 @@ def _node_inputs(
     kept = dict(zip(kept_names, map(memory.verdicts.__getitem__, kept_names), strict=True))
     return found, kept, list(compress(matched, map(operator.not_, quiet)))
 
+
+_PODS_GO_AT = operator.attrgetter("pods_go_at")
 
 # NodeInputs built without its generated Python constructor: one per selected node per pass.
 _new_inputs = functools.partial(tuple.__new__, NodeInputs)
