@@ -18,6 +18,7 @@ from kubernetes import client
 
 from skyhook_cli import __version__
 from skyhook_schemas import keys
+from skyhook_schemas.podpackage import INTERRUPT_CONTAINER, PodPackage
 
 from ..conftest import NAMESPACE, TEST_LABEL, Result, node_state, wait_for
 
@@ -834,6 +835,39 @@ def test_package_logs(
             },
         )
 
+    def interrupt_pod(name: str, package: str, text: str) -> None:
+        """As the operator builds it: one container named for the interrupt, and the stage in
+        the package annotation."""
+        annotation = PodPackage(package, "1.0.0", label, "interrupt", "ghcr.io/x/" + package)
+        core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        keys.NAME_LABEL: label,
+                        keys.PACKAGE_LABEL: f"{package}-1.0.0",
+                        keys.INTERRUPT_LABEL: "True",
+                    },
+                    "annotations": {keys.PACKAGE_ANNOTATION: annotation.to_json()},
+                },
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "initContainers": [
+                        {
+                            "name": INTERRUPT_CONTAINER,
+                            "image": "debian",
+                            "command": ["sh", "-c", f"echo {text}"],
+                        }
+                    ],
+                    "containers": [
+                        {"name": "pause", "image": "debian", "command": ["sh", "-c", "true"]}
+                    ],
+                },
+            },
+        )
+
     assert (
         cli("package", "logs", "foo", "--skyhook", label).out
         == f'No pods found for skyhook "{label}" in namespace "{NAMESPACE}"\n'
@@ -842,13 +876,15 @@ def test_package_logs(
     stage_pod(f"{label}-foobar", "foo-bar", "1.0.0", "hello-foo-bar")
     try:
 
-        def finished() -> bool:
+        def finished(count: int) -> bool:
             pods = core.list_namespaced_pod(
                 NAMESPACE, label_selector=f"{keys.NAME_LABEL}={label}"
             ).items
-            return len(pods) == 2 and all(p.status.phase in ("Succeeded", "Failed") for p in pods)
+            return len(pods) == count and all(
+                p.status.phase in ("Succeeded", "Failed") for p in pods
+            )
 
-        wait_for(finished, 60, "both stage pods to finish")
+        wait_for(lambda: finished(2), 60, "both stage pods to finish")
         shown = cli("package", "logs", "foo", "--skyhook", label)
         assert shown.code == 0, shown.err
         assert shown.out == (
@@ -872,12 +908,20 @@ def test_package_logs(
             staged.out
             == f"==> Pod: {label}-foobar, Container: foo-bar-apply [Completed], Node: {node} <==\nhello-foo-bar\n"
         )
+        # The interrupt pod's logs, by the stage its annotation records.
+        interrupt_pod(f"{label}-foo-interrupt", "foo", "rebooting")
+        wait_for(lambda: finished(3), 60, "the interrupt pod to finish")
+        interrupted = cli("package", "logs", "foo", "--skyhook", label, "--stage", "interrupt")
+        assert interrupted.out == (
+            f"==> Pod: {label}-foo-interrupt, Container: interrupt [Completed], Node: {node} <==\n"
+            "rebooting\n"
+        )
         assert (
             cli("package", "logs", "foo", "--skyhook", label, "--node", "elsewhere").out
             == "No pods matched the specified filters\n"
         )
     finally:
-        for name in (f"{label}-foo", f"{label}-foobar"):
+        for name in (f"{label}-foo", f"{label}-foobar", f"{label}-foo-interrupt"):
             core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

@@ -18,7 +18,12 @@ from skyhook_planner.model.spec import Interrupt, Package, parse_quantity
 from skyhook_schemas import keys, podpackage
 from skyhook_schemas.gojson import go_json, sorted_map
 from skyhook_schemas.nodestate import INTERRUPT
-from skyhook_schemas.podpackage import AGENT_INTERRUPT_TYPES, PodPackage, encode_interrupt_argument
+from skyhook_schemas.podpackage import (
+    AGENT_INTERRUPT_TYPES,
+    INTERRUPT_CONTAINER,
+    PodPackage,
+    encode_interrupt_argument,
+)
 
 ROOT_MOUNT = "root-mount"
 DONE_CONTAINER = "done"  # a stage pod's app container, which exits once the steps passed
@@ -402,7 +407,7 @@ def build_interrupt_pod(
     amount = {"cpu": "500m", "memory": "256Mi"}
     pod["spec"]["initContainers"] = [
         {
-            "name": "interrupt",
+            "name": INTERRUPT_CONTAINER,
             "image": package.agent_image_override or settings.agent_image,
             "args": [
                 INTERRUPT,
@@ -479,12 +484,12 @@ def matches(pod: PodView, expected: Mapping[str, Any]) -> bool:
     for actual, want in zip(pod.init_containers, wanted, strict=True):
         if actual.name != want["name"] or actual.image != want["image"]:
             return False
-        if want["name"] != "interrupt" and _env_without_op(actual.env) != _env_without_op(
+        if want["name"] != INTERRUPT_CONTAINER and _env_without_op(actual.env) != _env_without_op(
             want.get("env") or []
         ):
             return False
         want_resources = want.get("resources") or {}
-        if want["name"] == "interrupt":
+        if want["name"] == INTERRUPT_CONTAINER:
             continue
         if want_resources:
             if not _same_resources(actual.resources, want_resources):

@@ -16,6 +16,9 @@ from typing import Any
 from skyhook_schemas import keys
 from skyhook_schemas.gojson import go_json
 
+# An interrupt pod's one container, named for what it does: it may act for several packages.
+INTERRUPT_CONTAINER = "interrupt"
+
 # --- the package annotation -------------------------------------------------------------------
 
 

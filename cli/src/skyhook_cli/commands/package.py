@@ -15,6 +15,7 @@ from skyhook_cli.packagestate import runs_package, write_states
 from skyhook_cli.patterns import PatternError, match_nodes, quote
 from skyhook_schemas import keys
 from skyhook_schemas.nodestate import IN_PROGRESS, Entries, decode_entries
+from skyhook_schemas.podpackage import INTERRUPT_CONTAINER, decode_pod_package
 
 # The operator cuts package names to this length in container names (63 with the suffix).
 CONTAINER_PREFIX_LENGTH = 43
@@ -215,7 +216,13 @@ def containers_to_show(pod: Any, package: str, stage: str) -> list[str]:
     declared += [c.name for c in (pod.spec.containers or [])]
     if stage:
         wanted = f"{package[:CONTAINER_PREFIX_LENGTH]}-{stage}"
-        return [wanted] if wanted in declared else []
+        if wanted in declared:
+            return [wanted]
+        # An interrupt pod's container is named for the interrupt, not the package: its
+        # package annotation says which stage it runs.
+        if INTERRUPT_CONTAINER in declared and _annotated_stage(pod) == stage:
+            return [INTERRUPT_CONTAINER]
+        return []
     statuses = (pod.status.init_container_statuses if pod.status else None) or []
     started = [s for s in statuses if s.state is None or s.state.waiting is None]
     chosen = [s.name for s in started if not s.name.endswith("-init")]
@@ -226,6 +233,11 @@ def containers_to_show(pod: Any, package: str, stage: str) -> list[str]:
         return chosen
     init = pod.spec.init_containers or []
     return [init[0].name] if init else []
+
+
+def _annotated_stage(pod: Any) -> str:
+    found = decode_pod_package(pod.metadata.labels or {}, pod.metadata.annotations or {})
+    return found.stage if found is not None else ""
 
 
 def container_status(pod: Any, name: str) -> Any:
