@@ -19,7 +19,8 @@ seconds, its API requests per node-stage by verb and resource (its own counters,
 it stops; target <= 5), the apiserver's total for comparison, and where the machine's CPU went.
 The same figures go to a JSON file (`--json`, default benchmarks/results/<commit>.json) so
 runs can be compared across commits. SKYHOOK_PROFILE=<file> makes the operator write a
-cProfile of the run there, SKYHOOK_MEMORY_PROFILE=<file> the allocations alive at its peak.
+cProfile of the run there, SKYHOOK_MEMORY_PROFILE=<file> the allocations alive at its peak,
+each asked for (SIGUSR1) once the rollout is done.
 
 `--no-leases` starts the nodes without Lease renewals (Sandbox's lease_renewals): what is left
 is the operator's own cost, which a real fleet's heartbeats on the same two cores would hide.
@@ -36,6 +37,7 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -64,6 +66,9 @@ from skyhook_schemas import keys
 HERE = Path(__file__).resolve().parent
 LABEL = "skyhook.nvidia.com/bench"
 STAGES = ("apply", "config")
+PROFILES = ("SKYHOOK_PROFILE", "SKYHOOK_MEMORY_PROFILE")
+# Writing the memory profile of 5,000 nodes' worth of objects takes minutes.
+PROFILE_WRITE_TIMEOUT = 1800.0
 AGENT_CONTAINERS_PER_STAGE = 2  # <stage> and <stage>-check; the copy container takes no SLEEP_LEN
 
 
@@ -185,10 +190,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
             kube = connect(str(sandbox.kubeconfig))
             install_crd(kube)
             ensure_namespace(kube, "skyhook")
-            env = {"SKYHOOK_LOG_LEVEL": "info"}
-            for profile in ("SKYHOOK_PROFILE", "SKYHOOK_MEMORY_PROFILE"):
-                if os.environ.get(profile):
-                    env[profile] = os.environ[profile]
+            env = _operator_env()
             operator = OperatorProcess(
                 sandbox.kubeconfig, Path(workdir) / "operator.log", env=env
             ).start()
@@ -210,6 +212,7 @@ def _run(nodes: int, packages: int, budget: str, args: argparse.Namespace) -> Fi
                 figures.cpu_seconds = dict(_cpu(pids) - cpu_before)
                 requests = _apiserver_requests(kube) - requests_before
                 cpu, rss, figures.operator_threads_end = _usage(operator)
+                _collect_profiles(operator, [Path(env[p]) for p in PROFILES if p in env])
             finally:
                 operator.stop(grace=120)  # it logs its request counters as it exits
             figures.events = _events(kube)  # after the stop: what it had pending is posted
@@ -427,6 +430,33 @@ def _events(kube: Kube) -> str:
 
 def _per_stage(counts: Counter[str], stages: int) -> dict[str, float]:
     return {what: round(n / stages, 3) for what, n in counts.most_common()}
+
+
+def _operator_env() -> dict[str, str]:
+    """The operator's environment: info logs (its pass log), and the profiles asked for here,
+    each file removed first so that `_collect_profiles` waits for this run's."""
+    env = {"SKYHOOK_LOG_LEVEL": "info"}
+    for profile in PROFILES:
+        if os.environ.get(profile):
+            env[profile] = os.environ[profile]
+            Path(env[profile]).unlink(missing_ok=True)
+    return env
+
+
+def _collect_profiles(operator: OperatorProcess, paths: list[Path]) -> None:
+    """Ask the operator for the profiles it keeps (SIGUSR1, cli.py `profiled`) once the rollout
+    is done, and wait until each is written whole."""
+    if not paths or operator.process is None:
+        return
+    os.kill(operator.process.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + PROFILE_WRITE_TIMEOUT
+    while not all(path.exists() for path in paths):
+        if time.monotonic() > deadline or not operator.running:
+            missing = ", ".join(str(p) for p in paths if not p.exists())
+            print(f"profiles not written: {missing}", flush=True)
+            return
+        time.sleep(1.0)
+    print(f"profiles written: {', '.join(map(str, paths))}", flush=True)
 
 
 def _rollout(

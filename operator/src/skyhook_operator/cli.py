@@ -11,9 +11,10 @@ import cProfile
 import gc
 import logging
 import os
+import signal
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -42,21 +43,45 @@ def tune_garbage_collector() -> None:
 
 @contextlib.contextmanager
 def profiled(cpu_path: str | None, memory_path: str | None) -> Iterator[None]:
-    """What the rollout benchmark uses to say where the operator's time and memory go, each
-    written at exit: SKYHOOK_PROFILE=<file>, a cProfile of the event loop's thread;
-    SKYHOOK_MEMORY_PROFILE=<file>, the allocations alive when traced memory peaked."""
+    """What the rollout benchmark uses to say where the operator's time and memory go:
+    SKYHOOK_PROFILE=<file>, a cProfile of the event loop's thread; SKYHOOK_MEMORY_PROFILE=<file>,
+    the allocations alive when traced memory peaked. Each is written on SIGUSR1 (the benchmark
+    sends it once the rollout is done), else at exit: writing the memory profile of a large
+    fleet takes longer than the shutdown deadline leaves a stopping operator."""
     profiler = cProfile.Profile() if cpu_path else None
     peak = _PeakMemory() if memory_path else None
+    written = False
+
+    def write(*_: object) -> None:
+        nonlocal written
+        if written:
+            return
+        written = True
+        if profiler is not None and cpu_path:
+            profiler.disable()
+            _written_whole(cpu_path, profiler.dump_stats)
+        if peak is not None and memory_path:
+            _written_whole(memory_path, peak.write)
+
+    if profiler is None and peak is None:
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, write)
     if profiler is not None:
         profiler.enable()
     try:
         yield
     finally:
-        if profiler is not None and cpu_path:
-            profiler.disable()
-            profiler.dump_stats(cpu_path)
-        if peak is not None and memory_path:
-            peak.write(memory_path)
+        write()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _written_whole(path: str, write: Callable[[str], None]) -> None:
+    """`write` to a file beside `path`, then renamed: a reader waiting for `path` never sees
+    half of it."""
+    partial = f"{path}.partial"
+    write(partial)
+    os.replace(partial, path)
 
 
 class _PeakMemory:

@@ -3,6 +3,9 @@ out of the process, and the benchmark's memory profile names where the memory we
 
 from __future__ import annotations
 
+import os
+import pstats
+import signal
 import subprocess
 import sys
 import time
@@ -30,3 +33,19 @@ def test_the_memory_profile_names_what_was_held_at_the_peak(tmp_path: Path) -> N
     text = path.read_text()
     top_line = text.split("by line:\n", 1)[1].splitlines()[0]
     assert f"{Path(__file__).name}:" in top_line and "size=4" in top_line, text[:2000]
+
+
+def test_the_profiles_are_written_when_asked_while_the_operator_runs(tmp_path: Path) -> None:
+    """SIGUSR1 writes both profiles at once, whole: a large fleet's memory profile takes
+    longer to write than a stopping operator is given."""
+    memory, cpu = tmp_path / "memory.txt", tmp_path / "cpu.prof"
+    with profiled(str(cpu), str(memory)):
+        held = [bytearray(64 << 10) for _ in range(64)]
+        time.sleep(2.5)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert memory.exists() and cpu.exists()
+        written = memory.read_text()
+        del held
+    assert "by line:" in written
+    assert pstats.Stats(str(cpu)).total_calls > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.prof", "memory.txt"]
