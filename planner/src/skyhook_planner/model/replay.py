@@ -15,9 +15,11 @@ same objects as last time, the replayed view is the same object too, so the plan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from skyhook_planner.model.actions import (
@@ -188,9 +190,8 @@ class NodeReplay:
             return nodes
         kept: dict[str, tuple[NodeView, _Lane, NodeView]] = {}
         replayed = list(nodes)
-        for i, node in enumerate(nodes):
-            if node.name not in patched:
-                continue
+        for i in _places(nodes, patched):
+            node = nodes[i]
             lane = lanes[node.name]
             last = self._nodes.get(node.name)
             if last is None or last[0] is not node or last[1] is not lane:
@@ -213,10 +214,8 @@ class NodeReplay:
             return stored
         pods = list(stored)
         seen: set[PodKey] = set()
-        names = {name for _, name in pending}  # most pods have none: no key tuple for them
-        for i, pod in enumerate(stored):
-            if pod.name not in names:
-                continue
+        for i in _places(stored, {name for _, name in pending}):
+            pod = stored[i]
             key = (pod.namespace, pod.name)
             action = pending.get(key)
             if action is not None:
@@ -248,8 +247,19 @@ class NodeReplay:
         self._written.settle()
         if not shown:
             return stored
-        configmaps = [shown.pop((c.namespace, c.name), c) for c in stored]
+        configmaps = list(stored)
+        for i in _places(stored, {name for _, name in shown}):
+            configmaps[i] = shown.pop((stored[i].namespace, stored[i].name), stored[i])
         return (*configmaps, *shown.values())
+
+
+def _places(views: Sequence[NodeView | PodView | ConfigMapView], names: Set[str]) -> list[int]:
+    """Where in `views` the views named in `names` are, found in C: a pass's queued writes
+    touch a few of the snapshot's thousands of objects."""
+    return list(compress(range(len(views)), map(names.__contains__, map(_NAME, views))))
+
+
+_NAME = attrgetter("name")
 
 
 def _annotated(action: StopPod, pod: PodView) -> PodView:

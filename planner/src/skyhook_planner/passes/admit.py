@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from itertools import repeat
+from operator import attrgetter
 
 from skyhook_planner.model import status as statuses
 from skyhook_planner.model import waiting
@@ -152,7 +154,9 @@ def admit(
         # A full budget turns every candidate away alike: no order to find, nothing to ask
         # (most of a large fleet's candidates in most passes).
         turned_away = (full_budget.full,)
-        decided.out.waiting.update(((ctx.name, node.name), turned_away) for node in candidates)
+        # One wait per candidate, recorded in C: 4,500 of them at 5,000 nodes.
+        pairs = zip(repeat(ctx.name), map(attrgetter("name"), candidates))
+        decided.out.waiting.update(dict.fromkeys(pairs, turned_away))
         started: list[NodeView] = []
     else:
         started = sorted(candidates, key=lambda n: not work.state(n).started)

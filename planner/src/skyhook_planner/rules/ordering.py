@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import compress
+from operator import attrgetter, is_not, itemgetter
 
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
 from skyhook_planner.model.spec import Package
@@ -60,10 +62,10 @@ def selected_nodes(
     from `last` where it still holds."""
     if last is not None and last.selector == selector and len(nodes) == len(last.seen):
         seen, replaced = last.seen, False
-        for node in nodes:
+        # The nodes whose view is not the one `last` saw, found in C: most are.
+        names = map(attrgetter("name"), nodes)
+        for node in compress(nodes, map(is_not, map(seen.get, names), nodes)):
             before = seen.get(node.name)
-            if before is node:
-                continue
             if before is None or before.created != node.created:
                 break
             if before.labels != node.labels and (
@@ -74,7 +76,7 @@ def selected_nodes(
         else:
             if not replaced:
                 return last
-            matched = tuple(by_name[name] for name in last.names)
+            matched = tuple(map(by_name.__getitem__, last.names))
             return Selected(selector, by_name, matched, last.names)
     ordered = sorted((n for n in nodes if selector.matches(n.labels)), key=node_order_key)
     return Selected(selector, by_name, tuple(ordered), tuple(n.name for n in ordered))
@@ -104,7 +106,8 @@ def picked_at(now: datetime) -> str:
 
 
 def _in_pick_order(priority: Mapping[str, str]) -> list[str]:
-    return sorted(priority, key=lambda node: (priority[node], node))
+    """By (pick time, name): pairs sorted without a key function, in C."""
+    return list(map(itemgetter(1), sorted(zip(priority.values(), priority, strict=True))))
 
 
 def node_orders(priority: Mapping[str, str], offset: int) -> dict[str, int]:
