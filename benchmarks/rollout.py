@@ -20,7 +20,8 @@ it stops; target <= 5), the apiserver's total for comparison, and where the mach
 The same figures go to a JSON file (`--json`, default benchmarks/results/<commit>.json) so
 runs can be compared across commits. SKYHOOK_PROFILE=<file> makes the operator write a
 cProfile of the run there, SKYHOOK_MEMORY_PROFILE=<file> the allocations alive at its peak,
-each asked for (SIGUSR1) once the rollout is done.
+SKYHOOK_MEMORY_CENSUS=<file> the objects alive by type, each asked for (SIGUSR1) once the
+rollout is done.
 
 `--no-leases` starts the nodes without Lease renewals (Sandbox's lease_renewals): what is left
 is the operator's own cost, which a real fleet's heartbeats on the same two cores would hide.
@@ -66,7 +67,7 @@ from skyhook_schemas import keys
 HERE = Path(__file__).resolve().parent
 LABEL = "skyhook.nvidia.com/bench"
 STAGES = ("apply", "config")
-PROFILES = ("SKYHOOK_PROFILE", "SKYHOOK_MEMORY_PROFILE")
+PROFILES = ("SKYHOOK_PROFILE", "SKYHOOK_MEMORY_PROFILE", "SKYHOOK_MEMORY_CENSUS")
 # Writing the memory profile of 5,000 nodes' worth of objects takes minutes.
 PROFILE_WRITE_TIMEOUT = 1800.0
 AGENT_CONTAINERS_PER_STAGE = 2  # <stage> and <stage>-check; the copy container takes no SLEEP_LEN

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from skyhook_operator.cli import profiled
+from skyhook_operator.cli import profiled, write_census
 
 
 def test_the_operator_starts_without_the_oci_registry_client() -> None:
@@ -49,3 +49,22 @@ def test_the_profiles_are_written_when_asked_while_the_operator_runs(tmp_path: P
     assert "by line:" in written
     assert pstats.Stats(str(cpu)).total_calls > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.prof", "memory.txt"]
+
+
+class _Held:
+    """What the census below should find and count."""
+
+    def __init__(self, payload: str) -> None:
+        self.payload = payload
+
+
+def test_the_census_counts_the_live_objects_by_type(tmp_path: Path) -> None:
+    held = [_Held("x" * 1000 + str(i)) for i in range(5000)]
+    path = tmp_path / "census.txt"
+    write_census(str(path))
+    rows = path.read_text().splitlines()[1:]
+    ours = next(row for row in rows if row.endswith(f"{__name__}._Held"))
+    assert ours.split()[2] == "5000", ours
+    strings = next(row for row in rows if row.endswith("builtins.str"))
+    assert float(strings.split()[0]) >= 5000 * 1000 / 2**20, strings  # their payloads
+    del held
