@@ -293,14 +293,16 @@ def logs(
         for pod in pods
         if runs_package(pod, package) and (not node or matching([node], [pod.spec.node_name or ""]))
     ]
-    if not chosen:
+    chosen.sort(key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
+    # Only the pods with a container to show: --stage leaves out the other stages' pods.
+    shown = [(pod, containers_to_show(pod, package, stage)) for pod in chosen]
+    shown = [(pod, containers) for pod, containers in shown if containers]
+    if not shown:
         app.say("No pods matched the specified filters")
         return
-    chosen.sort(key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
-    for index, pod in enumerate(chosen):
+    for index, (pod, containers) in enumerate(shown):
         if index:
             app.say("\n---")
-        containers = containers_to_show(pod, package, stage)
         for position, container in enumerate(containers):
             if len(containers) > 1:
                 if position:
