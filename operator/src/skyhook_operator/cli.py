@@ -91,6 +91,7 @@ def write_census(path: str) -> None:
     seen: set[int] = set()
     counted: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     pending = gc.get_objects()
+    seen.update((id(seen), id(counted), id(pending)))  # the census's own are not counted
     while pending:
         found = pending.pop()
         if id(found) in seen:

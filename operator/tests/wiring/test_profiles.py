@@ -62,9 +62,13 @@ def test_the_census_counts_the_live_objects_by_type(tmp_path: Path) -> None:
     held = [_Held("x" * 1000 + str(i)) for i in range(5000)]
     path = tmp_path / "census.txt"
     write_census(str(path))
-    rows = path.read_text().splitlines()[1:]
+    lines = path.read_text().splitlines()
+    rows = lines[1:]
     ours = next(row for row in rows if row.endswith(f"{__name__}._Held"))
     assert ours.split()[2] == "5000", ours
     strings = next(row for row in rows if row.endswith("builtins.str"))
     assert float(strings.split()[0]) >= 5000 * 1000 / 2**20, strings  # their payloads
+    # The ids the census keeps of what it counted are not counted themselves.
+    ints = next(row for row in rows if row.endswith("builtins.int"))
+    assert int(ints.split()[2]) < int(lines[0].split()[0]) / 4, (ints, lines[0])
     del held
