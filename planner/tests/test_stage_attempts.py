@@ -294,6 +294,27 @@ def test_a_kept_failed_pod_goes_after_its_retention() -> None:
     assert any(a.reason == "kept for its logs long enough" for a in deleted(d))
 
 
+def test_each_kept_pod_goes_when_its_own_retention_ends() -> None:
+    """A node keeps a failed attempt (kept a day) and its succeeded stages (kept 20 s): the
+    succeeded ones go 20 s after they finished, whichever of the node's pods is first."""
+    d = Driver(1, LABELS, settings=replace(SETTINGS, pod_ttl_succeeded_s=20.0))
+    d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
+    while not d.pending_pods():
+        d.step()
+    (failed,) = fail_pending(d)
+    d.now += timedelta(seconds=1)
+    for _ in range(10):
+        d.step()
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0, at=stamp(d))
+    assert d.node_status("scr", NODE) == "complete"
+    kept = sorted(name for _, name in d.sim.pods)
+    assert len(kept) == 3 and failed in kept  # the failed apply, the apply and config
+    d.now += timedelta(seconds=21)
+    d.step()
+    assert sorted(name for _, name in d.sim.pods) == [failed]
+
+
 def test_pause_stops_the_running_stage_and_resume_runs_it_again() -> None:
     d = failing(retries=3)
     d.step()
