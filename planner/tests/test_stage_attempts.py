@@ -64,6 +64,21 @@ def fail_pending(
     return names
 
 
+def fail_first_attempt_then_succeed(d: Driver) -> str:
+    """The first stage pod fails (Never: the pod fails), every later one succeeds, one pass a
+    second for 20 s; returns the failed pod's name."""
+    while not d.pending_pods():
+        d.step()  # cordons and drains first
+    (failed,) = fail_pending(d)
+    d.now += timedelta(seconds=1)
+    for _ in range(20):
+        d.step()
+        for key in d.pending_pods():
+            d.sim.finish_pod(key, 0, at=stamp(d))
+        d.now += timedelta(seconds=1)
+    return failed
+
+
 def fail_every_attempt(d: Driver, **how: bool) -> list[str]:
     """Let each attempt fail, waiting out each backoff, until no new pod comes."""
     failed: list[str] = []
@@ -261,15 +276,7 @@ def test_a_kept_failed_pod_holds_nothing_back() -> None:
             "packages": {"alpha": package(interrupt={"type": "service", "services": ["cron"]})},
         },
     )
-    while not d.pending_pods():
-        d.step()  # cordons and drains first
-    (failed,) = fail_pending(d)
-    d.now += timedelta(seconds=1)
-    for _ in range(20):
-        d.step()
-        for key in d.pending_pods():
-            d.sim.finish_pod(key, 0, at=stamp(d))
-        d.now += timedelta(seconds=1)
+    failed = fail_first_attempt_then_succeed(d)
     assert d.entries("scr", NODE) == {"alpha|1.0.0": ("post-interrupt", "complete")}
     assert ("skyhook", failed) in d.sim.pods
     assert [s for _, _, s in d.stages_run()] == [
@@ -299,14 +306,7 @@ def test_each_kept_pod_goes_when_its_own_retention_ends() -> None:
     succeeded ones go 20 s after they finished, whichever of the node's pods is first."""
     d = Driver(1, LABELS, settings=replace(SETTINGS, pod_ttl_succeeded_s=20.0))
     d.sim.add_skyhook("scr", {**SEL, "packages": {"alpha": package()}})
-    while not d.pending_pods():
-        d.step()
-    (failed,) = fail_pending(d)
-    d.now += timedelta(seconds=1)
-    for _ in range(10):
-        d.step()
-        for key in d.pending_pods():
-            d.sim.finish_pod(key, 0, at=stamp(d))
+    failed = fail_first_attempt_then_succeed(d)
     assert d.node_status("scr", NODE) == "complete"
     kept = sorted(name for _, name in d.sim.pods)
     assert len(kept) == 3 and failed in kept  # the failed apply, the apply and config

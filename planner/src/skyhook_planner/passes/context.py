@@ -30,7 +30,6 @@ from skyhook_planner.model.spec import Package, SkyhookSpec
 from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.grouped import Grouped
 from skyhook_planner.rules.holds import NO_HOLDS, Holds
-from skyhook_schemas import keys
 from skyhook_schemas.podpackage import PodPackage
 
 _NAME = attrgetter("name")
@@ -71,10 +70,9 @@ class PassIndex:
         self._decoded: dict[tuple[str, str], PodPackage | None] = {}
 
     def is_ours(self, pod: PodView) -> bool:
-        """A stage or interrupt pod of ours: labelled by us and in our namespace. Anyone who
-        may create pods elsewhere could copy the labels; such a pod is an ordinary pod to us,
-        never a stage result."""
-        return keys.NAME_LABEL in pod.labels and pod.namespace == self.settings.namespace
+        """A stage, interrupt or check pod of ours, never an ordinary pod with copied labels
+        (`Grouped.skyhook_of`)."""
+        return self.grouped.skyhook_of(pod) is not None
 
     def skyhook_pods(self, skyhook: str) -> Mapping[str, tuple[PodView, ...]]:
         """A Skyhook's pods by node ("": not bound to one yet)."""

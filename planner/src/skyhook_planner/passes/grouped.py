@@ -90,7 +90,7 @@ class Grouped:
                 self.pods_on_node, pods_gone, pods_came, lambda p: p.node or None
             ),
             skyhook_pods=_regrouped_within(
-                self.skyhook_pods, pods_gone, pods_came, self._skyhook_of, lambda p: p.node
+                self.skyhook_pods, pods_gone, pods_came, self.skyhook_of, lambda p: p.node
             ),
             check_pods=_rekeyed_within(self.check_pods, pods_gone, pods_came, self._check_of),
             terminating=terminating,
@@ -105,7 +105,7 @@ class Grouped:
             changed_nodes=frozenset(changed),
         )
 
-    def _skyhook_of(self, pod: PodView) -> str | None:
+    def skyhook_of(self, pod: PodView) -> str | None:
         """The Skyhook of one of our pods: labelled by us and in our namespace. Anyone who may
         create pods elsewhere could copy the labels; such a pod is an ordinary pod to us."""
         if pod.namespace != self.namespace:
@@ -114,7 +114,7 @@ class Grouped:
 
     def _check_of(self, pod: PodView) -> str | None:
         """The Skyhook of one of our health check pods."""
-        return self._skyhook_of(pod) if keys.HEALTH_CHECK_LABEL in pod.labels else None
+        return self.skyhook_of(pod) if keys.HEALTH_CHECK_LABEL in pod.labels else None
 
 
 def _changes(last: tuple[View, ...], views: tuple[View, ...]) -> tuple[list[View], list[View]]:

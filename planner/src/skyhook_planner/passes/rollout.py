@@ -499,24 +499,25 @@ def _node_inputs(
             quiet = list(
                 map(operator.and_, quiet, map(operator.not_, map(differ.__contains__, names)))
             )
-        kept_names = list(compress(names, quiet))
-        kept = dict(zip(kept_names, map(verdicts.__getitem__, kept_names), strict=True))
-        return found, kept, list(compress(matched, map(operator.not_, quiet)))
-    pods = map(index.pods_on_node.get, names, repeat(()))
-    verdicts_ahead = (
-        zip(*(map(c.get, names) for c in ahead), strict=True) if ahead else repeat((), len(names))
-    )
-    boot_ids = map(scr.status.node_boot_ids.get, names)
-    inputs = list(map(_new_inputs, zip(matched, pods, verdicts_ahead, boot_ids, strict=True)))
-    found = dict(zip(names, inputs, strict=True))
-    if memory is None:
-        return found, {}, list(matched)
-    # Kept: inputs equal to the last pass's (views the store kept compare by identity,
-    # element by element) and a verdict kept by it.
-    unchanged = map(operator.eq, map(memory.node_inputs.get, names), inputs)
-    quiet = list(map(operator.and_, unchanged, map(memory.verdicts.__contains__, names)))
+    else:
+        pods = map(index.pods_on_node.get, names, repeat(()))
+        verdicts_ahead = (
+            zip(*(map(c.get, names) for c in ahead), strict=True)
+            if ahead
+            else repeat((), len(names))
+        )
+        boot_ids = map(recorded.get, names)
+        inputs = list(map(_new_inputs, zip(matched, pods, verdicts_ahead, boot_ids, strict=True)))
+        found = dict(zip(names, inputs, strict=True))
+        if memory is None:
+            return found, {}, list(matched)
+        verdicts = memory.verdicts
+        # Kept: inputs equal to the last pass's (views the store kept compare by identity,
+        # element by element) and a verdict kept by it.
+        unchanged = map(operator.eq, map(memory.node_inputs.get, names), inputs)
+        quiet = list(map(operator.and_, unchanged, map(verdicts.__contains__, names)))
     kept_names = list(compress(names, quiet))
-    kept = dict(zip(kept_names, map(memory.verdicts.__getitem__, kept_names), strict=True))
+    kept = dict(zip(kept_names, map(verdicts.__getitem__, kept_names), strict=True))
     return found, kept, list(compress(matched, map(operator.not_, quiet)))
 
 
