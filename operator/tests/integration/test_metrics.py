@@ -6,11 +6,14 @@ operator is alive and when it has seen the whole cluster."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping
 
 import urllib3
 
-from skyhook_dev.harness import OperatorProcess, wait_until
+from skyhook_dev.harness import CRD_PATH, OperatorProcess, install_crd, wait_until
+from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_schemas import keys
 
 from .helpers import Cluster, agentless
 
@@ -80,15 +83,41 @@ def wait_ready(operator: OperatorProcess, answers: list[int] | None = None) -> N
 
 
 def test_readiness_waits_for_the_full_view_and_liveness_answers(cluster: Cluster) -> None:
-    # Readiness comes once every watched kind has been listed (even in a cluster with no
-    # Skyhook or policy) and the webhooks are registered.
+    # Readiness comes once every watched kind has been listed. An operator started before the
+    # DeploymentPolicy CRD exists cannot list policies: alive, not ready, until the CRD is
+    # installed.
     assert cluster.operator is not None
     cluster.operator.stop()
-    operator = cluster.start_operator(wait_ready=False)
-    answers: list[int] = []
+    crd = f"{CRD_PATH}/{keys.POLICY_PLURAL}.{keys.GROUP}"
+    cluster.kube.request("DELETE", crd)
+    try:
+        wait_until(lambda: not _served(cluster.kube), 60, "the policy kind no longer served")
+        operator = cluster.start_operator(wait_ready=False)
+        answers: list[int] = []
+        wait_until(lambda: probe(operator, "/healthz") == 200, 60, "/healthz to answer 200")
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            answer = probe(operator, "/readyz")
+            if answer is not None and answer not in answers:
+                answers.append(answer)
+            time.sleep(0.05)
+        assert answers == [503]
+    finally:
+        install_crd(cluster.kube)
     wait_ready(operator, answers)
     assert answers == [503, 200]
     assert probe(operator, "/healthz") == 200
+
+
+def _served(kube: Kube) -> bool:
+    """Whether the apiserver still serves the policy kind."""
+    try:
+        kube.request("GET", kube.policy_path())
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
 
 
 def test_rollout_metrics_match_upstream_lines(cluster: Cluster) -> None:
