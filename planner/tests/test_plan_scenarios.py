@@ -241,6 +241,61 @@ def test_one_merged_interrupt_per_node() -> None:
     }
 
 
+def _two_interrupts(alpha_config_fails: bool = False) -> tuple[Driver, list[str]]:
+    """`alpha` (a service restart) and `bravo` (a reboot) on one node, bravo's stages finishing
+    first: alpha's pods finish only once bravo is due for its interrupt; `alpha_config_fails`:
+    its first config attempt fails. Returns the driver and the packages of the interrupt pods
+    created, in order."""
+    spec = {
+        **SEL,
+        "packages": {
+            "alpha": package(interrupt={"type": "service", "services": ["cron"]}),
+            "bravo": package(interrupt={"type": "reboot"}),
+        },
+    }
+    d = Driver(1, LABELS)
+    d.sim.add_skyhook("scr", spec)
+    bravo_due: list[bool] = []
+    failed: list[str] = []
+
+    def finish(pending: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        if d.entries("scr", "node-0000").get("bravo|1.0.0") == ("config", "complete"):
+            bravo_due.append(True)
+        return [k for k in pending if bravo_due or pod_stage(d.sim.pods[k])[1] != "alpha|1.0.0"]
+
+    def exit_code(pod: dict) -> int:
+        if alpha_config_fails and not failed and pod_stage(pod)[1:] == ("alpha|1.0.0", "config"):
+            failed.append(pod["metadata"]["name"])
+            return 1
+        return 0
+
+    d.run(finish=finish, exit_code=exit_code)
+    interrupts = [pod_stage(p)[1] for p in d.sim.created_pods if pod_stage(p)[2] == "interrupt"]
+    return d, interrupts
+
+
+def test_an_interrupt_waits_for_the_earlier_stages_of_another_interrupt_package() -> None:
+    # bravo is due for its reboot while alpha has config still to run: alpha's config runs
+    # first, then one reboot covers both, rather than a reboot and then a service restart.
+    d, interrupts = _two_interrupts()
+    assert interrupts == ["bravo|1.0.0"]
+    assert d.entries("scr", "node-0000") == {
+        "alpha|1.0.0": ("post-interrupt", "complete"),
+        "bravo|1.0.0": ("post-interrupt", "complete"),
+    }
+
+
+def test_an_interrupt_does_not_wait_for_a_package_retrying_a_failed_stage() -> None:
+    # alpha's config fails and backs off: bravo's reboot goes meanwhile, alpha's own restart
+    # once its config succeeds.
+    d, interrupts = _two_interrupts(alpha_config_fails=True)
+    assert interrupts == ["bravo|1.0.0", "alpha|1.0.0"]
+    assert d.entries("scr", "node-0000") == {
+        "alpha|1.0.0": ("post-interrupt", "complete"),
+        "bravo|1.0.0": ("post-interrupt", "complete"),
+    }
+
+
 def test_reboot_is_detected_by_boot_id() -> None:
     d = Driver(1, LABELS)
     d.sim.add_skyhook("scr", {**SEL, "packages": {"kernel": package(interrupt={"type": "reboot"})}})

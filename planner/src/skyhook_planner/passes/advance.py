@@ -1,6 +1,7 @@
 """Advance one admitted node for one Skyhook: explicit uninstalls first, then the runnable
 packages in dependsOn order; interrupt packages need the node cordoned and drained, and every package due
-for an interrupt shares one interrupt pod, which goes before anything new starts.
+for an interrupt shares one interrupt pod. It goes before anything new starts, once the other
+packages with an interrupt of their own (not erroring) have run their stages before it.
 
 An explicit uninstall (`uninstall.apply`) runs before any install work of the Skyhook on the
 node and ignores dependsOn; a package with an interrupt cordons and drains first, and its
@@ -9,6 +10,7 @@ uninstall-interrupt pod follows the uninstall pod.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -147,8 +149,11 @@ class _NodeRun:
             self._cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             # The interrupt goes first: it needs the node to itself, and starting more work now
-            # would only delay it (and a reboot would cut that work short).
-            self._interrupt(at_interrupt, drained)
+            # would only delay it (and a reboot would cut that work short). Only the packages
+            # with an interrupt of their own catch up first, so one interrupt covers them all.
+            behind = {n: due[n] for n in interrupting if due[n] != INTERRUPT}
+            if not (drained.open and self._catching_up(behind)):
+                self._interrupt(at_interrupt, drained)
             return
         for name in ready:
             if name in interrupting and not drained.open:
@@ -176,12 +181,31 @@ class _NodeRun:
         if interrupting:
             self._cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
-            self._interrupt(at_interrupt, drained, UNINSTALL_INTERRUPT)
+            behind = {n: due[n] for n in interrupting if due[n] != UNINSTALL_INTERRUPT}
+            if not (drained.open and self._catching_up(behind)):
+                self._interrupt(at_interrupt, drained, UNINSTALL_INTERRUPT)
             return
         for name in sorted(due):
             if name in interrupting and not drained.open:
                 continue
             self._start(packages[name], due[name])
+
+    def _catching_up(self, behind: Mapping[str, str]) -> bool:
+        """Start the stages due before the interrupt of the packages in `behind` (name: stage)
+        on the drained node, but not those erroring: one interrupt later covers them as well,
+        not one now and another after their stages. True while any of them runs."""
+        packages = self.node_packages.packages
+        running = False
+        for name, stage in behind.items():
+            package = packages[name]
+            entry = self.entries.get(package.key)
+            if entry is not None and entry.state == ERRORING:
+                continue  # retrying after a failure: the interrupt does not wait for it
+            created = self.created
+            self._start(package, stage)
+            label = podbuilder.package_label(package.name, package.version)
+            running = running or label in self.running_packages or self.created > created
+        return running
 
     def _drain_check(self) -> drain.Drain:
         ctx = self.ctx
