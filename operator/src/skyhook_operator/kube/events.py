@@ -62,7 +62,7 @@ COMBINED_PREFIX = "(combined from similar events): "
 ONE_EVENT_PER_REASON = frozenset({"Node"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Subject:
     """The object an event is about."""
 
@@ -75,7 +75,7 @@ class Subject:
         return "v1" if self.kind == "Node" else f"{keys.API_VERSION}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """One event as the planner reports it."""
 
@@ -86,7 +86,7 @@ class Event:
     action: str = ""  # what the operator did: one Event's occurrences may differ in it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     """One request: POST a new Event (`create`) or PATCH the count of the existing one."""
 
@@ -111,7 +111,7 @@ def _key(event: Event) -> _Key:
     return (event.subject, event.type, event.reason, message)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     """One Event object: what it counts, when it was last written, when its next write is due."""
 

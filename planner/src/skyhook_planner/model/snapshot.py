@@ -6,6 +6,7 @@ the decoding, so there is one decoder per kind. A view keeps only what a decisio
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 import sys
@@ -23,11 +24,13 @@ from skyhook_schemas.status import SkyhookStatus
 
 # --- the input snapshot ----------------------------------------------------------------------
 
-# A fleet's views repeat the same short strings thousands of times (a label's value, a
-# condition's reason, a container's name, the namespace, a node's name on each of its pods): a
-# decoded API object brings its own copy of each, so short ones are interned and the index
-# holds one.
-_SHARED_UP_TO = 100  # characters
+# A fleet's views repeat the same strings thousands of times (a label's key and value, our
+# package annotation on every node's pod of one stage, a node's state once it is complete, a
+# condition's reason, a container's name, the namespace): a decoded API object brings its own
+# copy of each, so all but long ones are interned and the index holds one.
+_SHARED_UP_TO = 512  # characters
+# And the same small value objects: a healthy node's conditions, a finished pod's containers.
+_SHARED_SHAPES = 1024
 
 
 def _shared(text: str) -> str:
@@ -36,7 +39,22 @@ def _shared(text: str) -> str:
 
 
 def _shared_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
-    return {key: _shared(value) for key, value in (mapping or {}).items()}
+    return {_shared(key): _shared(value) for key, value in (mapping or {}).items()}
+
+
+@functools.lru_cache(maxsize=_SHARED_SHAPES)
+def _shared_conditions(fields: tuple[tuple[str, str, str, str], ...]) -> tuple[NodeCondition, ...]:
+    return tuple(NodeCondition(*map(_shared, each)) for each in fields)
+
+
+@functools.lru_cache(maxsize=_SHARED_SHAPES)
+def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(map(_shared, names))
+
+
+@functools.lru_cache(maxsize=_SHARED_SHAPES)
+def _named_only(names: tuple[str, ...]) -> tuple[ContainerView, ...]:
+    return tuple(ContainerView(_shared(name)) for name in names)
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -70,14 +88,16 @@ class NodeView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        conditions = tuple(
-            NodeCondition(
-                type=_shared(c.get("type", "")),
-                status=_shared(c.get("status", "")),
-                reason=_shared(c.get("reason") or ""),
-                message=_shared(c.get("message") or ""),
+        conditions = _shared_conditions(
+            tuple(
+                (
+                    c.get("type", ""),
+                    c.get("status", ""),
+                    c.get("reason") or "",
+                    c.get("message") or "",
+                )
+                for c in status.get("conditions") or ()
             )
-            for c in status.get("conditions") or ()
         )
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         ready_since = next(
@@ -222,13 +242,16 @@ class PodView:
             annotations=_shared_values(meta.get("annotations")) if ours else {},
             phase=phase,
             init_containers=tuple(
-                ContainerView.from_api(c) if detailed else ContainerView(_shared(c.get("name", "")))
-                for c in spec.get("initContainers") or ()
-            ),
+                ContainerView.from_api(c) for c in spec.get("initContainers") or ()
+            )
+            if detailed
+            else _named_only(tuple(c.get("name", "") for c in spec.get("initContainers") or ())),
             init_statuses=tuple(
                 ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
             ),
-            containers=tuple(_shared(c.get("name", "")) for c in spec.get("containers") or ()),
+            containers=_shared_names(
+                tuple(c.get("name", "") for c in spec.get("containers") or ())
+            ),
             deleting=bool(meta.get("deletionTimestamp")),
             tolerates_unschedulable=any(
                 _toleration(t).tolerates(_CORDON_TAINT) for t in spec.get("tolerations") or ()
