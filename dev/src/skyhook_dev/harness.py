@@ -54,7 +54,7 @@ def install_crd(kube: Kube, timeout: float = 60.0) -> None:
         wait_until(partial(_established, kube, name), timeout, f"CRD {name} Established")
     # The apiserver serves a new kind a moment after Established; list once to be sure.
     for resource in (kube.skyhook_path(), kube.policy_path()):
-        wait_until(partial(_lists, kube, resource), timeout, f"{resource} served")
+        wait_until(partial(serves, kube, resource), timeout, f"{resource} served")
 
 
 def _established(kube: Kube, name: str) -> bool:
@@ -63,7 +63,8 @@ def _established(kube: Kube, name: str) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
-def _lists(kube: Kube, resource: str) -> bool:
+def serves(kube: Kube, resource: str) -> bool:
+    """Whether the apiserver answers a list of `resource` (a kind whose CRD it serves)."""
     try:
         kube.request("GET", resource)
     except ApiError:

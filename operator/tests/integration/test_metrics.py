@@ -11,8 +11,7 @@ from collections.abc import Callable, Mapping
 
 import urllib3
 
-from skyhook_dev.harness import CRD_PATH, OperatorProcess, install_crd, wait_until
-from skyhook_operator.kube.client import ApiError, Kube
+from skyhook_dev.harness import CRD_PATH, OperatorProcess, install_crd, serves, wait_until
 from skyhook_schemas import keys
 
 from .helpers import Cluster, agentless
@@ -91,7 +90,10 @@ def test_readiness_waits_for_the_full_view_and_liveness_answers(cluster: Cluster
     crd = f"{CRD_PATH}/{keys.POLICY_PLURAL}.{keys.GROUP}"
     cluster.kube.request("DELETE", crd)
     try:
-        wait_until(lambda: not _served(cluster.kube), 60, "the policy kind no longer served")
+        policies = cluster.kube.policy_path()
+        wait_until(
+            lambda: not serves(cluster.kube, policies), 60, "the policy kind no longer served"
+        )
         operator = cluster.start_operator(wait_ready=False)
         answers: list[int] = []
         wait_until(lambda: probe(operator, "/healthz") == 200, 60, "/healthz to answer 200")
@@ -107,17 +109,6 @@ def test_readiness_waits_for_the_full_view_and_liveness_answers(cluster: Cluster
     wait_ready(operator, answers)
     assert answers == [503, 200]
     assert probe(operator, "/healthz") == 200
-
-
-def _served(kube: Kube) -> bool:
-    """Whether the apiserver still serves the policy kind."""
-    try:
-        kube.request("GET", kube.policy_path())
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def test_rollout_metrics_match_upstream_lines(cluster: Cluster) -> None:
