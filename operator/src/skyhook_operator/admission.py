@@ -374,8 +374,8 @@ class Certificates:
 
     async def check(self) -> None:
         """One round: certificate from the Secret to disk, CA into the configurations. On the
-        loop: its work is a few requests, two small file writes and, when due, a key pair
-        (`webhooks.generate`, under a millisecond)."""
+        loop: its work is a few requests and two small file writes; a certificate made or
+        read for the first time waits for a child process in a thread (`webhooks.generate`)."""
         if self.ours.webhook_certs == "cert-manager":
             missing = webhooks.read_files(self.directory) is None
             self.problem = f"no tls.crt and tls.key in {self.directory}" if missing else None

@@ -32,6 +32,7 @@ from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
 from skyhook_operator.kube.watch import WatchedIndex
+from skyhook_operator.kube.webhooks import CertificateToolError
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.observability import (
     Endpoints,
@@ -360,7 +361,7 @@ def _secure_metrics(ours: Settings, kube: AsyncKube) -> Secure[AccessReviewer] |
         return None
     try:
         tls = ServingTls(ours.metrics_cert_dir)
-    except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+    except (OSError, ValueError, CertificateToolError) as error:  # ssl.SSLError is an OSError
         raise StartError(
             f"metrics: no usable tls.crt and tls.key in {ours.metrics_cert_dir!r}: {error}"
         ) from error

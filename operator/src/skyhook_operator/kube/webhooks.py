@@ -13,8 +13,10 @@ Certificates come from one of two places:
 - `cert-manager`: the chart mounts cert-manager's Secret at the certificate directory and
   cert-manager's CA injector fills the configurations; the operator only reads the files.
 
-The round is a few requests through the operator's client and under a millisecond of work
-(`generate`), so it runs on the event loop like every other caller of the client.
+The round is a few requests through the operator's client, so it runs on the event loop like
+every other caller of the client. The X.509 work (make a certificate, read one's expiry and
+names) runs in a child process (`skyhook_operator/certificates.py`), started from a thread
+when a certificate is new to this process: at start, and about once a year after.
 
 Configurations: in a cluster the chart creates them (pointing at the webhook Service) and the
 operator only sets their CA bundle. Out of the cluster (`webhook_url` set: the sandbox, tests,
@@ -23,21 +25,19 @@ a laptop) the operator applies them itself, pointing the apiserver at that URL.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
-import ipaddress
+import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from skyhook_operator.kube.client import (
     APPLY_PATCH,
@@ -56,7 +56,6 @@ MUTATING_CONFIGURATION = "skyhook-operator-mutating-webhook"
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 EXPIRATION_ANNOTATION = f"{keys.GROUP}/expiration"
 SERVICE_ANNOTATION = f"{keys.GROUP}/service"
-CERTIFICATE_LIFETIME = dt.timedelta(days=365)
 RENEW_BEFORE = dt.timedelta(days=7)
 
 
@@ -170,6 +169,17 @@ WEBHOOK_NAMES = frozenset(w.name for w in WEBHOOKS)
 
 
 @dataclass(frozen=True)
+class CertificateFacts:
+    """What decides a renewal: when the server certificate expires, and the names it covers."""
+
+    not_after: dt.datetime
+    names: frozenset[str]
+
+    def due(self, names: Sequence[str], now: dt.datetime) -> bool:
+        return self.not_after - RENEW_BEFORE <= now or not set(names) <= self.names
+
+
+@dataclass(frozen=True)
 class ServingCertificate:
     """PEM texts: the CA bundle clients trust, the server's certificate and its key."""
 
@@ -193,101 +203,88 @@ class ServingCertificate:
 
     @property
     def not_after(self) -> dt.datetime:
-        return x509.load_pem_x509_certificate(self.cert).not_valid_after_utc
-
-    def covers(self, names: Sequence[str]) -> bool:
-        """Whether the server certificate is valid for every one of `names`."""
-        leaf = x509.load_pem_x509_certificate(self.cert)
-        try:
-            sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        except x509.ExtensionNotFound:
-            return False
-        have = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
-        have |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
-        return set(names) <= have
+        facts = read_facts(self.cert)
+        if facts is None:
+            raise CertificateToolError("the server certificate is not a PEM certificate")
+        return facts.not_after
 
     def due(self, names: Sequence[str], now: dt.datetime) -> bool:
-        return self.not_after - RENEW_BEFORE <= now or not self.covers(names)
+        """Whether to replace it: it expires within RENEW_BEFORE, misses one of `names`, or
+        is not a certificate at all."""
+        facts = read_facts(self.cert)
+        return facts is None or facts.due(names, now)
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "skyhook"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-        ]
-    )
+class CertificateToolError(RuntimeError):
+    """The certificate child process failed, or a certificate could not be read."""
 
 
-def _san(name: str) -> x509.GeneralName:
+# The X.509 work runs in a child process (`skyhook_operator/certificates.py` says why). What
+# it read of each certificate is kept by the certificate's text: a round that finds the same
+# certificate again starts no child.
+_CERTIFICATE_TOOL = "skyhook_operator.certificates"
+_TOOL_TIMEOUT = 60.0  # seconds: a Python start and two key pairs, on a loaded node
+_KNOWN_FACTS: dict[bytes, CertificateFacts | None] = {}
+_KNOWN_UP_TO = 8
+
+
+def _run_tool(command: str, request: dict[str, Any]) -> dict[str, Any]:
     try:
-        return x509.IPAddress(ipaddress.ip_address(name))
-    except ValueError:
-        return x509.DNSName(name)
+        done = subprocess.run(
+            [sys.executable, "-m", _CERTIFICATE_TOOL, command],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=_TOOL_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise CertificateToolError(f"{_CERTIFICATE_TOOL} {command}: {error}") from error
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CertificateToolError(
+            f"{_CERTIFICATE_TOOL} {command} exited with {done.returncode}: {last}"
+        )
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def _remember(cert: bytes, answer: dict[str, Any]) -> CertificateFacts | None:
+    facts = (
+        None
+        if "error" in answer
+        else CertificateFacts(
+            dt.datetime.fromisoformat(answer["not_after"]), frozenset(answer["names"])
+        )
+    )
+    _KNOWN_FACTS[cert] = facts
+    while len(_KNOWN_FACTS) > _KNOWN_UP_TO:
+        del _KNOWN_FACTS[next(iter(_KNOWN_FACTS))]
+    return facts
+
+
+def read_facts(cert: bytes) -> CertificateFacts | None:
+    """When `cert` expires and what it covers; None when it is not a certificate. Blocks for
+    the child process (about 0.2 s) the first time a certificate is seen."""
+    if cert in _KNOWN_FACTS:
+        return _KNOWN_FACTS[cert]
+    return _remember(cert, _run_tool("read", {"cert": cert.decode(errors="replace")}))
 
 
 def generate(
     names: Sequence[str], now: dt.datetime, previous_ca: bytes = b""
 ) -> ServingCertificate:
     """A new CA and a server certificate for `names` (DNS names or IP addresses), both valid
-    for a year. ECDSA P-256: as strong as RSA-3072, and both keys and certificates take about
-    0.3 ms (0.5 ms at most over 200 runs on a 2-core machine), so callers make them on the event
-    loop. The CA's key is not kept: the next renewal makes a new CA. `previous_ca` (the first
-    certificate of it) stays in the bundle after the new CA."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("skyhook-webhooks-ca"))
-        .issuer_name(_name("skyhook-webhooks-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + CERTIFICATE_LIFETIME)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
+    for a year; `previous_ca` (its first certificate) stays in the bundle after the new CA.
+    Blocks for the child process, about 0.2 s."""
+    answer = _run_tool(
+        "make", {"names": list(names), "now": now.isoformat(), "previous_ca": previous_ca.decode()}
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(names[0]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + CERTIFICATE_LIFETIME)
-        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    made = ServingCertificate(
+        answer["ca"].encode(), answer["cert"].encode(), answer["key"].encode()
     )
-    bundle = ca_cert.public_bytes(serialization.Encoding.PEM)
-    if previous_ca:
-        old = x509.load_pem_x509_certificates(previous_ca)[0]
-        if old.not_valid_after_utc > now:
-            bundle += old.public_bytes(serialization.Encoding.PEM)
-    return ServingCertificate(
-        ca=bundle,
-        cert=cert.public_bytes(serialization.Encoding.PEM),
-        key=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        ),
-    )
+    _remember(made.cert, answer)
+    return made
 
 
 def served_names(service: str, namespace: str, url: str) -> list[str]:
@@ -313,9 +310,10 @@ async def sync_secret(
             raise
         secret = None
     current = ServingCertificate.from_secret(secret) if secret else None
-    if current is not None and not current.due(names, now):
+    # The child process behind both calls takes a fraction of a second: off the loop.
+    if current is not None and not await asyncio.to_thread(current.due, names, now):
         return current
-    fresh = generate(names, now, current.ca if current else b"")
+    fresh = await asyncio.to_thread(generate, names, now, current.ca if current else b"")
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
