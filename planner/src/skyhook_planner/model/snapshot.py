@@ -155,11 +155,18 @@ class ContainerStatusView:
     finished_at: datetime | None = None
 
     @classmethod
-    def from_api(cls, body: JsonDict) -> ContainerStatusView:
+    def from_api(cls, body: JsonDict, last: bool = True) -> ContainerStatusView:
+        """`last`: the pod's last init container status so far. A step that ended with 0
+        before it keeps no time (only the last one's is read: rules/results.outcome) and is
+        shared by every pod where that step passed alike."""
         states = body.get("state") or {}
         name = _shared(body.get("name", ""))
         if states.get("terminated") is not None:
             term = states["terminated"]
+            if not last and term.get("exitCode") == 0:
+                return _passed_step(
+                    name, _shared(term.get("reason") or ""), body.get("restartCount") or 0
+                )
             return cls(
                 name=name,
                 state="terminated",
@@ -177,6 +184,11 @@ class ContainerStatusView:
             reason=_shared(waiting.get("reason") or ""),
             restart_count=body.get("restartCount") or 0,
         )
+
+
+@functools.lru_cache(maxsize=_SHARED_SHAPES)
+def _passed_step(name: str, reason: str, restart_count: int) -> ContainerStatusView:
+    return ContainerStatusView(name, "terminated", reason, 0, restart_count)
 
 
 _CORDON_TAINT = Taint(keys.UNSCHEDULABLE_TAINT_KEY, "NoSchedule")
@@ -234,6 +246,7 @@ class PodView:
         # retried; a succeeded pod kept for its logs, or anyone else's, keeps the names.
         ours = keys.NAME_LABEL in labels
         detailed = ours and phase != "Succeeded"
+        statuses: list[JsonDict] = status.get("initContainerStatuses") or []
         return cls(
             name=meta.get("name", ""),
             namespace=_shared(meta.get("namespace", "")),
@@ -247,7 +260,7 @@ class PodView:
             if detailed
             else _named_only(tuple(c.get("name", "") for c in spec.get("initContainers") or ())),
             init_statuses=tuple(
-                ContainerStatusView.from_api(s) for s in status.get("initContainerStatuses") or ()
+                ContainerStatusView.from_api(s, last=s is statuses[-1]) for s in statuses
             ),
             containers=_shared_names(
                 tuple(c.get("name", "") for c in spec.get("containers") or ())
