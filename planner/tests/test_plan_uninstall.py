@@ -216,6 +216,34 @@ def test_an_uninstall_interrupt_is_not_cancelled() -> None:
     assert d.sim.created_pods[before - 1]["metadata"]["name"].startswith("scr-uninstall-interrupt")
 
 
+def test_an_uninstall_asked_while_another_waits_for_its_interrupt_shares_it() -> None:
+    # bravo's uninstall is done and its reboot is due when alpha's uninstall is asked: alpha's
+    # uninstall runs first, then one reboot covers both, rather than a reboot, alpha's
+    # uninstall and then a service restart.
+    spec = {
+        "packages": {
+            "alpha": package(
+                uninstall=dict(ENABLED), interrupt={"type": "service", "services": ["cron"]}
+            ),
+            "bravo": package(uninstall=dict(ENABLED), interrupt={"type": "reboot"}),
+        }
+    }
+    d = installed(Driver(1, LABELS), spec)
+    before = len(d.sim.created_pods)
+    request_uninstall(d, "bravo")
+    while not any(pod_stage(p)[2] == "uninstall" for p in d.sim.pods.values()):
+        d.step()
+    d.sim.finish_pod(d.pending_pods()[0])
+    request_uninstall(d, "alpha")
+    d.run()
+    assert [stage[1:] for stage in runs_since(d, before)] == [
+        ("bravo|1.0.0", "uninstall"),
+        ("alpha|1.0.0", "uninstall"),
+        ("bravo|1.0.0", "uninstall-interrupt"),
+    ]
+    assert d.entries("scr", "node-0000") == {}
+
+
 # --- dependencies ---------------------------------------------------------------------------------
 
 
