@@ -104,11 +104,15 @@ def test_readiness_waits_for_the_full_view_and_liveness_answers(cluster: Cluster
                 answers.append(answer)
             time.sleep(0.05)
         assert answers == [503]
+        # The log names the missing CRD, once however often the LIST is tried again.
+        missing = f"{keys.POLICY_PLURAL}.{keys.GROUP} is not served"
+        assert operator.log_path.read_text().count(missing) == 1, operator.log_tail()
     finally:
         install_crd(cluster.kube)
     wait_ready(operator, answers)
     assert answers == [503, 200]
     assert probe(operator, "/healthz") == 200
+    assert f"{policies} listed again" in operator.log_path.read_text()
 
 
 def test_rollout_metrics_match_upstream_lines(cluster: Cluster) -> None:

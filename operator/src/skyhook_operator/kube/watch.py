@@ -13,8 +13,10 @@ The index maps (namespace, name) to the object's `Versioned` view, and every cha
 reported by key to whoever `observe`s it (the store, which merges again only those keys). The
 watch is a task on the event loop, so a snapshot taken on the loop never sees the index
 half-updated. A watch that ends is resumed from the last
-resourceVersion; one that expired (410 Gone) or failed lists again, as does a first LIST that
-failed (the apiserver not reachable yet), after a pause.
+resourceVersion; one that expired (410 Gone) lists again at once; one that failed lists again,
+as does a first LIST that failed (the apiserver not reachable yet, a CRD not installed), after
+a pause that doubles with each failure in a row, from 1 s to 8 s. A failure is logged when it
+starts and once a minute while it lasts; a kind not served is named with its CRD.
 
 `until_gone` lets a caller wait for an object to leave the index (a drain waiting for an
 evicted pod) without asking the apiserver.
@@ -33,7 +35,9 @@ from skyhook_operator.store import Key, Versioned, View, versioned
 log = logging.getLogger(__name__)
 
 _WATCH_SECONDS = 300
-_RETRY_SECONDS = 1.0
+_RETRY_SECONDS = 1.0  # the first pause after a failed LIST or watch; doubled up to:
+_RETRY_UP_TO = 8.0
+_SAY_AGAIN_SECONDS = 60.0  # a failure that lasts is logged again this often
 _PAGE = 100  # objects per LIST page: bounded memory and apiserver work per request
 
 
@@ -63,6 +67,8 @@ class WatchedIndex(Generic[View]):
         self._observers: list[Callable[[Key | None], None]] = []
         self.index: dict[Key, Versioned[View]] = {}
         self.listed = asyncio.Event()  # the first LIST has filled the index
+        self._problem = ""  # the failure last logged, and when (the loop's clock)
+        self._problem_said = 0.0
 
     def run(self) -> None:
         """List, then watch, in a task; `listed` is set once the index is full."""
@@ -152,21 +158,50 @@ class WatchedIndex(Generic[View]):
 
     async def _watch_forever(self) -> None:
         version = ""
+        failures = 0  # in a row: the pause before the next try doubles with each
         while True:
             try:
                 if not version:
                     self._replace(*await self._list())
                     version = self._version
+                    if failures:
+                        log.info("%s listed again after %d failed tries", self._path, failures)
+                    failures = 0
+                    self._problem = ""
                 version = await self._watch_once(version)
+                continue
             except ApiError as error:
                 version = ""
-                if error.status != 410:  # 410: the watch expired, list again at once
-                    log.warning("watch of %s failed, listing again: %s", self._path, error)
-                    await asyncio.sleep(_RETRY_SECONDS)
+                if error.status == 410:  # the watch expired: list again at once
+                    continue
+                problem = self._describe(error)
             except (OSError, ValueError, KeyError) as error:  # a dropped connection, a restart
-                log.warning("watch of %s failed, listing again: %s", self._path, error)
                 version = ""
-                await asyncio.sleep(_RETRY_SECONDS)
+                problem = f"watch of {self._path} failed, listing again: {error}"
+            self._say(problem)
+            await asyncio.sleep(min(_RETRY_SECONDS * 2**failures, _RETRY_UP_TO))
+            failures += 1
+
+    def _describe(self, error: ApiError) -> str:
+        if error.status != 404 or not self._path.startswith("/apis/"):
+            return f"watch of {self._path} failed, listing again: {error}"
+        # /apis/<group>/<version>[/namespaces/<namespace>]/<plural>: a kind not served.
+        parts = self._path.split("/")
+        resource = f"{parts[-1]}.{parts[2]}"
+        return (
+            f"{resource} is not served ({self._path} answers 404): is its "
+            f"CustomResourceDefinition installed? Not ready until it lists; trying again "
+            f"every {_RETRY_UP_TO:.0f} s"
+        )
+
+    def _say(self, problem: str) -> None:
+        """A warning for a new problem, and again once a minute while it lasts."""
+        now = asyncio.get_running_loop().time()
+        if problem != self._problem or now - self._problem_said >= _SAY_AGAIN_SECONDS:
+            log.warning("%s", problem)
+            self._problem, self._problem_said = problem, now
+        else:
+            log.debug("%s", problem)
 
     async def _watch_once(self, version: str) -> str:
         """Follow one watch request; returns the resourceVersion to resume from."""
