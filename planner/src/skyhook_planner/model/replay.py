@@ -54,11 +54,15 @@ class StatusReplay:
 
     While a Skyhook's stored status is the same view and the patches of the last pass are
     still the first ones waiting, only the patches decided since are applied, so a pass costs
-    the new patches, not every patch of the last second."""
+    the new patches, not every patch of the last second; with none since, the pass gets the
+    last pass's view again, not one decoded anew (a status is a fleet's worth of entries)."""
 
     def __init__(self) -> None:
-        # Skyhook name -> (its view as stored, the patches applied, the status they give).
-        self._kept: dict[str, tuple[SkyhookView, Sequence[Mapping[str, Any]], Any]] = {}
+        # Skyhook name -> (its view as stored, the patches applied, the status they give, and
+        # the view with that status).
+        self._kept: dict[
+            str, tuple[SkyhookView, Sequence[Mapping[str, Any]], Any, SkyhookView]
+        ] = {}
 
     def apply(
         self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
@@ -79,13 +83,16 @@ class StatusReplay:
             and len(kept[1]) <= len(patches)
             and all(ours is theirs for ours, theirs in zip(kept[1], patches, strict=False))
         ):
+            if len(kept[1]) == len(patches):
+                return kept[3]
             status, done = kept[2], len(kept[1])
         else:
             status, done = scr.status.to_json(), 0
         for patch in patches[done:]:
             status = merge_patched(status, patch)
-        self._kept[scr.name] = (scr, tuple(patches), status)
-        return replace(scr, status=SkyhookStatus.from_json(status))
+        patched = replace(scr, status=SkyhookStatus.from_json(status))
+        self._kept[scr.name] = (scr, tuple(patches), status, patched)
+        return patched
 
 
 class _Derived(Generic[Source, Derived]):
