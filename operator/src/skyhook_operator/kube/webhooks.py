@@ -310,9 +310,16 @@ async def sync_secret(
             raise
         secret = None
     current = ServingCertificate.from_secret(secret) if secret else None
-    # The child process behind both calls takes a fraction of a second: off the loop.
-    if current is not None and not await asyncio.to_thread(current.due, names, now):
-        return current
+    # The child process behind a certificate new to this process, and behind a new one, takes
+    # a fraction of a second: off the loop. A known certificate is answered on it (a worker
+    # thread started for nothing would keep a malloc arena of its own).
+    if current is not None:
+        if current.cert in _KNOWN_FACTS:
+            due = current.due(names, now)
+        else:
+            due = await asyncio.to_thread(current.due, names, now)
+        if not due:
+            return current
     fresh = await asyncio.to_thread(generate, names, now, current.ca if current else b"")
     body: dict[str, Any] = {
         "apiVersion": "v1",
