@@ -58,11 +58,9 @@ class StatusReplay:
     last pass's view again, not one decoded anew (a status is a fleet's worth of entries)."""
 
     def __init__(self) -> None:
-        # Skyhook name -> (its view as stored, the patches applied, the status they give, and
-        # the view with that status).
-        self._kept: dict[
-            str, tuple[SkyhookView, Sequence[Mapping[str, Any]], Any, SkyhookView]
-        ] = {}
+        # Skyhook name -> (its view as stored, the patches applied, the view they give: its
+        # status's document is the patched status).
+        self._kept: dict[str, tuple[SkyhookView, Sequence[Mapping[str, Any]], SkyhookView]] = {}
 
     def apply(
         self, snapshot: ClusterSnapshot, pending: Mapping[str, Sequence[Mapping[str, Any]]]
@@ -84,14 +82,14 @@ class StatusReplay:
             and all(ours is theirs for ours, theirs in zip(kept[1], patches, strict=False))
         ):
             if len(kept[1]) == len(patches):
-                return kept[3]
-            status, done = kept[2], len(kept[1])
+                return kept[2]
+            status, done = kept[2].status.document, len(kept[1])
         else:
             status, done = scr.status.to_json(), 0
         for patch in patches[done:]:
             status = merge_patched(status, patch)
         patched = replace(scr, status=SkyhookStatus.from_json(status))
-        self._kept[scr.name] = (scr, tuple(patches), status, patched)
+        self._kept[scr.name] = (scr, tuple(patches), patched)
         return patched
 
 
