@@ -174,16 +174,16 @@ class WatchedIndex(Generic[View]):
                 version = ""
                 if error.status == 410:  # the watch expired: list again at once
                     continue
-                problem = self._describe(error)
+                self._say(self._describe(error))
             except (OSError, ValueError, KeyError) as error:  # a dropped connection, a restart
                 version = ""
-                problem = f"watch of {self._path} failed, listing again: {error}"
-            self._say(problem)
+                self._say(self._describe(error))
             await asyncio.sleep(min(_RETRY_SECONDS * 2**failures, _RETRY_UP_TO))
             failures += 1
 
-    def _describe(self, error: ApiError) -> str:
-        if error.status != 404 or not self._path.startswith("/apis/"):
+    def _describe(self, error: Exception) -> str:
+        not_served = isinstance(error, ApiError) and error.status == 404
+        if not not_served or not self._path.startswith("/apis/"):
             return f"watch of {self._path} failed, listing again: {error}"
         # /apis/<group>/<version>[/namespaces/<namespace>]/<plural>: a kind not served.
         parts = self._path.split("/")
