@@ -199,10 +199,19 @@ def _pods_configmaps_events_and_metrics_speak_nodewright(
 
     # Events about cluster-scoped objects live in "default", as kubectl describe looks for them.
     # Upstream v0.18+'s gauges, with the skyhook_* ones beside them (PUBLISH_LEGACY_METRICS).
-    assert cluster.operator is not None
-    lines = urllib3.request("GET", cluster.operator.metrics_url).data.decode().splitlines()
-    for prefix in ("nodewright", "skyhook"):
-        series = f'{prefix}_status{{{prefix}_name="{name}",status="complete"}} 1'
+    # The gauges follow the pass after the one that wrote the status: wait for it.
+    operator = cluster.operator
+    assert operator is not None
+    wanted = [
+        f'{p}_status{{{p}_name="{name}",status="complete"}} 1' for p in ("nodewright", "skyhook")
+    ]
+
+    def scraped() -> list[str] | None:
+        lines = urllib3.request("GET", operator.metrics_url).data.decode().splitlines()
+        return lines if all(series in lines for series in wanted) else None
+
+    lines = wait_until(scraped, 30, "both status gauges at complete")
+    for series in wanted:
         assert series in lines, [line for line in lines if "_status{" in line]
 
     events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
