@@ -61,8 +61,8 @@ RENEW_BEFORE = dt.timedelta(days=7)
 
 @dataclass(frozen=True)
 class Webhook:
-    """One webhook: its name in the configuration, the URL path it is served on (also its
-    handler id), and what it is called for."""
+    """One webhook: its name in the configuration, the URL path it is served on, and what it is
+    called for."""
 
     name: str
     path: str
@@ -74,10 +74,6 @@ class Webhook:
     # Only objects with these labels are sent (the apiserver filters): an optional feature
     # must not put every pod create behind our webhook.
     object_labels: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def handler_id(self) -> str:
-        return self.path.removeprefix("/")
 
 
 # Named after the group the operator speaks, as upstream names them: the apiserver's denial
