@@ -128,6 +128,10 @@ def version_edits(component: Component, version: str, repo: Path = REPO) -> list
                 lambda: _set_package_version(repo / config, old, version),
             )
         ]
+    # Sibling projects depend on each other at exactly the released version, so a bare
+    # `pip install` of one wheel never resolves another from an index at some other version.
+    if component.kind == "project":
+        edits += sibling_pin_edits(component.name, old, version, repo)
     # The chart recommends an operator (appVersion) and pins the agent image (values.yaml), so
     # those move with each operator and agent release; the chart's own release then follows.
     if component.name == "operator":
@@ -144,6 +148,26 @@ def version_edits(component: Component, version: str, repo: Path = REPO) -> list
             )
         )
     return [edit for edit in edits if edit.old != edit.new]
+
+
+def sibling_pin_edits(name: str, old: str, new: str, repo: Path = REPO) -> list[Edit]:
+    """The `skyhook-<name>==<old>` requirement in every other project's pyproject.toml."""
+    pin = f'"skyhook-{name}=={old}"'
+    edits = []
+    for pyproject in sorted(repo.glob("*/pyproject.toml")):
+        if pyproject.parent.name != name and pin in pyproject.read_text():
+            edits.append(
+                Edit(
+                    pyproject.relative_to(repo),
+                    f"skyhook-{name} requirement",
+                    old,
+                    new,
+                    lambda path=pyproject: path.write_text(
+                        path.read_text().replace(pin, f'"skyhook-{name}=={new}"')
+                    ),
+                )
+            )
+    return edits
 
 
 def _chart(repo: Path) -> dict[str, Any]:
