@@ -1,6 +1,7 @@
-"""What the docs assert that a change elsewhere could make false: every file path they name
-exists, the chart's values table states values.yaml's defaults, and no line count is quoted
-that its file does not have. (The operator's settings table is checked against settings.py by
+"""What the docs assert that a change elsewhere could make false: every file path and heading
+they name or link exists, every `skyhook_<part>.<module>` and metric name they quote is in the
+code, the chart's values table states values.yaml's defaults and leaves none out, and no line
+count is quoted that its file does not have. (The operator's settings table is checked against settings.py by
 tests/wiring/test_settings.py, `test_the_readme_documents_every_setting`.)"""
 
 from __future__ import annotations
@@ -138,6 +139,51 @@ def test_every_link_to_a_heading_finds_it(doc: Path) -> None:
         if anchor and page.suffix == ".md" and page.exists() and anchor not in anchors(page):
             broken.append(link)
     assert not broken, f"{doc_id(doc)} links to headings that do not exist: {broken}"
+
+
+# --- Python names and metrics ---------------------------------------------------------------
+
+COMPONENTS = ("schemas", "planner", "operator", "agent", "cli", "sandbox", "dev")
+
+
+@cache
+def sources() -> str:
+    """Every component's source, and the chart's templates, as one text."""
+    files = [p for c in COMPONENTS for p in (ROOT / c / "src").rglob("*.py")]
+    files += [p for p in (ROOT / "chart").rglob("*") if p.suffix in (".yaml", ".tpl")]
+    return "\n".join(p.read_text() for p in sorted(files))
+
+
+def python_name_found(name: str) -> bool:
+    """Whether `skyhook_planner.model.carryover.frozen_edit` names a module of ours and, after
+    the longest such module, names it defines (a name it does not mention is gone)."""
+    package, *rest = name.split(".")
+    path = ROOT / package.removeprefix("skyhook_") / "src" / package
+    while rest and (path / rest[0]).is_dir():
+        path = path / rest.pop(0)
+    if rest and path.joinpath(rest[0] + ".py").is_file():
+        path = path / (rest.pop(0) + ".py")
+    module = path if path.suffix == ".py" else path / "__init__.py"
+    if not module.is_file():
+        return False
+    text = module.read_text()
+    return all(re.search(rf"\b{re.escape(attribute)}\b", text) for attribute in rest)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_every_python_name_and_metric_a_doc_names_exists(doc: Path) -> None:
+    """`skyhook_<part>.<module>[.<name>]` spans name a module of ours (and a name in it);
+    a metric name (`skyhook_held_nodes{reason="Soaking"}`, `nodewright_*`,
+    `skyhook_operator_*`) is one the code publishes (a counter's `_total` is prometheus_client's)."""
+    missing = []
+    for span in re.findall(r"`([^`\s]+)`", doc.read_text()):
+        dotted = re.fullmatch(rf"skyhook_({'|'.join(COMPONENTS)})(\.\w+)+", span)
+        if dotted and not python_name_found(span):
+            missing.append(span)
+        metric = re.fullmatch(r"((?:skyhook|nodewright)_[a-z_]*[a-z])(\{.*\})?", span)
+        if metric and metric.group(1).removesuffix("_total") not in sources():
+            missing.append(span)
+    assert not missing, f"{doc_id(doc)} names what the code does not have: {missing}"
 
 
 # --- line counts --------------------------------------------------------------------------
