@@ -5,9 +5,12 @@ One pass is `passes.plan.plan(snapshot, settings) -> Plan`. The snapshot holds e
 node, Skyhook pod and Skyhook ConfigMap (model/snapshot.py); the plan is an ordered list of
 idempotent actions for the writer (model/actions.py), an optional timer to plan again, the
 nodes it starts and releases, and every node it holds back with the reasons the blockers gave
-(model/waiting.py). The snapshot shows the operator's queued writes as done (model/replay.py):
-the planner knows nothing of the writer, which keeps each node's writes in order and a start
-behind the releases queued before it.
+(model/waiting.py). The snapshot shows the operator's queued writes as done (model/replay.py),
+so a pass decides from the cluster as those writes will leave it. The writer's schedule is pure
+and lives here too (model/lanes.py: each node's writes in order, the most urgent node first, a
+start behind the releases queued before it); the plan carries what it needs (`starting`,
+`releasing`, each action's lane), and the operator's writer (kube/writer.py) sends what the
+schedule hands out.
 
 The cluster holds the whole state: node annotations (nodeState, status, cordon), pods and
 ConfigMaps, so a restarted operator resumes exactly where the last one stopped. What one pass
