@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from skyhook_operator.kube.webhooks import WEBHOOKS
 from skyhook_operator.settings import Settings, load_settings
+from skyhook_planner.admission import review_skyhook
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,6 +166,7 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
             *((kind, CLEANUP) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
             *((kind, CLEANUP) for kind in ("Role", "RoleBinding", "Job")),
             ("PodDisruptionBudget", FULLNAME),
+            ("Pod", f"{FULLNAME}-test-webhooks"),  # `helm test`
             *(("CustomResourceDefinition", path.name.removesuffix(".yaml")) for path in CRD_PATHS),
         ]
     )
@@ -1335,11 +1337,12 @@ def run_pre_delete_hook(helm: Path, kubeconfig: Path, work: Path) -> None:
 def test_install_upgrade_uninstall_leaves_nothing_behind(
     helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
 ) -> None:
-    def helm_on_sandbox(*args: str) -> None:
+    def helm_on_sandbox(*args: str) -> str:
         result = run_helm(
             helm, *args, "-n", LIFE_NAMESPACE, "--kubeconfig", str(sandbox_kubeconfig)
         )
         assert result.returncode == 0, result.stderr
+        return result.stdout
 
     changed = tmp_path / "changed.yaml"
     changed.write_text(
@@ -1356,9 +1359,17 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(
     try:
         # The CRDs are the session's (applied by the RBAC test above); the apiserver validates
         # every object the chart installs.
-        helm_on_sandbox(
+        notes = helm_on_sandbox(
             "install", LIFE_RELEASE, str(CHART), "--create-namespace", "--set", "crds.install=false"
         )
+        # NOTES.txt: how to see the operator ready, check its webhooks, and a first Skyhook.
+        assert f"rollout status deployment/{LIFE_FULLNAME}" in notes, notes
+        assert f"helm test {LIFE_RELEASE} -n {LIFE_NAMESPACE}" in notes, notes
+        first = yaml.safe_load(notes.split("kubectl apply -f -\n", 1)[1].split("     EOF", 1)[0])
+        assert first["kind"] == "Skyhook" and first["spec"]["packages"], notes
+        verdict = review_skyhook("CREATE", first, None, policies=())
+        assert verdict.allowed, verdict.message
+        assert "docs/security.md" in notes, notes
         installed = ours(sandbox_kubeconfig)
         assert (
             f"validatingwebhookconfiguration.admissionregistration.k8s.io/{VALIDATING}" in installed
