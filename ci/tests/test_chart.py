@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from skyhook_operator.kube import webhooks
 from skyhook_operator.kube.webhooks import WEBHOOKS
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_planner.admission import review_skyhook
@@ -267,6 +268,9 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "SKYHOOK_EVENT_INTERVAL": "30",
         "SKYHOOK_IMAGE_ARTIFACT_REFRESH": "30",
         "SKYHOOK_INSECURE_REGISTRIES": "",
+        "SKYHOOK_IMAGE_ARTIFACT_REGISTRIES": "",
+        "SKYHOOK_IMAGE_ARTIFACT_MAX_BYTES": "1048576",
+        "SKYHOOK_IMAGE_ARTIFACT_CACHE_SIZE": "256",
         "SKYHOOK_WEBHOOK_CHECK_INTERVAL": "60",
         "SKYHOOK_SHUTDOWN_TIMEOUT": "20",
         **WEBHOOK_ENV,
@@ -292,14 +296,16 @@ WEBHOOK_ENV = {
 }
 # Fixed for compatibility with upstream (the Lease name), derived in the pod (operator
 # version from the image, leader identity from the pod name), or never for a cluster (the
-# out-of-cluster webhook URL, the tests' clock hook), or the operator's own by default (the
-# metrics certificate: self-signed; mount one and set it through operator.extraEnv).
+# out-of-cluster webhook URL and the namespaces it registers the pod webhook without, the
+# tests' clock hook), or the operator's own by default (the metrics certificate: self-signed;
+# mount one and set it through operator.extraEnv).
 LEFT_TO_THE_OPERATOR = {
     "metrics_cert_dir",
     "lease_name",
     "operator_version",
     "leader_identity",
     "webhook_url",
+    "pod_image_excluded_namespaces",
     "clock_offset_file",
 }
 
@@ -432,6 +438,14 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     assert hooks["mutate-pod-image.skyhook.nvidia.com"]["objectSelector"] == {
         "matchLabels": {"oci.image.compatibilities.selection/enabled": "true"}
     }
+    # Never for the system namespaces or the operator's own, as the operator registers it out
+    # of the cluster.
+    assert hooks["mutate-pod-image.skyhook.nvidia.com"]["namespaceSelector"] == (
+        webhooks.namespace_selector(["kube-system", "kube-public", "kube-node-lease", NAMESPACE])
+    )
+    assert [name for name, hook in hooks.items() if "namespaceSelector" in hook] == [
+        "mutate-pod-image.skyhook.nvidia.com"
+    ]
     for hook in hooks.values():
         assert hook["clientConfig"]["service"] == {
             **hook["clientConfig"]["service"],
@@ -574,7 +588,17 @@ NON_DEFAULT: Obj = {
         "secure": False,
         "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
     },
-    "webhook": {"serviceName": "sky-webhook", "port": 10443},
+    "webhook": {
+        "serviceName": "sky-webhook",
+        "port": 10443,
+        "podImage": {
+            "excludedNamespaces": ["monitoring"],
+            "namespaceSelector": {
+                "matchLabels": {"image-selection": "enabled"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}],
+            },
+        },
+    },
     "limitRange": None,
     "networkPolicy": {"enabled": True, "metricsFrom": [{"podSelector": {}}]},
     "rbac": {"createViewerRole": False, "createEditorRole": False},
@@ -613,6 +637,18 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
     assert {p["name"]: p["containerPort"] for p in container["ports"]}["http"] == 9090
     for hook in webhooks_by_name(objects).values():
         assert hook["clientConfig"]["service"]["name"] == "sky-webhook"
+    pod_image = webhooks_by_name(objects)["mutate-pod-image.skyhook.nvidia.com"]
+    assert pod_image["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["monitoring", NAMESPACE],
+            },
+            {"key": "tier", "operator": "In", "values": ["gpu"]},
+        ],
+        "matchLabels": {"image-selection": "enabled"},
+    }
     policy = only(objects, "NetworkPolicy")
     assert policy["spec"]["ingress"] == [
         {"ports": [{"port": 9081}, {"port": 10443}]},

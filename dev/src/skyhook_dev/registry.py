@@ -1,7 +1,9 @@
 """A small in-memory OCI registry for tests and demos: the distribution API's pull endpoints
 (manifests and blobs by tag or digest) and the monolithic push (POST then PUT of a blob, PUT of
 a manifest), enough for ORAS to push and pull artifacts. Plain HTTP on 127.0.0.1; it counts
-the GETs it serves so tests can tell a cache hit from a pull.
+the GETs it serves so tests can tell a cache hit from a pull, records every request's path (so
+a test can tell it was never asked), and can answer a blob's GET with a redirect elsewhere, as
+registries send blob downloads to their storage host.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class LocalRegistry:
         self.blobs: dict[str, bytes] = {}
         self.manifests: dict[tuple[str, str], tuple[bytes, str]] = {}  # (repo, ref) -> body, type
         self.gets: Counter[tuple[str, str]] = Counter()  # (kind, digest or tag)
+        self.requests: list[str] = []  # every request's path, in order
+        self.redirects: dict[str, str] = {}  # blob digest -> the URL its GET is redirected to
         self.host = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -57,11 +61,13 @@ class LocalRegistry:
         await site.start()
         self.host = f"127.0.0.1:{self._runner.addresses[0][1]}"
 
-    async def _base(self, _: web.Request) -> web.Response:
+    async def _base(self, request: web.Request) -> web.Response:
+        self.requests.append(request.path)
         return web.json_response({})
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path
+        self.requests.append(path)
         upload = _UPLOADS.match(path)
         if upload is not None:
             return await self._upload(request, upload.group("name"), upload.group("session"))
@@ -70,6 +76,8 @@ class LocalRegistry:
             return _error(404, "NAME_UNKNOWN", path)
         name, kind, ref = found.group("name", "kind", "ref")
         if kind == "blobs":
+            if ref in self.redirects and request.method == "GET":
+                raise web.HTTPTemporaryRedirect(self.redirects[ref])
             body = self.blobs.get(ref)
             if body is None:
                 return _error(404, "BLOB_UNKNOWN", ref)

@@ -346,6 +346,12 @@ class Certificates:
             self.ours.webhook_service_name, self.ours.namespace, self.ours.webhook_url
         )
 
+    @property
+    def excluded_namespaces(self) -> list[str]:
+        """Namespaces the pod image webhook is not called for (out of the cluster; the chart
+        sets its own): the operator's, and those the setting lists."""
+        return [self.ours.namespace, *self.ours.pod_image_excluded_namespaces.split(",")]
+
     async def start(self) -> None:
         """Before the server starts: a certificate on disk, or a CertificateError saying
         why there is none."""
@@ -389,15 +395,16 @@ class Certificates:
         )
         if webhooks.write_files(self.directory, certificate):
             log.info("webhook certificate written to %s", self.directory)
+        excluded = self.excluded_namespaces
         if self.ours.webhook_url:
             if await webhooks.configuration_problem(
-                self.kube, certificate.ca, self.ours.webhook_url
+                self.kube, certificate.ca, self.ours.webhook_url, excluded
             ):
                 await webhooks.apply_configurations(
-                    self.kube, self.ours.webhook_url, certificate.ca
+                    self.kube, self.ours.webhook_url, certificate.ca, excluded
                 )
         else:
             await webhooks.set_ca_bundle(self.kube, certificate.ca)
         self.problem = await webhooks.configuration_problem(
-            self.kube, certificate.ca, self.ours.webhook_url
+            self.kube, certificate.ca, self.ours.webhook_url, excluded
         )

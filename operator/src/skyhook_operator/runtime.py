@@ -22,11 +22,17 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from typing import Any
 
 from skyhook_operator import admission
 from skyhook_operator.kube import carryover
-from skyhook_operator.kube.artifacts import ArtifactFetcher, ArtifactResolver
+from skyhook_operator.kube.artifacts import (
+    ArtifactFetcher,
+    ArtifactResolver,
+    allowed_registries,
+    pod_executor,
+)
 from skyhook_operator.kube.client import ApiError, AsyncKube, connect_async
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
@@ -105,6 +111,7 @@ class Operator:
         self.writer: Writer | None = None
         self.watches: dict[str, WatchedIndex[Any]] = {}
         self.endpoints: list[Endpoints] = []
+        self.pod_fetches: Executor | None = None  # the pod image webhook's threads
         self.tasks: list[asyncio.Task[None]] = []
 
     def _wake(self) -> None:
@@ -137,9 +144,7 @@ class Operator:
             lambda: writer.queue_depth,
             metric_prefixes(ours.publish_legacy_metrics),
         )
-        fetcher = ArtifactFetcher(
-            kube, ours.namespace, ours.image_artifact_refresh, ours.insecure_registries.split(",")
-        )
+        fetcher = self._artifact_fetcher()
         self.reconciler = reconciler = Reconciler(
             self.store,
             writer,
@@ -150,7 +155,7 @@ class Operator:
             artifacts=ArtifactResolver(fetcher),
             before_passes=self._carry_over,
         )
-        certificates = await self._webhooks(fetcher) if ours.enable_webhooks else None
+        certificates = await self._webhooks() if ours.enable_webhooks else None
         # The probes answer from here on: not ready until every index is full (and, with
         # webhooks, until the apiserver can call them).
         try:
@@ -178,11 +183,35 @@ class Operator:
         self._task(self._plan_once_listed(), "skyhook-reconcile")
         log.info("operator started; settings:\n  %s", "\n  ".join(ours.describe()))
 
-    async def _webhooks(self, fetcher: ArtifactFetcher) -> admission.Certificates:
+    def _artifact_fetcher(self, executor: Executor | None = None) -> ArtifactFetcher:
+        """A fetcher of image compatibility artifacts from the registries the Skyhooks name
+        (as the index has them at each fetch) and those the settings add."""
+        ours, skyhooks = self.ours, self.watches["skyhook_index"]
+        extra = ours.image_artifact_registries.split(",")
+
+        def registries() -> frozenset[str]:
+            named = (item.view for item in skyhooks.index.values() if item.view is not None)
+            return allowed_registries(named, extra)
+
+        return ArtifactFetcher(
+            self.kube,
+            ours.namespace,
+            ours.image_artifact_refresh,
+            ours.insecure_registries.split(","),
+            registries=registries,
+            max_bytes=ours.image_artifact_max_bytes,
+            cache_entries=ours.image_artifact_cache_size,
+            executor=executor,
+        )
+
+    async def _webhooks(self) -> admission.Certificates:
         """A current serving certificate on disk, then the webhook server. Every replica
         serves the webhooks, so they read and write through views of the client that leader
-        election does not fence."""
+        election does not fence. The pod image webhook fetches with a cache and threads of its
+        own: pods, which anyone may create, never take the planner's."""
         ours = self.ours
+        self.pod_fetches = pod_executor()
+        fetcher = self._artifact_fetcher(self.pod_fetches)
         certificates = admission.Certificates(self.kube.unfenced(), ours)
         try:
             await certificates.start()
@@ -290,6 +319,8 @@ class Operator:
                 log.warning("metrics, probe and webhook endpoints not closed in time")
         for watched in self.watches.values():
             watched.stop()
+        if self.pod_fetches is not None:
+            self.pod_fetches.shutdown(wait=False, cancel_futures=True)
         if self.evictor is not None:
             self.evictor.cancel()
         written = True

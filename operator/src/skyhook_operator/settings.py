@@ -426,6 +426,35 @@ class _PassSettings(BaseSettings):
         ),
         default="",
     )
+    image_artifact_registries: str = field(
+        "SKYHOOK_IMAGE_ARTIFACT_REGISTRIES",
+        _meta(
+            None,
+            "Comma-separated registry hosts (host[:port]) image compatibility artifacts may be "
+            "fetched from, and redirected to (a registry's blob storage host), besides the "
+            "registries of the images and artifacts the Skyhooks' packages name; a pod naming "
+            "an artifact elsewhere is refused without a request.",
+        ),
+        default="",
+    )
+    image_artifact_max_bytes: ListBytes = field(
+        "SKYHOOK_IMAGE_ARTIFACT_MAX_BYTES",
+        _meta(
+            None,
+            "The largest response (manifest, artifact layer, token) read from a registry for "
+            "an image compatibility artifact; a larger one is refused.",
+        ),
+        default=1024 * 1024,
+    )
+    image_artifact_cache_size: Concurrency = field(
+        "SKYHOOK_IMAGE_ARTIFACT_CACHE_SIZE",
+        _meta(
+            None,
+            "Image compatibility artifacts (and answers per source) kept in memory at most; "
+            "the least recently used is dropped first.",
+        ),
+        default=256,
+    )
     drain_timeout: NonNegativeSeconds = field(
         "SKYHOOK_DRAIN_TIMEOUT",
         _meta(
@@ -714,6 +743,16 @@ class _WebhookSettings(BaseSettings):
             "configurations carry its CA.",
         ),
         default=60.0,
+    )
+    pod_image_excluded_namespaces: str = field(
+        "SKYHOOK_POD_IMAGE_EXCLUDED_NAMESPACES",
+        _meta(
+            None,
+            "Out of the cluster only (with `webhook_url`): comma-separated namespaces whose "
+            "pods the pod image webhook is never called for, besides the operator's own "
+            "(the chart's `webhook.podImage` values do this in the cluster).",
+        ),
+        default="kube-system,kube-public,kube-node-lease",
     )
 
 

@@ -33,7 +33,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 EXPIRATION_ANNOTATION = f"{keys.GROUP}/expiration"
 SERVICE_ANNOTATION = f"{keys.GROUP}/service"
 RENEW_BEFORE = dt.timedelta(days=7)
+# The label the apiserver puts on every namespace, holding its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class Webhook:
     # Only objects with these labels are sent (the apiserver filters): an optional feature
     # must not put every pod create behind our webhook.
     object_labels: tuple[tuple[str, str], ...] = ()
+    # Objects in the excluded namespaces are never sent (namespaceSelector): a webhook any
+    # pod may ask for stays off the system namespaces and the operator's own.
+    skips_namespaces: bool = False
 
 
 # Named after the group the operator speaks, as upstream names them: the apiserver's denial
@@ -154,6 +159,7 @@ WEBHOOKS = (
         ("CREATE",),
         mutating=True,
         object_labels=((ENABLED_LABEL, "true"),),
+        skips_namespaces=True,
     ),
 )
 
@@ -392,8 +398,20 @@ def _kind_path(mutating: bool) -> str:
     return f"{ADMISSION_API}/{kind}"
 
 
-def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
-    """A webhook configuration with our webhooks of one kind, calling `url` + each path."""
+def namespace_selector(excluded: Iterable[str]) -> dict[str, Any]:
+    """The selector of every namespace but `excluded` (by the name label the apiserver puts on
+    each namespace)."""
+    names = sorted({name.strip() for name in excluded if name.strip()})
+    return {
+        "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": names}]
+    }
+
+
+def configuration(
+    mutating: bool, url: str, ca: bytes, excluded_namespaces: Iterable[str] = ()
+) -> dict[str, Any]:
+    """A webhook configuration with our webhooks of one kind, calling `url` + each path; the
+    webhooks that skip namespaces skip `excluded_namespaces`."""
     name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
     entries = []
     for hook in WEBHOOKS:
@@ -424,6 +442,8 @@ def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
             entry["reinvocationPolicy"] = "Never"
         if hook.object_labels:
             entry["objectSelector"] = {"matchLabels": dict(hook.object_labels)}
+        if hook.skips_namespaces:
+            entry["namespaceSelector"] = namespace_selector(excluded_namespaces)
         entries.append(entry)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -433,10 +453,12 @@ def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
     }
 
 
-async def apply_configurations(kube: AsyncKube, url: str, ca: bytes) -> None:
+async def apply_configurations(
+    kube: AsyncKube, url: str, ca: bytes, excluded_namespaces: Iterable[str] = ()
+) -> None:
     """Create or update both configurations to call `url` (out-of-cluster operation)."""
     for mutating in (False, True):
-        body = configuration(mutating, url, ca)
+        body = configuration(mutating, url, ca, excluded_namespaces)
         await kube.request(
             "PATCH",
             f"{_kind_path(mutating)}/{body['metadata']['name']}",
@@ -446,9 +468,13 @@ async def apply_configurations(kube: AsyncKube, url: str, ca: bytes) -> None:
         )
 
 
-async def configuration_problem(kube: AsyncKube, ca: bytes, url: str = "") -> str | None:
+async def configuration_problem(
+    kube: AsyncKube, ca: bytes, url: str = "", excluded_namespaces: Iterable[str] = ()
+) -> str | None:
     """Why the apiserver cannot call us yet: a configuration missing, or one of our webhooks
-    in it without our CA (or, with `url`, calling another address); None when all is set."""
+    in it without our CA (or, with `url`, calling another address or skipping other
+    namespaces than `excluded_namespaces`); None when all is set."""
+    skipped = namespace_selector(excluded_namespaces)
     wanted = base64.b64encode(ca).decode()
     for mutating in (False, True):
         name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
@@ -472,12 +498,22 @@ async def configuration_problem(kube: AsyncKube, ca: bytes, url: str = "") -> st
                 )
             if url and client.get("url") != url.rstrip("/") + _path(entry):
                 return f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} calls another URL"
+            if url and _hook(entry).skips_namespaces and entry.get("namespaceSelector") != skipped:
+                return (
+                    f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} skips "
+                    "other namespaces"
+                )
     return None
+
+
+def _hook(entry: dict[str, Any]) -> Webhook:
+    """Our webhook of an entry, found by its name."""
+    return next(w for w in WEBHOOKS if w.name == entry.get("name"))
 
 
 def _path(entry: dict[str, Any]) -> str:
     """Our path for a webhook entry, found by its name."""
-    return next(w.path for w in WEBHOOKS if w.name == entry.get("name"))
+    return _hook(entry).path
 
 
 async def set_ca_bundle(kube: AsyncKube, ca: bytes) -> None:
