@@ -71,6 +71,15 @@ def make(names: Sequence[str], now: dt.datetime, previous_ca: bytes = b"") -> di
             ),
             critical=True,
         )
+        # Key identifiers: clients that verify strictly (Python 3.13's default context, as
+        # RFC 5280 asks) refuse a chain without them.
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -85,6 +94,11 @@ def make(names: Sequence[str], now: dt.datetime, previous_ca: bytes = b"") -> di
         .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     bundle = ca_cert.public_bytes(serialization.Encoding.PEM)
