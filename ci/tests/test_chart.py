@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from skyhook_operator.kube.webhooks import WEBHOOKS
+from skyhook_operator.kube.webhooks import WEBHOOKS, configuration
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
@@ -411,6 +411,9 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     assert paths == {
         "validate-skyhook.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-skyhook",
         "validate-deploymentpolicy.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        "validate-deploymentpolicy-delete.nvidia.com": (
+            "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy-delete"
+        ),
         "mutate-skyhook.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
         "mutate-deploymentpolicy.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
         "mutate-pod-image.skyhook.nvidia.com": "/mutate-v1-pod-image",
@@ -424,7 +427,8 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     # Every webhook the chart registers is one the operator serves, at the same path.
     assert paths == {hook.name: hook.path for hook in WEBHOOKS}
     operations = {name: hook["rules"][0]["operations"] for name, hook in hooks.items()}
-    assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE", "DELETE"]
+    assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE"]
+    assert operations["validate-deploymentpolicy-delete.nvidia.com"] == ["DELETE"]
     assert operations["validate-skyhook.nvidia.com"] == ["CREATE", "UPDATE"]
     assert operations["mutate-pod-image.skyhook.nvidia.com"] == ["CREATE"]
     assert hooks["mutate-pod-image.skyhook.nvidia.com"]["objectSelector"] == {
@@ -439,11 +443,30 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
         }
         assert "caBundle" not in hook["clientConfig"], "filled in later; upgrades keep it"
         assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
-            "Fail",
+            "Ignore" if hook["name"] == "validate-deploymentpolicy-delete.nvidia.com" else "Fail",
             "None",
             10,
         )
         assert hook["admissionReviewVersions"] == ["v1"]
+    # The same rules and conditions as the operator registers out of the cluster: metadata
+    # writes and deletions never wait for a webhook.
+    registered = {
+        hook["name"]: hook
+        for mutating in (False, True)
+        for hook in configuration(mutating, "https://127.0.0.1:9443", b"")["webhooks"]
+    }
+    for name, hook in hooks.items():
+        for field in ("failurePolicy", "matchConditions", "objectSelector"):
+            assert hook.get(field) == registered[name].get(field), (name, field)
+        for field in ("apiGroups", "operations", "resources"):
+            ours = registered[name]["rules"][0][field]
+            assert hook["rules"][0][field] == ours, (name, field)
+    assert not [
+        name
+        for name, hook in hooks.items()
+        if "pod" not in name
+        and not ("matchConditions" in hook or hook["failurePolicy"] == "Ignore")
+    ]
     # Operator-made certificates are written under /tmp, an emptyDir.
     pod = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
@@ -472,6 +495,11 @@ def test_api_group_nodewright_names_the_webhooks_and_the_operator_speaks_it(
         ),
         "validate-deploymentpolicy.nvidia.com": (
             "/validate-nodewright-nvidia-com-v1alpha1-deploymentpolicy",
+            group,
+            ["deploymentpolicies"],
+        ),
+        "validate-deploymentpolicy-delete.nvidia.com": (
+            "/validate-nodewright-nvidia-com-v1alpha1-deploymentpolicy-delete",
             group,
             ["deploymentpolicies"],
         ),

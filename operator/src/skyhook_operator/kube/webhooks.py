@@ -46,6 +46,7 @@ from skyhook_operator.kube.client import (
     ApiError,
     AsyncKube,
 )
+from skyhook_planner.model.carryover import theirs
 from skyhook_planner.model.imagecompat import ENABLED_LABEL
 from skyhook_schemas import keys
 
@@ -74,6 +75,11 @@ class Webhook:
     # Only objects with these labels are sent (the apiserver filters): an optional feature
     # must not put every pod create behind our webhook.
     object_labels: tuple[tuple[str, str], ...] = ()
+    # Only requests for which this condition (a name, a CEL expression) holds are sent.
+    sent_when: tuple[str, str] | None = None
+    # Fail: nothing passes unchecked while the operator is down. Ignore: a check that must
+    # never stand between a user and a deletion.
+    failure_policy: str = "Fail"
 
     @property
     def handler_id(self) -> str:
@@ -91,8 +97,38 @@ MUTATE_POD_IMAGE = f"mutate-pod-image.{keys.GROUP}"
 _OTHER_KIND, _OTHER_PLURAL, _OTHER_SINGULAR = keys.KINDS[keys.OTHER_GROUP]
 FREEZE_OTHER_SCR = f"validate-readonly.{keys.OTHER_GROUP}"
 FREEZE_OTHER_POLICY = f"validate-readonly-deploymentpolicy.{keys.OTHER_GROUP}"
+VALIDATE_POLICY_DELETE = "validate-deploymentpolicy-delete.nvidia.com"
 _PATH_GROUP = f"{keys.GROUP.replace('.', '-')}-{keys.VERSION}"
 _OTHER_PATH_GROUP = f"{keys.OTHER_GROUP.replace('.', '-')}-{keys.VERSION}"
+
+# The break-glass rule: the apiserver calls the Skyhook and policy webhooks only for a create or
+# an update that changes `spec`, which is all they check (an unchanged spec is admitted as it
+# is). So the pause and disable annotations, labels and finalizers can be written while the
+# operator is down, and deletions go through (the policy delete check fails open).
+# Status writes go to the status subresource, which no webhook's rules name.
+_SPEC_CHANGED = (
+    "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
+    " || (has(object.spec) && object.spec != oldObject.spec)"
+)
+SPEC_CHANGED = ("spec-changed", _SPEC_CHANGED)
+
+
+def _annotation(obj: str, key: str) -> str:
+    """CEL: annotation `key` of `obj`, null when it has none."""
+    annotations = f"{obj}.metadata.annotations"
+    return f"(has({annotations}) && '{key}' in {annotations} ? {annotations}['{key}'] : null)"
+
+
+# The other group's objects once carried over: their pause and disable annotations are frozen
+# too (model/carryover.py frozen_edit), so a change to either is still sent.
+SPEC_OR_OTHER_SWITCHES_CHANGED = (
+    "spec-or-switch-changed",
+    _SPEC_CHANGED
+    + "".join(
+        f" || {_annotation('object', key)} != {_annotation('oldObject', key)}"
+        for key in (theirs(keys.PAUSE_ANNOTATION), theirs(keys.DISABLE_ANNOTATION))
+    ),
+)
 
 WEBHOOKS = (
     Webhook(
@@ -103,6 +139,7 @@ WEBHOOKS = (
         keys.PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         VALIDATE_POLICY,
@@ -110,8 +147,19 @@ WEBHOOKS = (
         keys.GROUP,
         keys.VERSION,
         keys.POLICY_PLURAL,
-        ("CREATE", "UPDATE", "DELETE"),
+        ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_CHANGED,
+    ),
+    Webhook(
+        VALIDATE_POLICY_DELETE,
+        f"/validate-{_PATH_GROUP}-deploymentpolicy-delete",
+        keys.GROUP,
+        keys.VERSION,
+        keys.POLICY_PLURAL,
+        ("DELETE",),
+        mutating=False,
+        failure_policy="Ignore",
     ),
     Webhook(
         FREEZE_OTHER_SCR,
@@ -121,6 +169,7 @@ WEBHOOKS = (
         _OTHER_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_OR_OTHER_SWITCHES_CHANGED,
     ),
     Webhook(
         FREEZE_OTHER_POLICY,
@@ -130,6 +179,7 @@ WEBHOOKS = (
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_OR_OTHER_SWITCHES_CHANGED,
     ),
     Webhook(
         MUTATE_SCR,
@@ -139,6 +189,7 @@ WEBHOOKS = (
         keys.PLURAL,
         ("CREATE", "UPDATE"),
         mutating=True,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         MUTATE_POLICY,
@@ -148,6 +199,7 @@ WEBHOOKS = (
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=True,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         MUTATE_POD_IMAGE,
@@ -418,7 +470,7 @@ def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
                     "scope": "*",
                 }
             ],
-            "failurePolicy": "Fail",
+            "failurePolicy": hook.failure_policy,
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
             "matchPolicy": "Equivalent",
@@ -428,6 +480,9 @@ def configuration(mutating: bool, url: str, ca: bytes) -> dict[str, Any]:
             entry["reinvocationPolicy"] = "Never"
         if hook.object_labels:
             entry["objectSelector"] = {"matchLabels": dict(hook.object_labels)}
+        if hook.sent_when:
+            condition, expression = hook.sent_when
+            entry["matchConditions"] = [{"name": condition, "expression": expression}]
         entries.append(entry)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
