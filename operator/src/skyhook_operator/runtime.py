@@ -412,7 +412,7 @@ def _leader(ours: Settings, kube: AsyncKube) -> LeaderElector | None:
         renew_deadline=ours.lease_renew_deadline,
         retry_period=ours.lease_retry_period,
     )
-    kube.fence(lambda: leader.leading)
+    kube.fence(leader.write_time_left)
     return leader
 
 
