@@ -418,7 +418,8 @@ async def sync_secret(
 
 def write_files(directory: Path, certificate: ServingCertificate) -> bool:
     """Write `tls.crt` and `tls.key` (readable by the owner only) when they differ; each file
-    is replaced in one rename, so the server never reads half a file. True when written."""
+    is created private (never readable by others, not even before its first byte) and
+    replaced in one rename, so the server never reads half a file. True when written."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     changed = False
     for file_name, content in (("tls.crt", certificate.cert), ("tls.key", certificate.key)):
@@ -426,8 +427,10 @@ def write_files(directory: Path, certificate: ServingCertificate) -> bool:
         if target.exists() and target.read_bytes() == content:
             continue
         scratch = directory / f".{file_name}.new"
-        scratch.write_bytes(content)
-        os.chmod(scratch, 0o600)
+        scratch.unlink(missing_ok=True)  # left by a process stopped half-way
+        handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
         scratch.replace(target)
         changed = True
     return changed
