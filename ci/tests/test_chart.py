@@ -654,11 +654,12 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
 
 
 def test_metrics_are_https_for_readers_as_upstreams_kube_rbac_proxy_serves_them(
-    render: Callable[..., list[Obj]],
+    render: Callable[..., list[Obj]], render_error: Callable[[Obj], str]
 ) -> None:
     objects = render({"metrics": {"serviceMonitor": {"enabled": True}}})
     service = named(objects, "Service", f"{FULLNAME}-metrics")
     assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https"}]
+    # The certificate is checked against the serving CA, the operator serving the webhook's.
     assert only(objects, "ServiceMonitor")["spec"]["endpoints"] == [
         {
             "port": "https",
@@ -666,9 +667,27 @@ def test_metrics_are_https_for_readers_as_upstreams_kube_rbac_proxy_serves_them(
             "path": "/metrics",
             "interval": "30s",
             "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-            "tlsConfig": {"insecureSkipVerify": True},
+            "tlsConfig": {
+                "serverName": f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc",
+                "ca": {"secret": {"name": "webhook-cert", "key": "ca.crt"}},
+            },
         }
     ]
+    env = env_of(objects)
+    assert env["SKYHOOK_METRICS_CERT_DIR"] == env["SKYHOOK_WEBHOOK_CERT_DIR"]
+    load_settings(env)
+    # Turned off only by saying so.
+    unchecked = render(
+        {"metrics": {"serviceMonitor": {"enabled": True, "insecureSkipVerify": True}}}
+    )
+    tls = only(unchecked, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]
+    assert tls == {"insecureSkipVerify": True}
+    assert "SKYHOOK_METRICS_CERT_DIR" not in env_of(unchecked)
+    # Without webhooks there is no serving CA to check it against.
+    refused = render_error(
+        {"webhook": {"enable": False}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    )
+    assert "metrics.serviceMonitor.insecureSkipVerify: false needs webhook.enable" in refused
     # The rules test_metrics_auth.py binds on the sandbox, where the operator checks them.
     reader = named(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]

@@ -131,7 +131,6 @@ class Operator:
             ours.event_interval,
             reporter=ours.leader_identity,
         )
-        secure = _secure_metrics(ours, kube.unfenced())
         telemetry = Telemetry(
             kube.request_totals,
             lambda: writer.queue_depth,
@@ -151,6 +150,8 @@ class Operator:
             before_passes=self._carry_over,
         )
         certificates = await self._webhooks(fetcher) if ours.enable_webhooks else None
+        # After the webhook certificate is on disk: /metrics may be served with it.
+        secure = _secure_metrics(ours, kube.unfenced())
         # The probes answer from here on: not ready until every index is full (and, with
         # webhooks, until the apiserver can call them).
         try:
