@@ -65,6 +65,12 @@ The scheme /metrics is served with, also the name of its port: https (secure, th
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end }}
 {{- end }}
 
+{{/* "true" when Prometheus checks the metrics certificate against the serving CA (the
+webhook Secret's), so the operator serves /metrics with the webhook's certificate. */}}
+{{- define "skyhook.metricsVerified" -}}
+{{- and .Values.metrics.secure .Values.metrics.serviceMonitor.enabled (not .Values.metrics.serviceMonitor.insecureSkipVerify) -}}
+{{- end }}
+
 {{/* The runtime-required taint: the value, or the spoken API group's default. */}}
 {{- define "skyhook.runtimeRequiredTaint" -}}
 {{- .Values.runtimeRequiredTaint | default (printf "%s=runtime-required:NoSchedule" .Values.apiGroup) -}}

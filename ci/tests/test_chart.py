@@ -24,7 +24,7 @@ from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
 from skyhook_operator.kube import webhooks
-from skyhook_operator.kube.webhooks import WEBHOOKS
+from skyhook_operator.kube.webhooks import WEBHOOKS, configuration
 from skyhook_operator.settings import Settings, load_settings
 from skyhook_planner.admission import review_skyhook
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
@@ -419,6 +419,9 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     assert paths == {
         "validate-skyhook.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-skyhook",
         "validate-deploymentpolicy.nvidia.com": "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
+        "validate-deploymentpolicy-delete.nvidia.com": (
+            "/validate-skyhook-nvidia-com-v1alpha1-deploymentpolicy-delete"
+        ),
         "mutate-skyhook.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-skyhook",
         "mutate-deploymentpolicy.nvidia.com": "/mutate-skyhook-nvidia-com-v1alpha1-deploymentpolicy",
         "mutate-pod-image.skyhook.nvidia.com": "/mutate-v1-pod-image",
@@ -432,7 +435,8 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
     # Every webhook the chart registers is one the operator serves, at the same path.
     assert paths == {hook.name: hook.path for hook in WEBHOOKS}
     operations = {name: hook["rules"][0]["operations"] for name, hook in hooks.items()}
-    assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE", "DELETE"]
+    assert operations["validate-deploymentpolicy.nvidia.com"] == ["CREATE", "UPDATE"]
+    assert operations["validate-deploymentpolicy-delete.nvidia.com"] == ["DELETE"]
     assert operations["validate-skyhook.nvidia.com"] == ["CREATE", "UPDATE"]
     assert operations["mutate-pod-image.skyhook.nvidia.com"] == ["CREATE"]
     assert hooks["mutate-pod-image.skyhook.nvidia.com"]["objectSelector"] == {
@@ -455,11 +459,30 @@ def test_webhooks_reach_the_operator_through_the_service(render: Callable[..., l
         }
         assert "caBundle" not in hook["clientConfig"], "filled in later; upgrades keep it"
         assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
-            "Fail",
+            "Ignore" if hook["name"] == "validate-deploymentpolicy-delete.nvidia.com" else "Fail",
             "None",
             10,
         )
         assert hook["admissionReviewVersions"] == ["v1"]
+    # The same rules and conditions as the operator registers out of the cluster: metadata
+    # writes and deletions never wait for a webhook.
+    registered = {
+        hook["name"]: hook
+        for mutating in (False, True)
+        for hook in configuration(mutating, "https://127.0.0.1:9443", b"")["webhooks"]
+    }
+    for name, hook in hooks.items():
+        for field in ("failurePolicy", "matchConditions", "objectSelector"):
+            assert hook.get(field) == registered[name].get(field), (name, field)
+        for field in ("apiGroups", "operations", "resources"):
+            ours = registered[name]["rules"][0][field]
+            assert hook["rules"][0][field] == ours, (name, field)
+    assert not [
+        name
+        for name, hook in hooks.items()
+        if "pod" not in name
+        and not ("matchConditions" in hook or hook["failurePolicy"] == "Ignore")
+    ]
     # Operator-made certificates are written under /tmp, an emptyDir.
     pod = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
@@ -488,6 +511,11 @@ def test_api_group_nodewright_names_the_webhooks_and_the_operator_speaks_it(
         ),
         "validate-deploymentpolicy.nvidia.com": (
             "/validate-nodewright-nvidia-com-v1alpha1-deploymentpolicy",
+            group,
+            ["deploymentpolicies"],
+        ),
+        "validate-deploymentpolicy-delete.nvidia.com": (
+            "/validate-nodewright-nvidia-com-v1alpha1-deploymentpolicy-delete",
             group,
             ["deploymentpolicies"],
         ),
@@ -664,11 +692,12 @@ def test_non_default_values(render: Callable[..., list[Obj]]) -> None:
 
 
 def test_metrics_are_https_for_readers_as_upstreams_kube_rbac_proxy_serves_them(
-    render: Callable[..., list[Obj]],
+    render: Callable[..., list[Obj]], render_error: Callable[[Obj], str]
 ) -> None:
     objects = render({"metrics": {"serviceMonitor": {"enabled": True}}})
     service = named(objects, "Service", f"{FULLNAME}-metrics")
     assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https"}]
+    # The certificate is checked against the serving CA, the operator serving the webhook's.
     assert only(objects, "ServiceMonitor")["spec"]["endpoints"] == [
         {
             "port": "https",
@@ -676,9 +705,27 @@ def test_metrics_are_https_for_readers_as_upstreams_kube_rbac_proxy_serves_them(
             "path": "/metrics",
             "interval": "30s",
             "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-            "tlsConfig": {"insecureSkipVerify": True},
+            "tlsConfig": {
+                "serverName": f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc",
+                "ca": {"secret": {"name": "webhook-cert", "key": "ca.crt"}},
+            },
         }
     ]
+    env = env_of(objects)
+    assert env["SKYHOOK_METRICS_CERT_DIR"] == env["SKYHOOK_WEBHOOK_CERT_DIR"]
+    load_settings(env)
+    # Turned off only by saying so.
+    unchecked = render(
+        {"metrics": {"serviceMonitor": {"enabled": True, "insecureSkipVerify": True}}}
+    )
+    tls = only(unchecked, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]
+    assert tls == {"insecureSkipVerify": True}
+    assert "SKYHOOK_METRICS_CERT_DIR" not in env_of(unchecked)
+    # Without webhooks there is no serving CA to check it against.
+    refused = render_error(
+        {"webhook": {"enable": False}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    )
+    assert "metrics.serviceMonitor.insecureSkipVerify: false needs webhook.enable" in refused
     # The rules test_metrics_auth.py binds on the sandbox, where the operator checks them.
     reader = named(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]

@@ -97,6 +97,7 @@ class Admission:
         self.handlers: dict[str, Handler] = {
             webhooks.VALIDATE_SCR: self.validate_skyhook,
             webhooks.VALIDATE_POLICY: self.validate_policy,
+            webhooks.VALIDATE_POLICY_DELETE: self.validate_policy,
             webhooks.MUTATE_SCR: self.normalise_skyhook,
             webhooks.MUTATE_POLICY: self.default_policy,
             webhooks.MUTATE_POD_IMAGE: self.choose_pod_image,

@@ -138,7 +138,6 @@ class Operator:
             ours.event_interval,
             reporter=ours.leader_identity,
         )
-        secure = _secure_metrics(ours, kube.unfenced())
         telemetry = Telemetry(
             kube.request_totals,
             lambda: writer.queue_depth,
@@ -156,6 +155,8 @@ class Operator:
             before_passes=self._carry_over,
         )
         certificates = await self._webhooks() if ours.enable_webhooks else None
+        # After the webhook certificate is on disk: /metrics may be served with it.
+        secure = _secure_metrics(ours, kube.unfenced())
         # The probes answer from here on: not ready until every index is full (and, with
         # webhooks, until the apiserver can call them).
         try:
@@ -443,7 +444,7 @@ def _leader(ours: Settings, kube: AsyncKube) -> LeaderElector | None:
         renew_deadline=ours.lease_renew_deadline,
         retry_period=ours.lease_retry_period,
     )
-    kube.fence(lambda: leader.leading)
+    kube.fence(leader.write_time_left)
     return leader
 
 

@@ -119,6 +119,16 @@ class Overlay(Generic[View]):
         self._entries[key] = (time.monotonic(), Versioned(key, last_version, None))
         self._changed.add(key)
 
+    def resource_version(self, key: Key) -> str | None:
+        """The newest resourceVersion this process has seen of `key` (the watch's, or that of
+        our last write), None when it knows of no such object."""
+        known = [
+            found.resource_version
+            for found in (self._index.get(key), (self._entries.get(key) or (0.0, None))[1])
+            if found is not None and found.view is not None
+        ]
+        return str(max(known)) if known else None
+
     def views(self) -> tuple[View, ...]:
         """Every object, in (namespace, name) order: the index's copy, or ours where ours is
         newer. Entries the watch has caught up with are dropped here."""

@@ -14,11 +14,15 @@ from unit.admission_cases import BAD_POLICIES, BAD_SKYHOOKS, Case
 
 from skyhook_dev.harness import wait_until
 from skyhook_operator.kube.client import ApiError, Kube
-from skyhook_operator.kube.webhooks import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION
+from skyhook_operator.kube.webhooks import (
+    MUTATING_CONFIGURATION,
+    VALIDATE_POLICY_DELETE,
+    VALIDATING_CONFIGURATION,
+)
 from skyhook_schemas import keys
 
 from .conftest import NAMESPACE
-from .helpers import Cluster
+from .helpers import Cluster, create_policy
 from .test_package_readmes import readme_scr
 
 REPO = Path(__file__).resolve().parents[3]
@@ -152,7 +156,10 @@ def test_the_webhook_fails_closed_and_the_certificate_lives_in_a_secret(cluster:
     ):
         configuration = kube.request("GET", f"{ADMISSION}/{kind}/{name}")
         for webhook in configuration["webhooks"]:
-            assert webhook["failurePolicy"] == "Fail"
+            # Only the policy delete check lets a request through unchecked.
+            assert webhook["failurePolicy"] == (
+                "Ignore" if webhook["name"] == VALIDATE_POLICY_DELETE else "Fail"
+            )
             assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert cluster.operator is not None
     cluster.operator.kill()  # a crash: the configurations stay, calling nobody
@@ -172,6 +179,52 @@ def test_the_webhook_fails_closed_and_the_certificate_lives_in_a_secret(cluster:
     )
     cluster.skyhooks.append("while-down")
     kube.request("POST", kube.skyhook_path(), good)
+
+
+def test_metadata_writes_and_deletions_go_through_while_the_operator_is_down(
+    cluster: Cluster, sandbox: Any
+) -> None:
+    kube = cluster.kube
+    name = "break-glass"
+    create_policy(
+        kube,
+        "break-glass-policy",
+        {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
+    )
+    cluster.skyhook(
+        name,
+        {"foo": {"version": "1.0.0", "image": "example.com/foo"}},
+        deploymentPolicy="break-glass-policy",
+    )
+    wait_until(
+        lambda: keys.FINALIZER in (cluster.get_skyhook(name)["metadata"].get("finalizers") or []),
+        60,
+        "the operator's finalizer",
+    )
+    assert cluster.operator is not None
+    cluster.operator.kill()  # a crash: the configurations stay, calling nobody
+    kubectl = ["kubectl", "--kubeconfig", str(sandbox.kubeconfig)]
+    scr = f"{keys.PLURAL}.{keys.GROUP}/{name}"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=60)
+
+    spec_change = run("patch", scr, "--type=merge", "-p", '{"spec":{"runtimeRequired":true}}')
+    assert spec_change.returncode == 1
+    assert "failed calling webhook" in spec_change.stderr
+    for step in (
+        # Still in use: refused while the operator runs, let through while it is down.
+        ("delete", f"deploymentpolicies.{keys.GROUP}/break-glass-policy"),
+        ("annotate", scr, f"{keys.PAUSE_ANNOTATION}=true"),
+        ("annotate", scr, f"{keys.DISABLE_ANNOTATION}=true"),
+        ("label", scr, "team=gpu"),
+        ("delete", scr, "--wait=false"),
+        ("patch", scr, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]'),
+    ):
+        done = run(*step)
+        assert done.returncode == 0, f"kubectl {' '.join(step)}: {done.stderr}"
+    assert cluster._gone(name)
+    assert _deleted(kube, "break-glass-policy")
 
 
 def test_crd_rules_hold_with_the_webhooks_off(cluster: Cluster) -> None:

@@ -6,6 +6,7 @@ The answers are cached: scraping again asks the apiserver nothing."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import re
 from collections.abc import Callable, Iterator
@@ -156,3 +157,26 @@ def test_metrics_need_a_token_allowed_to_get_them(
         pass
     else:
         assert refused.status == 400
+
+
+def test_metrics_served_with_the_webhook_certificate_verify_against_the_serving_ca(
+    kube: Kube, start_operator: Callable[..., OperatorProcess], tmp_path: Path
+) -> None:
+    # As the chart runs it for a ServiceMonitor that checks the certificate: /metrics from the
+    # webhook's certificate directory, which the operator fills from its Secret at start.
+    certs = tmp_path / "serving-certs"
+    operator = start_operator(
+        SKYHOOK_METRICS_SECURE="true",
+        SKYHOOK_WEBHOOK_CERT_DIR=str(certs),
+        SKYHOOK_METRICS_CERT_DIR=str(certs),
+    )
+    secret = kube.request("GET", kube.namespaced_path("secrets", NAMESPACE, "webhook-cert"))
+    (tmp_path / "serving-ca.crt").write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    https = urllib3.PoolManager(
+        retries=False,
+        timeout=urllib3.Timeout(connect=2.0, read=15.0),
+        cert_reqs="CERT_REQUIRED",
+        ca_certs=str(tmp_path / "serving-ca.crt"),
+    )
+    answer = https.request("GET", operator.metrics_url)  # verified, or this raises
+    assert (answer.status, answer.data.decode()) == (401, "Unauthorized")

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
 from dataclasses import replace
 from typing import Any
 
 from skyhook_dev.harness import wait_until
-from skyhook_operator.kube.client import STRATEGIC_MERGE_PATCH, Kube, connect_async
+from skyhook_operator.kube.client import STRATEGIC_MERGE_PATCH, ApiError, Kube, connect_async
+from skyhook_operator.kube.verbs import ApiVerbs
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import PatchNode, Plan
@@ -150,3 +152,38 @@ async def _write(kubeconfig: str, patch: PatchNode) -> None:
         assert await writer.close(timeout=10)
     finally:
         await client.close()
+
+
+def test_a_cordon_planned_from_an_older_node_is_not_applied(sandbox: Sandbox, kube: Kube) -> None:
+    name = "node-patch-stale-cordon"
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    seen = kube.request("POST", "/api/v1/nodes", body)
+    try:
+        # Another writer (a replica that took over the Lease) changes the node after this
+        # replica last saw it.
+        kubectl = ["kubectl", "--kubeconfig", str(sandbox.kubeconfig)]
+        subprocess.run([*kubectl, "label", "node", name, "taken-over=yes"], check=True)
+        cordon = PatchNode(name, annotations={"b": "2"}, unschedulable=True)
+        assert asyncio.run(_send_as_seen(str(sandbox.kubeconfig), seen, cordon)) == 409
+        node = kube.request("GET", kube.node_path(name))
+        assert not node["spec"].get("unschedulable"), "the stale cordon did not land"
+        assert "b" not in (node["metadata"].get("annotations") or {})
+        # Planned again from the node as it is now, it goes through.
+        assert asyncio.run(_send_as_seen(str(sandbox.kubeconfig), node, cordon)) is None
+        assert kube.request("GET", kube.node_path(name))["spec"]["unschedulable"] is True
+    finally:
+        kube.request("DELETE", kube.node_path(name))
+
+
+async def _send_as_seen(kubeconfig: str, node: dict[str, Any], patch: PatchNode) -> int | None:
+    """Send `patch` from a store that last saw `node`: the status of the refusal, or None."""
+    client = connect_async(kubeconfig)
+    store = ClusterStore()
+    store.nodes.wrote(node)
+    try:
+        await ApiVerbs(client, store).send(patch)
+    except ApiError as error:
+        return error.status
+    finally:
+        await client.close()
+    return None

@@ -11,6 +11,7 @@ import os
 import ssl
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,23 +69,53 @@ def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path: Path) -> None:
     assert found.authorization() == "Bearer from-a"
 
 
-def test_embedded_client_certificates_go_to_private_files_tls_loads(tmp_path: Path) -> None:
+def test_embedded_client_certificates_load_without_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     made = webhooks.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
     user = {
         "client-certificate-data": base64.b64encode(made.cert).decode(),
         "client-key-data": base64.b64encode(made.key).decode(),
     }
     cluster = {"certificate-authority-data": base64.b64encode(made.ca).decode()}
-    found = credentials.from_kubeconfig(str(_single(tmp_path / "config", user, **cluster)))
-    assert found.cert_file and found.key_file
-    assert Path(found.cert_file).read_bytes() == made.cert
-    assert Path(found.key_file).read_bytes() == made.key
-    assert Path(found.key_file).stat().st_mode & 0o777 == 0o600
+    config = _single(tmp_path / "kube" / "config", user, **cluster)
+    scratch = tmp_path / "tmp"  # where a temporary file would go
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    found = credentials.from_kubeconfig(str(config))
     assert found.ca_data == made.ca.decode()
     assert found.authorization() is None
     context = found.tls_context()  # loads the pair and the CA; a wrong key raises here
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.get_ca_certs()
+    assert made.key.decode() not in repr(found)
+    # Nothing a SIGKILL could leave behind: no file holds the key while the client runs.
+    assert list(scratch.iterdir()) == []
+    assert (found.cert_file, found.key_file) == (None, None)
+    held = [Path(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+    assert not [fd for fd in held if fd.is_file() and _holds(fd, made.key)]
+
+
+def _holds(path: Path, content: bytes) -> bool:
+    try:
+        return content in path.read_bytes()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("written", ["false", "true", "no", 0, 1, "False"])
+def test_insecure_skip_tls_verify_is_a_strict_boolean(tmp_path: Path, written: object) -> None:
+    config = _single(tmp_path / "config", {"token": "t"}, **{"insecure-skip-tls-verify": written})
+    with pytest.raises(CredentialsError) as refused:
+        credentials.from_kubeconfig(str(config))
+    assert str(refused.value) == (
+        f"kubeconfig {config}: cluster 'c': insecure-skip-tls-verify must be true or false, "
+        f"not {written!r}"
+    )
+    for value, verify in ((False, True), (True, False)):
+        config = _single(tmp_path / "config", {"token": "t"}, **{"insecure-skip-tls-verify": value})
+        assert credentials.from_kubeconfig(str(config)).verify is verify
 
 
 def test_basic_authentication_and_skipped_verification(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@ handshake a client trusting only the CA bundle completes."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
 import socket
 import ssl
 import stat
@@ -12,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from skyhook_operator.kube.webhooks import (
@@ -85,6 +88,38 @@ def test_files_are_private_and_rewritten_only_on_change(tmp_path: Path) -> None:
     assert stat.S_IMODE((directory / "tls.key").stat().st_mode) == 0o600
     assert not write_files(directory, certificate)
     assert write_files(directory, generate(["127.0.0.1"], NOW))
+
+
+def test_the_key_is_never_readable_by_others_even_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "certs"
+    directory.mkdir(mode=0o755)
+    # A process stopped right after the key's bytes are written: no later step (a chmod, the
+    # key's rename) comes.
+    monkeypatch.setattr(os, "chmod", _stopped)
+    renamed = Path.replace
+    monkeypatch.setattr(
+        Path,
+        "replace",
+        lambda path, target: _stopped() if path.name == ".tls.key.new" else renamed(path, target),
+    )
+    umask = os.umask(0o022)
+    try:
+        with contextlib.suppress(_Stopped):
+            write_files(directory, generate(["127.0.0.1"], NOW))
+    finally:
+        os.umask(umask)
+    written = {f.name: stat.S_IMODE(f.stat().st_mode) for f in directory.iterdir()}
+    assert written == {"tls.crt": 0o600, ".tls.key.new": 0o600}
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stopped(*args: object) -> None:
+    raise _Stopped
 
 
 def test_a_secret_round_trips() -> None:

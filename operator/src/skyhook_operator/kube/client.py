@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -79,6 +80,10 @@ class NotLeading(ApiError):
 
     def __init__(self, method: str, path: str) -> None:
         super().__init__(0, "not the leader: writes are fenced off", method, path)
+
+
+# A fenced write with less time than this left is not sent: it could not be answered.
+_LEAST_WRITE_TIME = 0.01  # seconds
 
 
 class Unreachable(ConnectionError):
@@ -184,7 +189,7 @@ class AsyncKube(Paths):
 
     def __init__(self, session: _Session) -> None:
         self._session = session
-        self._may_write: Callable[[], bool] = lambda: True
+        self._write_time_left: Callable[[], float] = lambda: math.inf
 
     @property
     def credentials(self) -> Credentials:
@@ -194,9 +199,12 @@ class AsyncKube(Paths):
         """Another view of the same session, without this view's write fence."""
         return AsyncKube(self._session)
 
-    def fence(self, may_write: Callable[[], bool]) -> None:
-        """Refuse every request but a GET (raising NotLeading) while `may_write()` is false."""
-        self._may_write = may_write
+    def fence(self, write_time_left: Callable[[], float]) -> None:
+        """Bound every request but a GET by `write_time_left()` seconds: refused unsent
+        (NotLeading) when none are left, else timed out within them, by this client and by
+        the apiserver (its `timeout` parameter), so no write outlives the lease it was sent
+        under."""
+        self._write_time_left = write_time_left
 
     def request_counts(self) -> str:
         """What this session asked so far, busiest first (the shutdown log line)."""
@@ -249,22 +257,23 @@ class AsyncKube(Paths):
         timeout: float,
         retries: int,
     ) -> str:
-        if method != "GET" and not self._may_write():
-            raise NotLeading(method, path)
         session = self._session
-        url = session.host + path + ("?" + urlencode(query) if query else "")
+        bounded, query_now = self._bounded(method, path, timeout, query)
         what = session.count(method, path)
         payload = None if body is None else orjson.dumps(body, default=_plain)
         attempt = 0
         reauthenticated = False
         while True:
+            if attempt or reauthenticated:  # time went by: bound the next attempt anew
+                bounded, query_now = self._bounded(method, path, timeout, query)
+            url = session.host + path + ("?" + urlencode(query_now) if query_now else "")
             try:
                 async with session.http().request(
                     method,
                     url,
                     data=payload,
                     headers=session.headers(content_type),
-                    timeout=aiohttp.ClientTimeout(total=timeout),
+                    timeout=aiohttp.ClientTimeout(total=bounded),
                 ) as response:
                     text = await response.text()
             except aiohttp.ClientConnectorError as error:
@@ -286,6 +295,20 @@ class AsyncKube(Paths):
             session.count_error(what, str(response.status))
             raise _api_error(response.status, response.reason or "", text, method, path)
         return text
+
+    def _bounded(
+        self, method: str, path: str, timeout: float, query: Mapping[str, str] | None
+    ) -> tuple[float, Mapping[str, str] | None]:
+        """The timeout and query for a request sent now: a write's within the fence's time
+        left (NotLeading when there is none)."""
+        if method == "GET":
+            return timeout, query
+        left = self._write_time_left()
+        if left < _LEAST_WRITE_TIME:
+            raise NotLeading(method, path)
+        if left >= timeout:
+            return timeout, query
+        return left, {**(query or {}), "timeout": f"{int(left * 1000)}ms"}
 
     async def stream(
         self, path: str, query: Mapping[str, str], read_timeout: float = 330.0

@@ -13,13 +13,12 @@ growth of peak RSS when it is imported last).
 
 from __future__ import annotations
 
-import atexit
 import base64
+import contextlib
 import os
 import ssl
-import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,9 @@ class Credentials:
     cert_file: str | None = None
     key_file: str | None = None
     authorization: Callable[[], str | None] = _no_authorization
+    # A client certificate and key given in the kubeconfig itself (PEM): kept in memory only.
+    cert_data: str | None = field(default=None, repr=False)
+    key_data: str | None = field(default=None, repr=False)
 
     def tls_context(self) -> ssl.SSLContext:
         if self.verify:
@@ -57,9 +59,29 @@ class Credentials:
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        if self.cert_file:
-            context.load_cert_chain(self.cert_file, self.key_file or None)
+        if self.cert_file or self.cert_data:
+            with (
+                _readable(self.cert_file, self.cert_data) as cert,
+                _readable(self.key_file, self.key_data) as key,
+            ):
+                context.load_cert_chain(cert, key)
         return context
+
+
+@contextlib.contextmanager
+def _readable(path: str | None, data: str | None) -> Iterator[str]:
+    """A path `ssl` can load `data` from (it reads client certificates from files only): a
+    memory file, never on disk and gone once closed, so a key outlives no process, not even
+    a killed one. `path` when there is no data."""
+    if data is None:
+        yield path or ""
+        return
+    handle = os.memfd_create("skyhook-kubeconfig", os.MFD_CLOEXEC)
+    try:
+        os.write(handle, data.encode())
+        yield f"/proc/self/fd/{handle}"
+    finally:
+        os.close(handle)
 
 
 def load(kubeconfig: str | None = None, environ: Mapping[str, str] | None = None) -> Credentials:
@@ -115,10 +137,14 @@ def from_kubeconfig(paths: str) -> Credentials:
     if not server:
         raise CredentialsError(f"kubeconfig {paths}: cluster {cluster_name!r} has no server")
     user_at = f"kubeconfig {paths}: user {user_name!r}"
+    cert_data = _decoded(user, "client-certificate-data", user_at)
+    key_data = _decoded(user, "client-key-data", user_at)
     cert_file, key_file = _client_certificate(user, user_at)
     return Credentials(
         host=server.rstrip("/"),
-        verify=not cluster.fields.get("insecure-skip-tls-verify", False),
+        verify=not _boolean(
+            cluster, "insecure-skip-tls-verify", f"kubeconfig {paths}: cluster {cluster_name!r}"
+        ),
         ca_file=cluster.path_of("certificate-authority"),
         ca_data=_decoded(
             cluster, "certificate-authority-data", f"kubeconfig {paths}: cluster {cluster_name!r}"
@@ -126,6 +152,8 @@ def from_kubeconfig(paths: str) -> Credentials:
         cert_file=cert_file,
         key_file=key_file,
         authorization=_user_authorization(user, user_at),
+        cert_data=cert_data,
+        key_data=key_data,
     )
 
 
@@ -196,26 +224,25 @@ def _decoded(entry: _Entry, key: str, where: str) -> str | None:
         raise CredentialsError(f"{where}: {key} is not base64 PEM: {err}") from err
 
 
+def _boolean(entry: _Entry, key: str, where: str) -> bool:
+    """A kubeconfig boolean: true or false as YAML writes them, false when absent. Anything
+    else (a quoted "false" among them) is refused: read loosely, it could turn a check off."""
+    value = entry.fields.get(key, False)
+    if not isinstance(value, bool):
+        raise CredentialsError(f"{where}: {key} must be true or false, not {value!r}")
+    return value
+
+
 def _client_certificate(user: _Entry, where: str) -> tuple[str | None, str | None]:
+    """The client certificate's and key's file paths; each given as data instead counts as
+    present (`Credentials` keeps the data)."""
     cert = user.path_of("client-certificate")
     key = user.path_of("client-key")
-    if user.fields.get("client-certificate-data"):
-        cert = _private_file(_decoded(user, "client-certificate-data", where) or "")
-    if user.fields.get("client-key-data"):
-        key = _private_file(_decoded(user, "client-key-data", where) or "")
-    if bool(cert) != bool(key):
+    has_cert = bool(cert or user.fields.get("client-certificate-data"))
+    has_key = bool(key or user.fields.get("client-key-data"))
+    if has_cert != has_key:
         raise CredentialsError(f"{where}: a client certificate needs both its certificate and key")
     return cert, key
-
-
-def _private_file(content: str) -> str:
-    """`ssl` loads a client certificate only from a file: one readable by this user alone,
-    removed when the process exits."""
-    handle, name = tempfile.mkstemp(prefix="skyhook-kubeconfig-")
-    with os.fdopen(handle, "w") as file:
-        file.write(content)
-    atexit.register(Path(name).unlink, missing_ok=True)
-    return name
 
 
 def _user_authorization(user: _Entry, where: str) -> Callable[[], str | None]:

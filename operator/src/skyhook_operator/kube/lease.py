@@ -9,9 +9,13 @@ compared). Every write is a PUT preconditioned on the resourceVersion read, so o
 replicas racing for the Lease one wins and the other gets a 409.
 
 Fencing: the leader counts itself leading only until `renew_deadline` after the start of its
-last successful renewal, a deadline shorter than the lease duration, so it stops writing
-before anyone else may take over even if its renewals hang. `AsyncKube.fence` makes every write
-of the operator's client check that (the elector's own view of the session is unfenced).
+last successful renewal, a deadline shorter than the lease duration, so it stops sending writes
+before anyone else may take over even if its renewals hang. Another replica may take the Lease
+no sooner than the lease duration after that start (it waits that long after it saw the
+renewal, which came after the start), so a write sent while leading is given at most the time
+left until then (`write_time_left`): no write outlives the lease it was sent under.
+`AsyncKube.fence` makes every write of the operator's client check that (the elector's own view
+of the session is unfenced).
 
 `decide` is the pure part: what one attempt does, given what was last seen of the Lease.
 """
@@ -102,6 +106,12 @@ def claimed(record: Record, identity: str, duration_s: int, stamp: str) -> Recor
     return Record(identity, duration_s, stamp, stamp, record.transitions + 1)
 
 
+def write_time_left(now: float, valid_until: float, takeable_at: float) -> float:
+    """Seconds a write sent at `now` may take: none once this replica stopped leading (at
+    `valid_until`), else until another replica could take the Lease (at `takeable_at`)."""
+    return takeable_at - now if now < valid_until else 0.0
+
+
 def released(record: Record, stamp: str) -> Record:
     """What the leader writes when it stops: no holder, so a successor need not wait."""
     return replace(record, holder="", duration_s=1, renew_time=stamp)
@@ -134,12 +144,17 @@ class LeaderElector:
         self._retry_period = retry_period
         self._seen: Seen | None = None
         self._valid_until = 0.0  # monotonic; leading while now is before it
+        self._takeable_at = 0.0  # monotonic; another replica may take the Lease from then
         self._changed = asyncio.Event()
         self._stopped = False
 
     @property
     def leading(self) -> bool:
         return time.monotonic() < self._valid_until
+
+    def write_time_left(self) -> float:
+        """Seconds a write sent now may take (`write_time_left` below)."""
+        return write_time_left(time.monotonic(), self._valid_until, self._takeable_at)
 
     async def wait_leading(self) -> None:
         """Return once this replica leads."""
@@ -219,6 +234,7 @@ class LeaderElector:
         self._observe(answer, started)
         if not self._stopped:  # an attempt that ends after step_down does not lead again
             self._valid_until = started + self._renew_deadline
+            self._takeable_at = started + self._duration_s
 
     def _observe(self, lease: Json, at: float) -> None:
         record = Record.from_api(lease)

@@ -5,7 +5,10 @@ read again, so a burst of passes costs one request. One aiohttp session, opened 
 read, serves every read (Prometheus is not the apiserver: its TLS and credentials are not the
 API client's). A read that fails (no answer, a timeout,
 an HTTP error, a body that is not Prometheus's answer) becomes an `AlertReading` with `error`
-set: the planner holds interrupts on it (rules/holds.py), it never raises here.
+set: the planner holds interrupts on it (rules/holds.py), it never raises here. The error is a
+fixed description (the status code, the content type, the kind of parse error), never the
+answer's text: it goes into the Skyhook's conditions, which more people read than the URL's
+owner meant to answer. An answer is read up to MAX_ANSWER_BYTES.
 """
 
 from __future__ import annotations
@@ -25,16 +28,22 @@ from skyhook_planner.model.alerts import Alert, AlertReading
 log = logging.getLogger(__name__)
 
 ALERTS_PATH = "/api/v1/alerts"
+# Far above the alerts of a large cluster; beyond it the answer is not read on.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
+
+class NotAlerts(ValueError):
+    """The answer is not Prometheus's alert list; the message never quotes the answer."""
 
 
 def parse_alerts(body: Any) -> tuple[Alert, ...]:
-    """The alerts of a Prometheus `/api/v1/alerts` answer; ValueError when it is not one."""
+    """The alerts of a Prometheus `/api/v1/alerts` answer; NotAlerts when it is not one."""
     if not isinstance(body, dict) or body.get("status") != "success":
-        error = body.get("error") if isinstance(body, dict) else None
-        raise ValueError(f"Prometheus answered {error or 'without status success'}")
-    alerts = (body.get("data") or {}).get("alerts")
+        raise NotAlerts("the answer's status is not success")
+    data = body.get("data")
+    alerts = data.get("alerts") if isinstance(data, dict) else None
     if not isinstance(alerts, list):
-        raise ValueError("the answer has no data.alerts list")
+        raise NotAlerts("the answer has no data.alerts list")
     return tuple(
         Alert(str((a.get("labels") or {}).get("alertname", "")), str(a.get("state", "")))
         for a in alerts
@@ -80,11 +89,28 @@ class AlertPoller:
         read_at = datetime.now(UTC)
         try:
             async with session.get(url + ALERTS_PATH) as response:
-                text = await response.text()
+                kind = response.headers.get("Content-Type", "no content type")
                 if response.status != 200:
-                    raise ValueError(f"HTTP {response.status}: {text.strip()[:200]}")
-                alerts = parse_alerts(json.loads(text))
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+                    raise NotAlerts(f"HTTP {response.status} ({kind})")
+                answer = await _read_at_most(response.content, MAX_ANSWER_BYTES, kind)
+                try:
+                    body = json.loads(answer)
+                except ValueError as error:  # its text may quote the answer
+                    problem = f"the answer ({kind}) is not JSON: {type(error).__name__}"
+                    raise NotAlerts(problem) from None
+                alerts = parse_alerts(body)
+        except (aiohttp.ClientError, TimeoutError, NotAlerts) as error:
             problem = str(error) or type(error).__name__
             return AlertReading(url, read_at, error=f"GET {url}{ALERTS_PATH}: {problem}")
         return AlertReading(url, read_at, alerts)
+
+
+async def _read_at_most(content: aiohttp.StreamReader, limit: int, kind: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise NotAlerts(f"the answer ({kind}) is larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -5,7 +5,9 @@ every patch states the end result (a merge patch of keys, a taint list computed 
 node as it is now), so sending an action twice changes nothing.
 
 Conflict-aware: writes that replace a list (taints, finalizers) are preconditioned on the
-resourceVersion they were computed from and recomputed from a fresh read on conflict.
+resourceVersion they were computed from and recomputed from a fresh read on conflict. A cordon
+or uncordon is preconditioned on the node's resourceVersion as last seen, and a conflict left
+to the next pass.
 Annotation and label writes are per-key merge patches and need no precondition: the planner
 owns those keys. The lists are computed with the planner's own rules (model/effects.py), so
 the replay and the simulator show what is sent.
@@ -114,6 +116,12 @@ class ApiVerbs:
         conditions = _conditions_patch(action)
         if action.unschedulable is not None:
             body: Json = {"spec": {"unschedulable": action.unschedulable}}
+            # Preconditioned on the node as this replica last saw it: a cordon or uncordon
+            # planned before another writer changed the node (a replica that took over the
+            # Lease) is a 409, left for the next pass to plan again from the newer node.
+            seen = self._store.nodes.resource_version(("", action.name))
+            if seen is not None:
+                metadata = {**metadata, "resourceVersion": seen}
             if metadata:
                 body["metadata"] = metadata
             path = self._kube.node_path(action.name)

@@ -46,6 +46,7 @@ from skyhook_operator.kube.client import (
     ApiError,
     AsyncKube,
 )
+from skyhook_planner.model.carryover import theirs
 from skyhook_planner.model.imagecompat import ENABLED_LABEL
 from skyhook_schemas import keys
 
@@ -79,6 +80,11 @@ class Webhook:
     # Objects in the excluded namespaces are never sent (namespaceSelector): a webhook any
     # pod may ask for stays off the system namespaces and the operator's own.
     skips_namespaces: bool = False
+    # Only requests for which this condition (a name, a CEL expression) holds are sent.
+    sent_when: tuple[str, str] | None = None
+    # Fail: nothing passes unchecked while the operator is down. Ignore: a check that must
+    # never stand between a user and a deletion.
+    failure_policy: str = "Fail"
 
 
 # Named after the group the operator speaks, as upstream names them: the apiserver's denial
@@ -92,8 +98,38 @@ MUTATE_POD_IMAGE = f"mutate-pod-image.{keys.GROUP}"
 _OTHER_KIND, _OTHER_PLURAL, _OTHER_SINGULAR = keys.KINDS[keys.OTHER_GROUP]
 FREEZE_OTHER_SCR = f"validate-readonly.{keys.OTHER_GROUP}"
 FREEZE_OTHER_POLICY = f"validate-readonly-deploymentpolicy.{keys.OTHER_GROUP}"
+VALIDATE_POLICY_DELETE = "validate-deploymentpolicy-delete.nvidia.com"
 _PATH_GROUP = f"{keys.GROUP.replace('.', '-')}-{keys.VERSION}"
 _OTHER_PATH_GROUP = f"{keys.OTHER_GROUP.replace('.', '-')}-{keys.VERSION}"
+
+# The break-glass rule: the apiserver calls the Skyhook and policy webhooks only for a create or
+# an update that changes `spec`, which is all they check (an unchanged spec is admitted as it
+# is). So the pause and disable annotations, labels and finalizers can be written while the
+# operator is down, and deletions go through (the policy delete check fails open).
+# Status writes go to the status subresource, which no webhook's rules name.
+_SPEC_CHANGED = (
+    "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
+    " || (has(object.spec) && object.spec != oldObject.spec)"
+)
+SPEC_CHANGED = ("spec-changed", _SPEC_CHANGED)
+
+
+def _annotation(obj: str, key: str) -> str:
+    """CEL: annotation `key` of `obj`, null when it has none."""
+    annotations = f"{obj}.metadata.annotations"
+    return f"(has({annotations}) && '{key}' in {annotations} ? {annotations}['{key}'] : null)"
+
+
+# The other group's objects once carried over: their pause and disable annotations are frozen
+# too (model/carryover.py frozen_edit), so a change to either is still sent.
+SPEC_OR_OTHER_SWITCHES_CHANGED = (
+    "spec-or-switch-changed",
+    _SPEC_CHANGED
+    + "".join(
+        f" || {_annotation('object', key)} != {_annotation('oldObject', key)}"
+        for key in (theirs(keys.PAUSE_ANNOTATION), theirs(keys.DISABLE_ANNOTATION))
+    ),
+)
 
 WEBHOOKS = (
     Webhook(
@@ -104,6 +140,7 @@ WEBHOOKS = (
         keys.PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         VALIDATE_POLICY,
@@ -111,8 +148,19 @@ WEBHOOKS = (
         keys.GROUP,
         keys.VERSION,
         keys.POLICY_PLURAL,
-        ("CREATE", "UPDATE", "DELETE"),
+        ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_CHANGED,
+    ),
+    Webhook(
+        VALIDATE_POLICY_DELETE,
+        f"/validate-{_PATH_GROUP}-deploymentpolicy-delete",
+        keys.GROUP,
+        keys.VERSION,
+        keys.POLICY_PLURAL,
+        ("DELETE",),
+        mutating=False,
+        failure_policy="Ignore",
     ),
     Webhook(
         FREEZE_OTHER_SCR,
@@ -122,6 +170,7 @@ WEBHOOKS = (
         _OTHER_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_OR_OTHER_SWITCHES_CHANGED,
     ),
     Webhook(
         FREEZE_OTHER_POLICY,
@@ -131,6 +180,7 @@ WEBHOOKS = (
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=False,
+        sent_when=SPEC_OR_OTHER_SWITCHES_CHANGED,
     ),
     Webhook(
         MUTATE_SCR,
@@ -140,6 +190,7 @@ WEBHOOKS = (
         keys.PLURAL,
         ("CREATE", "UPDATE"),
         mutating=True,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         MUTATE_POLICY,
@@ -149,6 +200,7 @@ WEBHOOKS = (
         keys.POLICY_PLURAL,
         ("CREATE", "UPDATE"),
         mutating=True,
+        sent_when=SPEC_CHANGED,
     ),
     Webhook(
         MUTATE_POD_IMAGE,
@@ -368,7 +420,8 @@ async def sync_secret(
 
 def write_files(directory: Path, certificate: ServingCertificate) -> bool:
     """Write `tls.crt` and `tls.key` (readable by the owner only) when they differ; each file
-    is replaced in one rename, so the server never reads half a file. True when written."""
+    is created private (never readable by others, not even before its first byte) and
+    replaced in one rename, so the server never reads half a file. True when written."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     changed = False
     for file_name, content in (("tls.crt", certificate.cert), ("tls.key", certificate.key)):
@@ -376,8 +429,10 @@ def write_files(directory: Path, certificate: ServingCertificate) -> bool:
         if target.exists() and target.read_bytes() == content:
             continue
         scratch = directory / f".{file_name}.new"
-        scratch.write_bytes(content)
-        os.chmod(scratch, 0o600)
+        scratch.unlink(missing_ok=True)  # left by a process stopped half-way
+        handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
         scratch.replace(target)
         changed = True
     return changed
@@ -432,7 +487,7 @@ def configuration(
                     "scope": "*",
                 }
             ],
-            "failurePolicy": "Fail",
+            "failurePolicy": hook.failure_policy,
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
             "matchPolicy": "Equivalent",
@@ -444,6 +499,9 @@ def configuration(
             entry["objectSelector"] = {"matchLabels": dict(hook.object_labels)}
         if hook.skips_namespaces:
             entry["namespaceSelector"] = namespace_selector(excluded_namespaces)
+        if hook.sent_when:
+            condition, expression = hook.sent_when
+            entry["matchConditions"] = [{"name": condition, "expression": expression}]
         entries.append(entry)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
