@@ -160,7 +160,8 @@ class ChartDeployment:
         lease = load_settings(self.environment).lease_name
         holder = kubectl(
             self.admin,
-            *("get", "lease", lease, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"),
+            *("get", "lease", lease, "-n", NAMESPACE, "--ignore-not-found"),
+            *("-o", "jsonpath={.spec.holderIdentity}"),
         )
         return holder.rsplit("_", 1)[0]  # the operator adds a suffix per start
 
