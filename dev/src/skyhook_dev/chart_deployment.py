@@ -93,6 +93,7 @@ class ChartDeployment:
     replicas: list[OperatorProcess] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)
+    service_account: str = ""
 
     def install(self) -> ChartDeployment:
         """Apply the chart's objects but the Deployment and webhook configurations; keep the
@@ -107,6 +108,7 @@ class ChartDeployment:
                 f"not {OPERATOR_COMMAND[0] + OPERATOR_COMMAND[1]} as this harness does"
             )
         self.environment = {variable["name"]: variable["value"] for variable in container["env"]}
+        self.service_account = pod["serviceAccountName"]
         self.names = [
             f"{deployment['metadata']['name']}-{i}" for i in range(deployment["spec"]["replicas"])
         ]
@@ -151,7 +153,9 @@ class ChartDeployment:
 
     def _account_kubeconfig(self) -> Path:
         token = kubectl(
-            self.admin, "create", "token", RELEASE, "-n", NAMESPACE, f"--duration={TOKEN_DURATION}"
+            self.admin,
+            *("create", "token", self.service_account, "-n", NAMESPACE),
+            f"--duration={TOKEN_DURATION}",
         ).strip()
         return account_kubeconfig(self.admin, token, self.work / "account.kubeconfig")
 

@@ -117,12 +117,12 @@ def test_shared_scenario(runner: scenarios.Runner, scenario: Any) -> None:
 
 
 def test_the_apiserver_calls_the_other_groups_webhook(deployment: ChartDeployment) -> None:
-    """A Nodewright (the other API group) created with a server-side dry run comes back with
+    """A NodeWright (the other API group) created with a server-side dry run comes back with
     the operator's notice that it speaks skyhook.nvidia.com: the apiserver called the replicas'
     webhook for that group."""
     nodewright = {
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
-        "kind": "Nodewright",
+        "kind": "NodeWright",
         "metadata": {"name": "chart-shape-probe"},
         "spec": {"packages": {}},
     }
