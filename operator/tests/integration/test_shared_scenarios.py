@@ -6,7 +6,8 @@ metrics and the URL webhooks of both API groups, and two nodes labelled
 `skyhook.nvidia.com/test-node=demo` for the whole list. The runner talks to the apiserver only
 through kubectl with `sandbox.kubeconfig`. The sandbox serves every shellscript tag from
 packages/shellscript, as kind is served the images ci/e2e-kind builds from it. After the list,
-a Forbidden answer in either replica's log fails the run."""
+a Forbidden answer in either replica's log, a replica that exited or a Lease held by neither
+fails the run."""
 
 from __future__ import annotations
 
@@ -47,8 +48,9 @@ SELF_SIGNED.verify_mode = ssl.CERT_NONE
 def deployment(
     sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ChartDeployment]:
-    """The chart installed and its replicas running, shared by every scenario; once they are
-    stopped, any Forbidden answer in their logs fails the module."""
+    """The chart installed and its replicas running, shared by every scenario. At the end a
+    replica that exited, a Lease held by neither, or a Forbidden answer in either log fails
+    the module (an error on its last test)."""
     work = tmp_path_factory.mktemp("chart-deployment")
     deployed = ChartDeployment(ensure_helm(), REPO / "chart", sandbox.kubeconfig, work)
     try:
