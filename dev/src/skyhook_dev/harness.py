@@ -166,6 +166,9 @@ class OperatorProcess:
     # URL the apiserver calls; replicas given the same address share the port (SO_REUSEPORT).
     webhook_address: str = ""
     metrics_secure: bool = False
+    # Who removes the webhook configurations after the stop, when `kubeconfig`'s user may not
+    # delete them (the chart's ServiceAccount); default: `kubeconfig`.
+    cleanup_kubeconfig: Path | None = None
 
     def start(self) -> OperatorProcess:
         environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
@@ -258,7 +261,7 @@ class OperatorProcess:
         """Delete the webhook configurations that call this process. The operator leaves them
         (they fail closed while it is away); a harness whose operator is gone for good must
         not leave the sandbox refusing every Skyhook write."""
-        kube = connect(str(self.kubeconfig))
+        kube = connect(str(self.cleanup_kubeconfig or self.kubeconfig))
         try:
             self._forget_webhooks(kube)
         finally:
