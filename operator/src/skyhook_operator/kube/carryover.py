@@ -79,7 +79,7 @@ class CarriedOver:
         except (ApiError, OSError) as error:
             self.failed[what] = str(error)
             self.held.update(scrs)
-            log.warning("carrying %s over from %s failed: %s", what, carryover.OTHER_GROUP, error)
+            log.warning("%s failed (tried again later): %s", what, error)
             return None
 
 
@@ -214,7 +214,7 @@ async def carry_over(
         if patch is not None:
             name = node["metadata"]["name"]
             answer = await done.attempt(
-                f"node {name!r}",
+                f"carrying node {name!r} over from {carryover.OTHER_GROUP}",
                 carryover.state_on(node, owners),
                 kube.request("PATCH", kube.node_path(name, "status"), patch, STRATEGIC_MERGE_PATCH),
             )
@@ -233,7 +233,7 @@ async def carry_over(
                 name = obj["metadata"]["name"]
                 path = kube.namespaced_path(plural, namespace, name)
                 answer = await done.attempt(
-                    f"{plural} {name!r}",
+                    f"carrying {plural} {name!r} over from {carryover.OTHER_GROUP}",
                     (scr,),
                     _gone_or(kube.request("PATCH", path, patch, MERGE_PATCH)),
                 )
@@ -249,7 +249,7 @@ async def carry_over(
         if carryover.CARRIED_AT not in annotations and name not in done.held:
             stamp = {"metadata": {"annotations": {carryover.CARRIED_AT: _now()}}}
             answer = await done.attempt(
-                f"{keys.KIND} {name!r}",
+                f"stamping {keys.KIND} {name!r} carried over",
                 (name,),
                 kube.request("PATCH", kube.skyhook_path(name), stamp, MERGE_PATCH),
             )
@@ -291,30 +291,53 @@ async def prune(kube: AsyncKube, store: ClusterStore, namespace: str, delay: flo
             due.add(scr.name)
     if not due:
         return []
+    # A write that fails keeps its SCRs' stamp: their copies are removed again next round.
+    failed = CarriedOver()
     async for node in _items(kube, "/api/v1/nodes"):
         patch = carryover.prune_node_patch(node, due)
         if patch is not None:
-            path = kube.node_path(node["metadata"]["name"], "status")
-            store.nodes.wrote(await kube.request("PATCH", path, patch, STRATEGIC_MERGE_PATCH))
+            name = node["metadata"]["name"]
+            answer = await failed.attempt(
+                f"removing {carryover.OTHER_GROUP} copies from node {name!r}",
+                carryover.state_on(node, due),
+                kube.request("PATCH", kube.node_path(name, "status"), patch, STRATEGIC_MERGE_PATCH),
+            )
+            if answer is not None:
+                store.nodes.wrote(answer)
     for label in (keys.NAME_LABEL, keys.NODE_META_LABEL):
         query = {"labelSelector": carryover.theirs(label)}
         path = kube.namespaced_path("configmaps", namespace)
         async for configmap in _items(kube, path, query):
-            if configmap["metadata"]["labels"][carryover.theirs(label)] not in due:
+            scr = configmap["metadata"]["labels"][carryover.theirs(label)]
+            if scr not in due:
                 continue
             patch = carryover.unlabel_patch(configmap)
             if patch is not None:
                 name = configmap["metadata"]["name"]
-                answer = await kube.request(
-                    "PATCH", kube.namespaced_path("configmaps", namespace, name), patch, MERGE_PATCH
+                answer = await failed.attempt(
+                    f"removing {carryover.OTHER_GROUP} labels from ConfigMap {name!r}",
+                    (scr,),
+                    kube.request(
+                        "PATCH",
+                        kube.namespaced_path("configmaps", namespace, name),
+                        patch,
+                        MERGE_PATCH,
+                    ),
                 )
-                store.configmaps.wrote(answer)
-    for name in due:
+                if answer is not None:
+                    store.configmaps.wrote(answer)
+    pruned = []
+    for name in sorted(due - failed.held):
         clear = {"metadata": {"annotations": {carryover.CARRIED_AT: None}}}
-        store.skyhooks.wrote(
-            await kube.request("PATCH", kube.skyhook_path(name), clear, MERGE_PATCH)
+        answer = await failed.attempt(
+            f"clearing the carry-over stamp of {keys.KIND} {name!r}",
+            (name,),
+            kube.request("PATCH", kube.skyhook_path(name), clear, MERGE_PATCH),
         )
-    return sorted(due)
+        if answer is not None:
+            store.skyhooks.wrote(answer)
+            pruned.append(name)
+    return pruned
 
 
 async def mirror(
@@ -344,7 +367,7 @@ async def mirror(
         release = carryover.finalizer_patch(listed)
         if release is not None:
             path = _other_path(carryover.OTHER_PLURAL, name)
-            what = f"{carryover.OTHER_KIND} {name!r}"
+            what = f"releasing the finalizer of {carryover.OTHER_KIND} {name!r}"
             released = await done.attempt(
                 what, (), kube.request("PATCH", path, release, MERGE_PATCH)
             )
@@ -381,10 +404,11 @@ async def _mirror_one(
             return await _create(kube, path, body)
         except (ApiError, OSError) as error:
             if not isinstance(error, ApiError) or error.status not in REFUSED_STATUSES:
-                done.failed[f"{kind} {name!r}"] = str(error)
+                what = f"mirroring {kind} {name!r}"
+                done.failed[what] = str(error)
                 if kind == carryover.OTHER_KIND:
                     done.held.add(name)  # its state is carried over once it is mirrored
-                log.warning("mirroring %s %r failed: %s", kind, name, error)
+                log.warning("%s failed (tried again later): %s", what, error)
                 return None
             problems, reason = (error.reason,), carryover.MIRROR_REFUSED
     done.skipped.append(f"{kind} {name!r}")
