@@ -533,3 +533,109 @@ def test_an_invalid_object_of_the_other_group_is_refused_at_admission_naming_its
     with pytest.raises(ApiError) as refused:
         kube.request("PATCH", f"{NODEWRIGHTS}/{name}", broken, MERGE_PATCH)
     assert "spec.packages.marker.version" in refused.value.reason, refused.value.reason
+
+
+def _refuse_carrying(kube: Kube, name: str, annotation: str) -> Callable[[], None]:
+    """A ValidatingAdmissionPolicy that refuses every node status write adding `annotation`
+    (the carry-over's, for one SCR): the apiserver refusing one object's write. Returns what
+    removes it."""
+    admission = "/apis/admissionregistration.k8s.io/v1"
+    adds = (
+        f"has(object.metadata.annotations) && '{annotation}' in object.metadata.annotations "
+        f"&& !(has(oldObject.metadata.annotations) && '{annotation}' in "
+        "oldObject.metadata.annotations)"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes", "nodes/status"],
+                    }
+                ]
+            },
+            "validations": [{"expression": f"!({adds})", "message": "refused by the test"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    kube.request("POST", f"{admission}/validatingadmissionpolicies", policy)
+    kube.request("POST", f"{admission}/validatingadmissionpolicybindings", binding)
+
+    def remove() -> None:
+        for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{admission}/{plural}/{name}")
+
+    return remove
+
+
+def _refused(kube: Kube, node: str, annotation: str) -> bool:
+    """Whether the apiserver refuses `annotation` on `node` now (a dry run)."""
+    patch = {"metadata": {"annotations": {annotation: "1.0.0"}}}
+    try:
+        kube.request(
+            "PATCH", f"/api/v1/nodes/{node}/status", patch, MERGE_PATCH, query={"dryRun": "All"}
+        )
+    except ApiError as error:
+        return "refused by the test" in error.reason
+    return False
+
+
+def test_a_node_write_the_apiserver_refuses_holds_back_only_the_skyhook_it_carries(
+    switching: Cluster,
+) -> None:
+    """Two NodeWrights carried over to skyhook.nvidia.com; the apiserver refuses the carry-over's
+    write of one's state to its node. The other is planned and completes meanwhile; the held
+    one is not planned until its state is carried, which happens, with backoff, once the
+    apiserver takes the write."""
+    cluster, kube = switching, switching.kube
+    held_node, free_node = cluster.add_nodes(2)
+    held, free = f"{cluster.label[:40]}-held", f"{cluster.label[:40]}-free"
+    for node, part in ((held_node, held), (free_node, free)):
+        kube.request(
+            "PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"part": part}}}, MERGE_PATCH
+        )
+    # The NodeWright operator had started `held` on its node: its state is there to carry.
+    theirs, ours_key = f"{GROUP}/version_{held}", f"{LEGACY}version_{held}"
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{held_node}",
+        {"metadata": {"annotations": {theirs: "1.0.0"}}},
+        MERGE_PATCH,
+    )
+    for name in (held, free):
+        body = nodewright(name, cluster.label)
+        body["spec"]["nodeSelectors"]["matchLabels"]["part"] = name
+        kube.request("POST", NODEWRIGHTS, body)
+        cluster.skyhooks.append(name)  # its mirror, deleted with the test's Skyhooks
+    allow = _refuse_carrying(kube, cluster.label, ours_key)
+    try:
+        wait_until(lambda: _refused(kube, held_node, ours_key), 30, "the refusal in force")
+        cluster.operator = cluster.start_operator()  # speaks skyhook.nvidia.com
+        for name in (held, free):
+            wait_until(lambda n=name: _exists(cluster, n), 30, f"{name} mirrored")
+        cluster.wait_complete(free, timeout=120, nodes=[free_node])
+        # Mirrored, but not planned while its state is not ours: no status, no stage.
+        assert not cluster.get_skyhook(held).get("status"), cluster.get_skyhook(held)
+        assert ours_key not in cluster.node(held_node)["metadata"].get("annotations", {})
+        assert not cluster.host_file(held_node, "/skyhook-markers").strip()
+        allow()
+        cluster.wait_complete(held, timeout=240, nodes=[held_node])
+        assert cluster.node(held_node)["metadata"]["annotations"][ours_key] == "1.0.0"
+    finally:
+        allow()
+        for name in (held, free):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{NODEWRIGHTS}/{name}")
