@@ -1,7 +1,10 @@
 """What carrying state over from the other API group writes (model/carryover.py). This process
 speaks skyhook.nvidia.com, so the other group is nodewright.nvidia.com."""
 
+from datetime import UTC, datetime
+
 from skyhook_planner.model import carryover
+from skyhook_schemas import keys
 
 NW = "nodewright.nvidia.com/"
 SK = "skyhook.nvidia.com/"
@@ -175,3 +178,73 @@ def test_the_other_groups_copies_are_removed_and_ours_and_the_users_kept() -> No
     assert carryover.prune_node_patch(node({f"{SK}status_demo": "x"}), ["demo"]) is None
     configmap = {"metadata": {"labels": {f"{NW}name": "demo", f"{SK}name": "demo"}}}
     assert carryover.unlabel_patch(configmap) == {"metadata": {"labels": {f"{NW}name": None}}}
+
+
+def _other_scr(spec: dict, conditions: list | None = None) -> dict:
+    body = {
+        "metadata": {"name": "s", "uid": "u1", "generation": 2, "resourceVersion": "7"},
+        "spec": spec,
+    }
+    if conditions is not None:
+        body["status"] = {"conditions": conditions}
+    return body
+
+
+def test_an_object_that_does_not_decode_is_not_mirrored_and_its_fields_are_named() -> None:
+    bad = {"packages": {"marker": {"version": "latest", "image": "example.com/marker"}}}
+    problems = carryover.mirror_problems(_other_scr(bad), carryover.OTHER_KIND)
+    assert problems and all(p.startswith("spec.packages.marker.version") for p in problems)
+    good = {"packages": {"marker": {"version": "1.0.0", "image": "example.com/marker"}}}
+    assert carryover.mirror_problems(_other_scr(good), carryover.OTHER_KIND) == ()
+    policy = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "default": {"budget": {"count": 1}, "strategy": {"fixed": {}}},
+            "topology": {"key": "not a label key", "maxPerDomain": 1},
+        },
+    }
+    (problem,) = carryover.mirror_problems(policy, keys.POLICY_KIND)
+    assert problem.startswith("spec.topology.key")
+
+
+def test_not_carried_over_is_said_once_per_reason_and_removed_once_carried() -> None:
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    kept = {"type": "Other", "status": "True"}
+    other = _other_scr({}, [kept])
+    patch = carryover.not_carried_patch(other, carryover.SPEC_INVALID, "spec.x: bad", now)
+    assert patch is not None
+    assert patch["metadata"] == {"resourceVersion": "7"}  # a change since: looked at again
+    said = patch["status"]["conditions"]
+    assert said[0] == kept
+    assert said[1]["type"] == carryover.CONDITION_NOT_CARRIED_OVER
+    assert (said[1]["status"], said[1]["reason"], said[1]["message"]) == (
+        "True",
+        carryover.SPEC_INVALID,
+        "spec.x: bad",
+    )
+    assert said[1]["observedGeneration"] == 2
+    told = _other_scr({}, said)
+    # The same again: nothing written (and so no second Event); a new problem is said.
+    later = datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
+    assert carryover.not_carried_patch(told, carryover.SPEC_INVALID, "spec.x: bad", later) is None
+    again = carryover.not_carried_patch(told, carryover.SPEC_INVALID, "spec.y: bad", later)
+    assert again is not None and len(again["status"]["conditions"]) == 2
+    # Carried over: the condition goes, the others stay.
+    assert carryover.carried_patch(told) == {
+        "metadata": {"resourceVersion": "7"},
+        "status": {"conditions": [kept]},
+    }
+    assert carryover.carried_patch(other) is None
+
+
+def test_a_failed_node_write_holds_back_the_scrs_whose_state_it_carries() -> None:
+    node = {
+        "metadata": {
+            "annotations": {
+                carryover.theirs(keys.version_key("a")): "1",
+                carryover.theirs(keys.version_key("c")): "1",
+            }
+        }
+    }
+    assert carryover.state_on(node, ["a", "b", "c"]) == {"a", "c"}
+    assert carryover.state_on({"metadata": {}}, ["a"]) == set()

@@ -114,26 +114,53 @@ class Admission:
     async def _freeze_other(
         self, request: Request, kind: str, ours: Callable[[str], str]
     ) -> Answer:
-        """The other API group's objects: an edit only our twin may make is refused once that
-        twin exists; every write is told which group this operator speaks."""
+        """The other API group's objects: validated as ours are (an invalid one could never
+        be carried over), and an edit only our twin may make is refused once that twin
+        exists; every write is told which group this operator speaks."""
         body = request.new or {}
         name = str((body.get("metadata") or {}).get("name") or "")
         notice = (
             f"{carryover.OTHER_GROUP} {kind} is not reconciled by this operator, which speaks "
             f"{keys.GROUP}: it carries {kind} {name!r} over to its own group within a minute"
         )
-        if request.operation != "UPDATE" or request.old is None:
-            return Answer(warnings=(notice,))
-        try:
-            await self.kube.request("GET", ours(name))
-        except ApiError as error:
-            if error.status == 404:
-                return Answer(warnings=(notice,))
-            raise
-        refusal = carryover.frozen_edit(kind, request.old, body)
-        if refusal is not None:
-            raise Refused(refusal)
-        return Answer(warnings=(notice,))
+        if kind == keys.POLICY_KIND:
+            verdict = admission.review_policy(request.operation, request.new, request.old, ())
+        else:
+            verdict = admission.review_skyhook(
+                request.operation, request.new, request.old, await self._policies_named(body)
+            )
+        valid = _verdict(verdict)
+        if request.operation == "UPDATE" and request.old is not None:
+            try:
+                await self.kube.request("GET", ours(name))
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+            else:
+                refusal = carryover.frozen_edit(kind, request.old, body)
+                if refusal is not None:
+                    raise Refused(refusal)
+        return Answer(warnings=(notice, *valid.warnings))
+
+    async def _policies_named(self, scr: Json) -> set[str]:
+        """The policy the other group's `scr` names when it exists in either group (ours, or
+        the other group's, which is mirrored before it): all the check of its name needs."""
+        spec = scr.get("spec")
+        named = spec.get("deploymentPolicy") if isinstance(spec, dict) else None
+        if not isinstance(named, str) or not named:
+            return set()
+        if named in {name for (_, name) in self.indexes["policy_index"].index}:
+            return {named}
+        other = f"/apis/{carryover.OTHER_GROUP}/{keys.VERSION}/{keys.POLICY_PLURAL}/{named}"
+        for path in (self.kube.policy_path(named), other):
+            try:
+                await self.kube.request("GET", path)
+            except ApiError as error:
+                if error.status == 404:
+                    continue
+                raise
+            return {named}
+        return set()
 
     async def validate_skyhook(self, request: Request) -> Answer:
         policies = {name for (_, name) in self.indexes["policy_index"].index}

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 
 CARRY_OVER_RETRY_S = 10.0
+CARRY_OVER_MAX_RETRY_S = 300.0
 MIRROR_INTERVAL_S = 30.0
 
 
@@ -244,13 +245,19 @@ class Operator:
 
     async def _carry_over(self) -> None:
         """Carry the other API group's SCRs and state over (kube/carryover.py); the loop
-        awaits it once leading, so no pass runs before it has succeeded."""
+        awaits it once leading, so no pass runs before it has run. One object does not hold
+        up the others: an SCR whose state a failed write left behind is kept out of the
+        passes and carried over again with backoff, while every other one is planned."""
+        assert self.writer is not None
+        notices = carryover.Notices(self.writer.record_event)
         while True:
             if self.leader is not None and not self.leader.leading:
                 await self.leader.wait_leading()
             try:
-                done = await carryover.carry_over(self.kube, self.store, self.ours.namespace)
-            except (ApiError, OSError) as error:
+                done = await carryover.carry_over(
+                    self.kube, self.store, self.ours.namespace, notices
+                )
+            except (ApiError, OSError) as error:  # a listing failed: nothing known to carry
                 log.warning(
                     "carrying state over from %s failed, no pass until it succeeds "
                     "(again in %.0f s): %s",
@@ -260,12 +267,47 @@ class Operator:
                 )
                 await asyncio.sleep(CARRY_OVER_RETRY_S)
                 continue
-            if done.mirrored or done.nodes or done.pods or done.configmaps:
-                log.info("carried over from %s: %s", OTHER_GROUP, done)
-            self._task(self._mirror_forever(), "skyhook-mirror")
-            return
+            break
+        if done.mirrored or done.nodes or done.pods or done.configmaps or done.failed:
+            log.info("carried over from %s: %s", OTHER_GROUP, done)
+        if done.failed:
+            self.store.withheld = frozenset(done.held)
+            if done.held:
+                log.warning(
+                    "%s %s held back until their state is carried over",
+                    keys.KIND,
+                    sorted(done.held),
+                )
+            self._task(self._carry_over_again(notices, done.held), "skyhook-carry-over")
+        self._task(self._mirror_forever(notices), "skyhook-mirror")
 
-    async def _mirror_forever(self) -> None:
+    async def _carry_over_again(self, notices: carryover.Notices, held: set[str]) -> None:
+        """Run the carry-over again for the SCRs an earlier run held back, waiting twice as
+        long after each failed run (up to CARRY_OVER_MAX_RETRY_S); each is planned as soon
+        as its state is carried over."""
+        delay = CARRY_OVER_RETRY_S
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, CARRY_OVER_MAX_RETRY_S)
+            if self.leader is not None and not self.leader.leading:
+                continue
+            try:
+                done = await carryover.carry_over(
+                    self.kube, self.store, self.ours.namespace, notices, only=held
+                )
+            except (ApiError, OSError) as error:
+                log.warning("carrying state over from %s failed again: %s", OTHER_GROUP, error)
+                continue
+            released = held - done.held
+            held = done.held
+            self.store.withheld = frozenset(held)
+            if released:
+                log.info("%s %s carried over from %s", keys.KIND, sorted(released), OTHER_GROUP)
+                self._wake()
+            if not done.failed:
+                return
+
+    async def _mirror_forever(self, notices: carryover.Notices) -> None:
         """The other group's objects created since are mirrored within MIRROR_INTERVAL_S
         (nothing to carry: no operator of that group handled them), and its copies of state
         carried over LEGACY_CLEANUP_DELAY ago are removed."""
@@ -275,7 +317,7 @@ class Operator:
                 continue
             done = carryover.CarriedOver()
             try:
-                await carryover.mirror(self.kube, self.store, done)
+                await carryover.mirror(self.kube, self.store, done, notices)
                 pruned = await carryover.prune(
                     self.kube, self.store, self.ours.namespace, self.ours.legacy_cleanup_delay
                 )

@@ -258,6 +258,9 @@ class ClusterStore:
         # The evictions a PodDisruptionBudget refused that still hold (kube/drain.py's
         # Evictor answers; none until it is attached).
         self.eviction_refusals: Callable[[], Mapping[Key, EvictionRefusal]] = dict
+        # SCRs whose state the carry-over has not carried yet (kube/carryover.py): out of the
+        # snapshot, so no pass starts a stage from state that is not ours yet.
+        self.withheld: frozenset[str] = frozenset()
 
     def attach(self, name: str, source: Source[Any]) -> None:
         """Follow the watch of index `name` (runtime.py's names)."""
@@ -274,6 +277,8 @@ class ClusterStore:
 
     def snapshot(self) -> ClusterSnapshot:
         skyhooks = self.skyhooks.views()
+        if self.withheld:
+            skyhooks = tuple(s for s in skyhooks if s.name not in self.withheld)
         return ClusterSnapshot(
             skyhooks=skyhooks,
             nodes=self.nodes.views(),

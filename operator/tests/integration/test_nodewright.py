@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -398,3 +400,242 @@ def test_the_old_groups_copies_go_after_the_cleanup_delay_and_a_switch_back_stil
     cluster.wait_complete(name, timeout=120)
     for node in nodes:
         assert _markers(cluster, node) == ["apply", "config"], node
+
+
+def _policy_with_a_bad_topology_key() -> Json:
+    """A policy spec the CRD's schema admits and the decoder does not: the topology key
+    is no label key."""
+    return {
+        "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "topology": {"key": "not a label key", "maxPerDomain": 1},
+    }
+
+
+def _kubectl_json(sandbox: Sandbox, *args: str) -> Json:
+    """What kubectl reads, as JSON: a client other than the operator's."""
+    found = subprocess.run(
+        ["kubectl", "--kubeconfig", str(sandbox.kubeconfig), *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return json.loads(found.stdout)
+
+
+def _warnings_about(sandbox: Sandbox, kind: str, name: str) -> list[Json]:
+    selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
+    listed = _kubectl_json(sandbox, "get", "events", "-n", "default", "--field-selector", selector)
+    return list(listed["items"])
+
+
+def _not_carried_over(sandbox: Sandbox, name: str) -> Json | None:
+    found = _kubectl_json(sandbox, "get", f"nodewrights.{GROUP}", name)
+    conditions = (found.get("status") or {}).get("conditions") or ()
+    wanted = f"{LEGACY}NotCarriedOver"
+    return next((c for c in conditions if c["type"] == wanted), None)
+
+
+def test_an_invalid_nodewright_is_not_carried_over_says_so_once_and_holds_up_nothing(
+    switching: Cluster, sandbox: Sandbox
+) -> None:
+    """Admitted while no webhook looked at nodewright.nvidia.com, a NodeWright whose version
+    is not semver and a policy of that group that does not decode are skipped by the
+    carry-over, each told so on itself once; a good Skyhook beside them rolls out. Fixed, the
+    NodeWright is carried over and its condition goes."""
+    cluster, kube = switching, switching.kube
+    name = cluster.label
+    cluster.add_nodes(1)
+    invalid = nodewright(name, "no-such-nodes")  # selects no node: mirrored, it is done at once
+    invalid["spec"]["packages"]["marker"]["version"] = "latest"
+    kube.request("POST", NODEWRIGHTS, invalid)
+    policy = {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": _policy_with_a_bad_topology_key(),
+    }
+    kube.request("POST", f"/apis/{GROUP}/v1alpha1/deploymentpolicies", policy)
+
+    cluster.operator = cluster.start_operator()  # speaks skyhook.nvidia.com
+    ready = time.monotonic()
+    good = f"{name[:40]}-ok"
+    package = {"version": "1.0.0", "image": SHELLSCRIPT, "configMap": marker_scripts()}
+    cluster.skyhook(good, {"marker": package})
+    cluster.wait_complete(good, timeout=120)
+
+    condition = wait_until(
+        lambda: _not_carried_over(sandbox, name), 30, "the NotCarriedOver condition"
+    )
+    assert condition["status"] == "True" and condition["reason"] == "SpecInvalid"
+    assert "spec.packages.marker.version" in condition["message"], condition
+    with pytest.raises(ApiError) as missing:
+        cluster.get_skyhook(name)
+    assert missing.value.status == 404
+    # Said once: still one Warning, counted once, after a mirror round more (30 s).
+    time.sleep(max(0.0, ready + 40 - time.monotonic()))
+    for kind, field in (
+        ("NodeWright", "spec.packages.marker.version"),
+        ("DeploymentPolicy", "spec.topology.key"),
+    ):
+        (warning,) = _warnings_about(sandbox, kind, name)
+        assert warning["reason"] == "NotCarriedOver" and warning["count"] == 1, warning
+        assert field in warning["message"], warning
+        assert warning["involvedObject"]["apiVersion"] == f"{GROUP}/v1alpha1", warning
+
+    # Fixed: carried over within a mirror round, and the condition goes.
+    cluster.skyhooks.append(name)  # the mirror, deleted with the test's Skyhooks
+    fixed = {"spec": {"packages": {"marker": {"version": "1.0.0"}}}}
+    kube.request("PATCH", f"{NODEWRIGHTS}/{name}", fixed, MERGE_PATCH)
+    wait_until(lambda: _exists(cluster, name), 45, "the fixed NodeWright mirrored")
+    wait_until(lambda: _not_carried_over(sandbox, name) is None, 45, "its condition removed")
+    assert len(_warnings_about(sandbox, "NodeWright", name)) == 1
+
+
+def _exists(cluster: Cluster, name: str) -> bool:
+    try:
+        cluster.get_skyhook(name)
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_an_invalid_object_of_the_other_group_is_refused_at_admission_naming_its_field(
+    switching: Cluster,
+) -> None:
+    """Speaking skyhook.nvidia.com, the operator's webhooks check nodewright.nvidia.com's
+    objects too: one it could never carry over is refused at the door."""
+    cluster, kube = switching, switching.kube
+    cluster.operator = cluster.start_operator()
+    name = cluster.label
+    invalid = nodewright(name, name)
+    invalid["spec"]["packages"]["marker"]["version"] = "latest"
+    with pytest.raises(ApiError) as refused:
+        kube.request("POST", NODEWRIGHTS, invalid)
+    assert refused.value.status == 403
+    assert "spec.packages.marker.version" in refused.value.reason, refused.value.reason
+    policy = {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": _policy_with_a_bad_topology_key(),
+    }
+    with pytest.raises(ApiError) as refused:
+        kube.request("POST", f"/apis/{GROUP}/v1alpha1/deploymentpolicies", policy)
+    assert refused.value.status == 403
+    assert "spec.topology.key" in refused.value.reason, refused.value.reason
+    # A valid one is admitted, and an edit that breaks it is refused likewise.
+    kube.request("POST", NODEWRIGHTS, nodewright(name, "no-such-nodes"))
+    cluster.skyhooks.append(name)  # its mirror, deleted with the test's Skyhooks
+    broken = {"spec": {"packages": {"marker": {"version": "latest"}}}}
+    with pytest.raises(ApiError) as refused:
+        kube.request("PATCH", f"{NODEWRIGHTS}/{name}", broken, MERGE_PATCH)
+    assert "spec.packages.marker.version" in refused.value.reason, refused.value.reason
+
+
+def _refuse_carrying(kube: Kube, name: str, annotation: str) -> Callable[[], None]:
+    """A ValidatingAdmissionPolicy that refuses every node status write adding `annotation`
+    (the carry-over's, for one SCR): the apiserver refusing one object's write. Returns what
+    removes it."""
+    admission = "/apis/admissionregistration.k8s.io/v1"
+    adds = (
+        f"has(object.metadata.annotations) && '{annotation}' in object.metadata.annotations "
+        f"&& !(has(oldObject.metadata.annotations) && '{annotation}' in "
+        "oldObject.metadata.annotations)"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes", "nodes/status"],
+                    }
+                ]
+            },
+            "validations": [{"expression": f"!({adds})", "message": "refused by the test"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    kube.request("POST", f"{admission}/validatingadmissionpolicies", policy)
+    kube.request("POST", f"{admission}/validatingadmissionpolicybindings", binding)
+
+    def remove() -> None:
+        for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{admission}/{plural}/{name}")
+
+    return remove
+
+
+def _refused(kube: Kube, node: str, annotation: str) -> bool:
+    """Whether the apiserver refuses `annotation` on `node` now (a dry run)."""
+    patch = {"metadata": {"annotations": {annotation: "1.0.0"}}}
+    try:
+        kube.request(
+            "PATCH", f"/api/v1/nodes/{node}/status", patch, MERGE_PATCH, query={"dryRun": "All"}
+        )
+    except ApiError as error:
+        return "refused by the test" in error.reason
+    return False
+
+
+def test_a_node_write_the_apiserver_refuses_holds_back_only_the_skyhook_it_carries(
+    switching: Cluster,
+) -> None:
+    """Two NodeWrights carried over to skyhook.nvidia.com; the apiserver refuses the carry-over's
+    write of one's state to its node. The other is planned and completes meanwhile; the held
+    one is not planned until its state is carried, which happens, with backoff, once the
+    apiserver takes the write."""
+    cluster, kube = switching, switching.kube
+    held_node, free_node = cluster.add_nodes(2)
+    held, free = f"{cluster.label[:40]}-held", f"{cluster.label[:40]}-free"
+    for node, part in ((held_node, held), (free_node, free)):
+        kube.request(
+            "PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"part": part}}}, MERGE_PATCH
+        )
+    # The NodeWright operator had started `held` on its node: its state is there to carry.
+    theirs, ours_key = f"{GROUP}/version_{held}", f"{LEGACY}version_{held}"
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{held_node}",
+        {"metadata": {"annotations": {theirs: "1.0.0"}}},
+        MERGE_PATCH,
+    )
+    for name in (held, free):
+        body = nodewright(name, cluster.label)
+        body["spec"]["nodeSelectors"]["matchLabels"]["part"] = name
+        kube.request("POST", NODEWRIGHTS, body)
+        cluster.skyhooks.append(name)  # its mirror, deleted with the test's Skyhooks
+    allow = _refuse_carrying(kube, cluster.label, ours_key)
+    try:
+        wait_until(lambda: _refused(kube, held_node, ours_key), 30, "the refusal in force")
+        cluster.operator = cluster.start_operator()  # speaks skyhook.nvidia.com
+        for name in (held, free):
+            wait_until(lambda n=name: _exists(cluster, n), 30, f"{name} mirrored")
+        cluster.wait_complete(free, timeout=120, nodes=[free_node])
+        # Mirrored, but not planned while its state is not ours: no status, no stage.
+        assert not cluster.get_skyhook(held).get("status"), cluster.get_skyhook(held)
+        assert ours_key not in cluster.node(held_node)["metadata"].get("annotations", {})
+        assert not cluster.host_file(held_node, "/skyhook-markers").strip()
+        allow()
+        cluster.wait_complete(held, timeout=240, nodes=[held_node])
+        assert cluster.node(held_node)["metadata"]["annotations"][ours_key] == "1.0.0"
+    finally:
+        allow()
+        for name in (held, free):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{NODEWRIGHTS}/{name}")

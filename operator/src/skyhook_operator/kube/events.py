@@ -69,10 +69,13 @@ class Subject:
     kind: str  # "Node" or the SCR kind (keys.KIND)
     name: str
     uid: str = ""
+    group: str = ""  # of a custom resource: ours unless given (the other group's objects)
 
     @property
     def api_version(self) -> str:
-        return "v1" if self.kind == "Node" else f"{keys.API_VERSION}"
+        if self.kind == "Node":
+            return "v1"
+        return f"{self.group}/{keys.VERSION}" if self.group else keys.API_VERSION
 
 
 @dataclass(frozen=True, slots=True)

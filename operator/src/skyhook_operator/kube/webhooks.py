@@ -94,7 +94,8 @@ MUTATE_SCR = f"mutate-{keys.GROUP}"
 VALIDATE_POLICY = "validate-deploymentpolicy.nvidia.com"
 MUTATE_POLICY = "mutate-deploymentpolicy.nvidia.com"
 MUTATE_POD_IMAGE = f"mutate-pod-image.{keys.GROUP}"
-# The other API group's objects, read-only once carried over (model/carryover.py).
+# The other API group's objects: validated as ours are (one that is invalid could never be
+# carried over), and read-only once carried over (model/carryover.py).
 _OTHER_KIND, _OTHER_PLURAL, _OTHER_SINGULAR = keys.KINDS[keys.OTHER_GROUP]
 FREEZE_OTHER_SCR = f"validate-readonly.{keys.OTHER_GROUP}"
 FREEZE_OTHER_POLICY = f"validate-readonly-deploymentpolicy.{keys.OTHER_GROUP}"

@@ -207,6 +207,10 @@ class Writer:
             events.Event(subject, action.reason, action.message, action.type, action.action)
         )
 
+    def record_event(self, event: events.Event) -> None:
+        """An Event about an object outside the plan (the carry-over's), posted likewise."""
+        self._recorder.record(event)
+
     # --- node lanes, in the schedule's order --------------------------------------------------
 
     def _queue(self, lanes: Mapping[str, list[Action]], plan: Plan, run: _Run) -> int:

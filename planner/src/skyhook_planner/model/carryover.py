@@ -12,14 +12,22 @@ decided from the objects as the apiserver returns them. kube/carryover.py reads 
 - Stage, interrupt and health-check pods and our ConfigMaps labelled by the other group get our
   labels and annotations too, and our SCR as a second owner: a pod still running is then ours
   to wait for, and its result is not lost or run again.
+- An object of the other group whose spec does not decode (admitted while no webhook of ours
+  looked at that group), or whose mirror the apiserver refuses, is not carried over: it is
+  told so on itself, in its status's NotCarriedOver condition (an SCR) and one Warning Event,
+  and every other object is carried over without it.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from skyhook_planner.model.policy import PolicyError, decode_policy
+from skyhook_planner.model.spec import SpecError, decode_spec
+from skyhook_planner.model.status import condition
 from skyhook_schemas import keys
 
 Json = dict[str, Any]
@@ -59,6 +67,87 @@ def mirrored(other: Mapping[str, Any], kind: str) -> Json:
     if meta.get("labels"):
         body["metadata"]["labels"] = dict(meta["labels"])
     return body
+
+
+# On an object of the other group that is not carried over: why (on an SCR's status; a
+# DeploymentPolicy has none, its Warning Event alone says it).
+CONDITION_NOT_CARRIED_OVER = f"{keys.GROUP}/NotCarriedOver"
+NOT_CARRIED_OVER = "NotCarriedOver"  # the condition's bare name, the Event's reason
+SPEC_INVALID = "SpecInvalid"  # reason: its spec does not decode
+MIRROR_REFUSED = "MirrorRefused"  # reason: the apiserver refused its mirror
+
+
+def mirror_problems(other: Mapping[str, Any], kind: str) -> tuple[str, ...]:
+    """Why the other group's `kind` object (SCR or DeploymentPolicy) cannot be mirrored: each
+    problem of its spec as `spec.<field>: ...`, as our admission webhook would refuse it; none
+    when it decodes."""
+    raw = other.get("spec")
+    try:
+        if kind == keys.POLICY_KIND:
+            name = (other.get("metadata") or {}).get("name", "")
+            decode_policy(name, raw if raw is not None else {})
+        else:
+            decode_spec(raw if isinstance(raw, Mapping) else {})
+    except (SpecError, PolicyError) as error:
+        return tuple(error.messages)
+    return ()
+
+
+def not_carried_message(kind: str, name: str, problems: Iterable[str]) -> str:
+    ours_kind = keys.KIND if kind == OTHER_KIND else kind
+    return (
+        f'{OTHER_GROUP} {kind} "{name}" is not carried over to {keys.GROUP} {ours_kind}: '
+        + "; ".join(problems)
+    )
+
+
+def _not_carried(other: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    found = ((other.get("status") or {}).get("conditions")) or ()
+    return next((c for c in found if c.get("type") == CONDITION_NOT_CARRIED_OVER), None)
+
+
+def not_carried_patch(
+    other: Mapping[str, Any], reason: str, message: str, now: dt.datetime
+) -> Json | None:
+    """The status merge patch that puts the NotCarriedOver condition on the other group's SCR;
+    None when it says so already (reported once: the caller's Warning Event goes with the
+    patch). Carries the resourceVersion read: a change since is a conflict, looked at again
+    next round."""
+    current = _not_carried(other)
+    if current is not None and (current.get("reason"), current.get("message")) == (
+        reason,
+        message,
+    ):
+        return None
+    meta = other.get("metadata") or {}
+    kept = [
+        c
+        for c in (other.get("status") or {}).get("conditions") or ()
+        if c.get("type") != CONDITION_NOT_CARRIED_OVER
+    ]
+    generation = int(meta.get("generation") or 0)
+    added = condition(CONDITION_NOT_CARRIED_OVER, True, reason, message, now, generation=generation)
+    return {
+        "metadata": {"resourceVersion": meta.get("resourceVersion")},
+        "status": {"conditions": [*kept, added]},
+    }
+
+
+def carried_patch(other: Mapping[str, Any]) -> Json | None:
+    """The status merge patch that removes the NotCarriedOver condition from the other group's
+    SCR once it is carried over; None when it has none."""
+    if _not_carried(other) is None:
+        return None
+    meta = other.get("metadata") or {}
+    kept = [
+        c
+        for c in (other.get("status") or {}).get("conditions") or ()
+        if c.get("type") != CONDITION_NOT_CARRIED_OVER
+    ]
+    return {
+        "metadata": {"resourceVersion": meta.get("resourceVersion")},
+        "status": {"conditions": kept},
+    }
 
 
 def user_managed(own: Mapping[str, Any]) -> bool:
@@ -112,6 +201,13 @@ def node_patch(node: Mapping[str, Any], scrs: Iterable[str], newer: bool) -> Jso
     if theirs(keys.IGNORE_LABEL) in labels and keys.IGNORE_LABEL not in labels:
         set_labels[keys.IGNORE_LABEL] = labels[theirs(keys.IGNORE_LABEL)]
     return _status_patch(set_annotations, set_labels, set_conditions)
+
+
+def state_on(node: Mapping[str, Any], scrs: Iterable[str]) -> set[str]:
+    """The SCRs of `scrs` whose state the other group keeps on `node`: what a failed
+    `node_patch` of it leaves not carried over."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return {scr for scr in scrs if theirs(keys.version_key(scr)) in annotations}
 
 
 def _status_patch(
