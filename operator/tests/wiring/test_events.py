@@ -5,6 +5,7 @@ merged."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, cast
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skyhook_operator.kube.client import AsyncKube
+from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.events import (
     COMBINED_PREFIX,
     Correlator,
@@ -310,6 +311,32 @@ async def _recorder_timer() -> None:
     recorder.record(Event(NODE, "State", "complete"))  # within the interval: waits
     await recorder.close()
     assert [b["count"] for _, b in requests.sent] == [1, 1, 2, 2]
+
+
+class Refusing(Requests):
+    """Answers every request as an apiserver that does not grant Events would."""
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any], *_: Any
+    ) -> dict[str, Any]:
+        self.sent.append((method, body))
+        raise ApiError(403, 'events is forbidden: User "x" cannot create resource "events"')
+
+
+def test_a_refused_event_is_a_warning_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    async def refused() -> None:
+        recorder = Recorder(cast(AsyncKube, Refusing()), Correlator(first_delay=0.0))
+        for node in ("n1", "n2", "n3"):
+            recorder.record(Event(Subject("Node", node), "Apply", "start"))
+            await asyncio.sleep(0.02)
+        await recorder.close()
+
+    with caplog.at_level(logging.DEBUG, logger="skyhook_operator.kube.events"):
+        asyncio.run(refused())
+    lines = [r for r in caplog.records if "not posted" in r.getMessage()]
+    assert len(lines) == 3, [r.getMessage() for r in lines]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "forbidden" in lines[0].getMessage()
 
 
 SUBJECTS = [Subject("Node", "n1"), Subject("Node", "n2"), Subject("Skyhook", "s1")]

@@ -293,6 +293,9 @@ def count_patch(write: Write) -> Json:
     }
 
 
+EVENT_REFUSAL_LOG_INTERVAL = 60.0  # seconds between warnings for Events refused alike
+
+
 class Recorder:
     """Sends what the Correlator says is due, on the event loop: one send at a time (a PATCH
     never overtakes its POST), and a timer for what had to wait."""
@@ -309,6 +312,7 @@ class Recorder:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
+        self._refusal_said_at: dict[int, float] = {}  # status -> when last logged as a warning
 
     def record(self, event: Event) -> None:
         """Count the occurrence and send what is due, in the background."""
@@ -361,6 +365,21 @@ class Recorder:
         finally:
             self._sending.release()
 
+    def _level_for(self, error: ApiError | OSError) -> int:
+        """A refusal (401, 403) or an invalid Event (422) is a warning, once a minute per
+        status: Events are best effort, but a missing grant must show at the default level.
+        Anything else (an apiserver away, a conflict) is retried and logged at debug."""
+        status = error.status if isinstance(error, ApiError) else 0
+        if status not in (401, 403, 422):
+            return logging.DEBUG
+        now = time.monotonic()
+        if now - self._refusal_said_at.get(status, -EVENT_REFUSAL_LOG_INTERVAL) < (
+            EVENT_REFUSAL_LOG_INTERVAL
+        ):
+            return logging.DEBUG
+        self._refusal_said_at[status] = now
+        return logging.WARNING
+
     def _wake_at(self, at: float) -> None:
         """Run the timer at `at`, or sooner if it already runs sooner."""
         if self._timer is not None and self._timer_at <= at:
@@ -393,7 +412,8 @@ class Recorder:
                 await self._kube.request("POST", path, body(write, self._instance))
             except (ApiError, OSError) as error:
                 event = write.event
-                log.debug(
+                log.log(
+                    self._level_for(error),
                     "event %s on %s %s not posted: %s",
                     event.reason,
                     event.subject.kind,
