@@ -69,3 +69,9 @@ The scheme /metrics is served with, also the name of its port: https (secure, th
 {{- define "skyhook.runtimeRequiredTaint" -}}
 {{- .Values.runtimeRequiredTaint | default (printf "%s=runtime-required:NoSchedule" .Values.apiGroup) -}}
 {{- end }}
+
+{{/* Non-empty when the operator makes the webhook certificate itself (webhooks on,
+certificates: operator): only then does it read its Secret and the webhook configurations. */}}
+{{- define "skyhook.operatorCertificates" -}}
+{{- if and .Values.webhook.enable (eq .Values.webhook.certificates "operator") }}true{{ end -}}
+{{- end -}}
