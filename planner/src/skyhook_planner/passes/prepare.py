@@ -70,10 +70,10 @@ def prepare(
     # Secret left the allowed ones: its pods would read that Secret.
     readable = index.settings.package_secrets
     if readable is not None and (
-        refused := unreadable_secrets(spec, readable, index.settings.namespace)
+        unreadable := unreadable_secrets(spec, readable, index.settings.namespace)
     ):
         return Unrunnable(
-            statuses.CONDITION_SPEC_INVALID, "SpecInvalid", statuses.summarize(refused)
+            statuses.CONDITION_SPEC_INVALID, "SpecInvalid", statuses.summarize(unreadable)
         )
     selected = ordering.selected_nodes(index.snap.nodes, index.nodes, spec.node_selector, last)
     matched = selected.matched
