@@ -451,8 +451,9 @@ async def apply_configurations(kube: AsyncKube, url: str, ca: bytes) -> None:
 
 
 async def configuration_problem(kube: AsyncKube, ca: bytes, url: str = "") -> str | None:
-    """Why the apiserver cannot call us yet: a configuration missing, or one of our webhooks
-    in it without our CA (or, with `url`, calling another address); None when all is set."""
+    """Why the apiserver cannot call us yet: a configuration missing, one of our webhooks
+    missing from it or in it without our CA (or, with `url`, calling another address); None
+    when all is set."""
     wanted = base64.b64encode(ca).decode()
     for mutating in (False, True):
         name = MUTATING_CONFIGURATION if mutating else VALIDATING_CONFIGURATION
@@ -476,6 +477,12 @@ async def configuration_problem(kube: AsyncKube, ca: bytes, url: str = "") -> st
                 )
             if url and client.get("url") != url.rstrip("/") + _path(entry):
                 return f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} calls another URL"
+        present = {entry.get("name") for entry in found.get("webhooks") or ()}
+        missing = sorted(
+            w.name for w in WEBHOOKS if w.mutating == mutating and w.name not in present
+        )
+        if missing:
+            return f"{kind}WebhookConfiguration {name!r} lacks webhook(s) {', '.join(missing)}"
     return None
 
 
