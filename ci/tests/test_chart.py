@@ -6,6 +6,8 @@ shared CRD, and install-time errors that name the bad value.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import re
 import shutil
@@ -23,6 +25,8 @@ from hypothesis import strategies as st
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from skyhook_operator.kube import carryover, events, webhooks
+from skyhook_operator.kube.client import ApiError, connect_async
 from skyhook_operator.kube.events import EVENT_NAMESPACE
 from skyhook_operator.kube.webhooks import (
     MUTATING_CONFIGURATION,
@@ -30,6 +34,7 @@ from skyhook_operator.kube.webhooks import (
     WEBHOOKS,
 )
 from skyhook_operator.settings import Settings, load_settings
+from skyhook_operator.store import ClusterStore
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,6 +246,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "RUNTIME_REQUIRED_TAINT": "skyhook.nvidia.com=runtime-required:NoSchedule",
         "REAPPLY_ON_REBOOT": "false",
         "IMAGE_PULL_SECRET": "",
+        "SKYHOOK_PACKAGE_SECRETS": "",
         "PACKAGE_PRIORITY_CLASS_NAME": "",
         "SKYHOOK_API_GROUP": "skyhook.nvidia.com",
         "LEGACY_CLEANUP_DELAY": "24h",
@@ -342,6 +348,7 @@ OVERRIDES: Obj = {
     "reapplyOnReboot": True,
     "imagePullSecrets": ["regcred", {"name": "other-cred"}],
     "packagePullSecret": "pkgcred",
+    "packageSecrets": ["license", "site-token"],
     "packagePriorityClassName": "system-node-critical",
     "serviceAccount": {"name": "skyhook-sa", "annotations": {"example.com/role": "x"}},
 }
@@ -357,6 +364,8 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert env["AGENT_LOG_ROOT"] == "/opt/skyhook-logs"
     assert env["REAPPLY_ON_REBOOT"] == "true"
     assert env["IMAGE_PULL_SECRET"] == "pkgcred"
+    assert env["SKYHOOK_PACKAGE_SECRETS"] == "license,site-token"
+    assert load_settings(env).for_planner().package_secrets == {"license", "site-token"}
     assert env["PACKAGE_PRIORITY_CLASS_NAME"] == "system-node-critical"
     assert env["DEFAULT_INTERVAL"] == "1h30m"
     assert env["LOG_LEVEL"] == "debug"
@@ -702,7 +711,11 @@ AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 def aggregated_into(role: Obj) -> set[str]:
     """The built-in ClusterRoles (view, edit, admin) `role` is aggregated into."""
     labels = role["metadata"].get("labels") or {}
-    return {key.removeprefix(AGGREGATE) for key, value in labels.items() if key.startswith(AGGREGATE) and value == "true"}
+    return {
+        key.removeprefix(AGGREGATE)
+        for key, value in labels.items()
+        if key.startswith(AGGREGATE) and value == "true"
+    }
 
 
 def test_user_roles_view_and_edit_both_kinds(render: Callable[..., list[Obj]]) -> None:
@@ -808,7 +821,10 @@ def grants(rules: list[Obj]) -> set[Grant]:
 
 def expand(group: str, resources: str, verbs: str, names: str = "") -> set[Grant]:
     return {
-        (group, r, v, n) for r in resources.split() for v in verbs.split() for n in names.split() or [""]
+        (group, r, v, n)
+        for r in resources.split()
+        for v in verbs.split()
+        for n in names.split() or [""]
     }
 
 
@@ -824,7 +840,10 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
         "get patch",
         VALIDATING_CONFIGURATION,
     ) | expand(
-        "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", MUTATING_CONFIGURATION
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "get patch",
+        MUTATING_CONFIGURATION,
     )
     reviews = expand("authentication.k8s.io", "tokenreviews", "create") | expand(
         "authorization.k8s.io", "subjectaccessreviews", "create"
@@ -846,7 +865,9 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     # ConfigMaps, stage pods and the webhook Secret only in the release namespace; the Secret
     # by name (kube/webhooks.py `sync_secret` reads and patches it), but create, which RBAC
     # cannot restrict by name.
-    certificate = expand("", "secrets", "get patch", "webhook-cert") | expand("", "secrets", "create")
+    certificate = expand("", "secrets", "get patch", "webhook-cert") | expand(
+        "", "secrets", "create"
+    )
     in_namespace = (
         expand("", "configmaps", "create get list watch patch delete")
         | expand("", "pods", "create delete patch")  # patch: an interrupt stopped in place
@@ -985,6 +1006,10 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
         (
             {"packagePullSecret": "Bad Secret"},
             'packagePullSecret: "Bad Secret" is not a secret name',
+        ),
+        (
+            {"packageSecrets": ["ok", "Bad_Secret"]},
+            'packageSecrets[1]: "Bad_Secret" is not a secret name',
         ),
         (
             {"packagePriorityClassName": "Critical"},
@@ -1329,6 +1354,121 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
                 name = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
                 kubectl(sandbox_kubeconfig, "delete", name, "-n", EVENT_NAMESPACE, "--wait=false")
         kubectl(sandbox_kubeconfig, "delete", "namespace", RBAC_NAMESPACE, "--wait=false")
+
+
+RUN_RELEASE = "rbac-run"
+RUN_NAMESPACE = "chart-rbac-run"
+RUN_NODE = "rbac-run-node"  # an Event's subject; no such Node is needed
+ADMISSION_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+
+
+async def operator_round_under_the_account(kubeconfig: Path) -> None:
+    """The operator's own code, through its own client, under the chart's account: the
+    webhook certificate round (the Secret created, read and renewed by name; the CA patched
+    into both configurations by name), Events posted and patched in their namespace, and the
+    carry-over creating the spoken group's twin of the other group's SCR."""
+    kube = connect_async(str(kubeconfig))
+    try:
+        names = webhooks.served_names(WEBHOOK_SERVICE, RUN_NAMESPACE, "")
+        sync = functools.partial(
+            webhooks.sync_secret, kube, RUN_NAMESPACE, "webhook-cert", WEBHOOK_SERVICE
+        )
+        made = await sync(names)  # create
+        assert await sync(names) == made  # get, by name
+        renewed = await sync([*names, "renamed.example"])  # patch, by name
+        assert renewed.cert != made.cert
+        await webhooks.set_ca_bundle(kube, renewed.ca)
+        assert await webhooks.configuration_problem(kube, renewed.ca) is None
+        # Any other Secret of the namespace is out of reach: forbidden, not merely missing.
+        with pytest.raises(ApiError) as refused:
+            await kube.request("GET", kube.namespaced_path("secrets", RUN_NAMESPACE, "other"))
+        assert refused.value.status == 403
+        recorder = events.Recorder(
+            kube, events.Correlator(first_delay=0.0, min_interval=0.0, gather=0.0)
+        )
+        for message in ("first", "second"):  # a POST, then a PATCH of its count
+            recorder.record(events.Event(events.Subject("Node", RUN_NODE), "Check", message))
+            await recorder.flush()
+        await recorder.close()
+        mirrored = await carryover.mirror(kube, ClusterStore(), carryover.CarriedOver())
+        assert RUN_RELEASE in mirrored
+    finally:
+        await kube.close()
+
+
+@pytest.mark.sandbox
+def test_the_operator_works_under_the_charts_account_with_grants_by_name(
+    helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
+) -> None:
+    admin = sandbox_kubeconfig
+    rendered = run_helm(helm, "template", RUN_RELEASE, str(CHART), "--namespace", RUN_NAMESPACE)
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    applied = [doc for doc in documents if doc["kind"] not in {"Deployment", "Job"}]
+    for configuration in (doc for doc in applied if doc["kind"] in ADMISSION_KINDS):
+        for hook in configuration["webhooks"]:
+            # Never called (no operator answers here): no object carries this label.
+            hook["objectSelector"] = {"matchLabels": {"chart-rbac-run/never": "true"}}
+    other_group = "nodewright.nvidia.com/v1alpha1"
+    other = {"apiVersion": other_group, "kind": "NodeWright", "metadata": {"name": RUN_RELEASE}}
+    other["spec"] = {"packages": {"foo": {"version": "1.0.0", "image": "example.com/foo"}}}
+    kubectl(admin, "create", "namespace", RUN_NAMESPACE)
+    try:
+        manifest = yaml.safe_dump_all(applied)
+        kubectl(admin, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest)
+        for crd in ("skyhooks.skyhook.nvidia.com", "nodewrights.nodewright.nvidia.com"):
+            kubectl(admin, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        kubectl(admin, "create", "-f", "-", stdin=yaml.safe_dump(other))
+        account = f"{RUN_RELEASE}-skyhook-operator"
+        token = kubectl(admin, "create", "token", account, "-n", RUN_NAMESPACE).strip()
+        config = yaml.safe_load(admin.read_text())
+        for user in config["users"]:
+            user["user"] = {"token": token}
+        account_config = tmp_path / "account.kubeconfig"
+        account_config.write_text(yaml.safe_dump(config))
+
+        asyncio.run(operator_round_under_the_account(account_config))
+
+        # What it wrote, read back as the administrator.
+        secret = json.loads(
+            kubectl(admin, "get", "secret", "webhook-cert", "-n", RUN_NAMESPACE, "-o", "json")
+        )
+        for kind, name in (("validating", VALIDATING), ("mutating", MUTATING)):
+            found = json.loads(
+                kubectl(admin, "get", f"{kind}webhookconfiguration", name, "-o", "json")
+            )
+            bundles = {hook["clientConfig"].get("caBundle") for hook in found["webhooks"]}
+            assert bundles == {secret["data"]["ca.crt"]}, name
+        posted = json.loads(
+            kubectl(
+                admin,
+                *("get", "events", "-n", EVENT_NAMESPACE, "-o", "json"),
+                f"--field-selector=involvedObject.name={RUN_NODE}",
+            )
+        )["items"]
+        assert [(e["count"], e["message"]) for e in posted] == [(2, "second")]
+        twin = json.loads(kubectl(admin, "get", "skyhook", RUN_RELEASE, "-o", "json"))
+        assert twin["spec"]["packages"]["foo"]["version"] == "1.0.0"
+    finally:
+        leftovers = [
+            f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+            for doc in applied
+            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS}
+        ]
+        scrs = [f"nodewright.nodewright.nvidia.com/{RUN_RELEASE}"]
+        scrs += [f"skyhook.skyhook.nvidia.com/{RUN_RELEASE}"]
+        for scr in scrs:  # whatever it reached before a failure
+            unfinalized = ["patch", scr, "--type=merge", "-p", '{"metadata":{"finalizers":null}}']
+            subprocess.run(
+                ["kubectl", "--kubeconfig", str(admin), *unfinalized], capture_output=True
+            )
+        kubectl(admin, "delete", *leftovers, *scrs, "--ignore-not-found", "--wait=false")
+        for kind in ("role", "rolebinding"):
+            name = f"{kind}/{RUN_RELEASE}-skyhook-operator-events"
+            kubectl(admin, "delete", name, "-n", EVENT_NAMESPACE, "--ignore-not-found")
+        events_of_run = f"--field-selector=involvedObject.name={RUN_NODE}"
+        kubectl(admin, "delete", "events", "-n", EVENT_NAMESPACE, events_of_run)
+        kubectl(admin, "delete", "namespace", RUN_NAMESPACE, "--wait=false")
 
 
 # --- install, upgrade, uninstall on a real apiserver ------------------------------------------
