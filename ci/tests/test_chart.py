@@ -365,7 +365,8 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert env["REAPPLY_ON_REBOOT"] == "true"
     assert env["IMAGE_PULL_SECRET"] == "pkgcred"
     assert env["SKYHOOK_PACKAGE_SECRETS"] == "license,site-token"
-    assert load_settings(env).for_planner().package_secrets == {"license", "site-token"}
+    secrets = {"SKYHOOK_PACKAGE_SECRETS": env["SKYHOOK_PACKAGE_SECRETS"]}
+    assert load_settings(secrets).for_planner().package_secrets == {"license", "site-token"}
     assert env["PACKAGE_PRIORITY_CLASS_NAME"] == "system-node-critical"
     assert env["DEFAULT_INTERVAL"] == "1h30m"
     assert env["LOG_LEVEL"] == "debug"
