@@ -75,3 +75,9 @@ webhook Secret's), so the operator serves /metrics with the webhook's certificat
 {{- define "skyhook.runtimeRequiredTaint" -}}
 {{- .Values.runtimeRequiredTaint | default (printf "%s=runtime-required:NoSchedule" .Values.apiGroup) -}}
 {{- end }}
+
+{{/* Non-empty when the operator makes the webhook certificate itself (webhooks on,
+certificates: operator): only then does it read its Secret and the webhook configurations. */}}
+{{- define "skyhook.operatorCertificates" -}}
+{{- if and .Values.webhook.enable (eq .Values.webhook.certificates "operator") }}true{{ end -}}
+{{- end -}}

@@ -6,6 +6,8 @@ shared CRD, and install-time errors that name the bad value.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import re
 import shutil
@@ -23,9 +25,17 @@ from hypothesis import strategies as st
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from skyhook_operator.kube import webhooks
-from skyhook_operator.kube.webhooks import WEBHOOKS, configuration
+from skyhook_operator.kube import carryover, events, webhooks
+from skyhook_operator.kube.client import ApiError, connect_async
+from skyhook_operator.kube.events import EVENT_NAMESPACE
+from skyhook_operator.kube.webhooks import (
+    MUTATING_CONFIGURATION,
+    VALIDATING_CONFIGURATION,
+    WEBHOOKS,
+    configuration,
+)
 from skyhook_operator.settings import Settings, load_settings
+from skyhook_operator.store import ClusterStore
 from skyhook_planner.admission import review_skyhook
 from skyhook_schemas.crds import CRD_PATHS, SKYHOOK_CRD_PATH
 
@@ -157,6 +167,7 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
         [
             *((kind, FULLNAME) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
             *((kind, FULLNAME) for kind in ("Role", "RoleBinding", "Deployment", "LimitRange")),
+            *((kind, f"{FULLNAME}-events") for kind in ("Role", "RoleBinding")),
             ("Service", f"{FULLNAME}-metrics"),
             ("Service", WEBHOOK_SERVICE),
             ("ValidatingWebhookConfiguration", VALIDATING),
@@ -173,7 +184,9 @@ def test_defaults_render_exactly_the_operator_objects(render: Callable[..., list
     )
     for obj in objects:
         if obj["kind"] not in CLUSTER_SCOPED:
-            assert obj["metadata"]["namespace"] == NAMESPACE
+            # The Events role lives where the operator posts Events.
+            events = obj["metadata"]["name"] == f"{FULLNAME}-events"
+            assert obj["metadata"]["namespace"] == (EVENT_NAMESPACE if events else NAMESPACE)
 
 
 def test_deployment_runs_two_elected_operator_replicas_rolled_out_new_first(
@@ -236,6 +249,7 @@ def test_default_environment_is_what_the_operator_reads(render: Callable[..., li
         "RUNTIME_REQUIRED_TAINT": "skyhook.nvidia.com=runtime-required:NoSchedule",
         "REAPPLY_ON_REBOOT": "false",
         "IMAGE_PULL_SECRET": "",
+        "SKYHOOK_PACKAGE_SECRETS": "",
         "PACKAGE_PRIORITY_CLASS_NAME": "",
         "SKYHOOK_API_GROUP": "skyhook.nvidia.com",
         "LEGACY_CLEANUP_DELAY": "24h",
@@ -342,6 +356,7 @@ OVERRIDES: Obj = {
     "reapplyOnReboot": True,
     "imagePullSecrets": ["regcred", {"name": "other-cred"}],
     "packagePullSecret": "pkgcred",
+    "packageSecrets": ["license", "site-token"],
     "packagePriorityClassName": "system-node-critical",
     "serviceAccount": {"name": "skyhook-sa", "annotations": {"example.com/role": "x"}},
 }
@@ -357,6 +372,9 @@ def test_overrides_reach_the_pod_and_the_operator(render: Callable[..., list[Obj
     assert env["AGENT_LOG_ROOT"] == "/opt/skyhook-logs"
     assert env["REAPPLY_ON_REBOOT"] == "true"
     assert env["IMAGE_PULL_SECRET"] == "pkgcred"
+    assert env["SKYHOOK_PACKAGE_SECRETS"] == "license,site-token"
+    secrets = {"SKYHOOK_PACKAGE_SECRETS": env["SKYHOOK_PACKAGE_SECRETS"]}
+    assert load_settings(secrets).for_planner().package_secrets == {"license", "site-token"}
     assert env["PACKAGE_PRIORITY_CLASS_NAME"] == "system-node-critical"
     assert env["DEFAULT_INTERVAL"] == "1h30m"
     assert env["LOG_LEVEL"] == "debug"
@@ -761,30 +779,52 @@ def test_limit_range_gives_stage_containers_upstreams_defaults(
 SCR_RESOURCES = (("skyhook.nvidia.com", "skyhooks"), ("nodewright.nvidia.com", "nodewrights"))
 
 
-def scr_grants(group: str, scrs: str) -> set[tuple[str, str, str]]:
-    """What the operator needs of one API group's SCRs and DeploymentPolicies."""
+def scr_grants(group: str, scrs: str) -> set[Grant]:
+    """What the operator needs of one API group's SCRs and DeploymentPolicies; create: the
+    carry-over makes the spoken group's twin of each of the other group's SCRs and policies
+    (operator kube/carryover.py `mirror`)."""
     return (
-        expand(group, scrs, "get list watch patch")
+        expand(group, scrs, "get list watch patch create")
         | expand(group, f"{scrs}/status", "get patch")
         | expand(group, f"{scrs}/finalizers", "update")
-        | expand(group, "deploymentpolicies", "get list watch")
+        | expand(group, "deploymentpolicies", "get list watch create")
     )
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def aggregated_into(role: Obj) -> set[str]:
+    """The built-in ClusterRoles (view, edit, admin) `role` is aggregated into."""
+    labels = role["metadata"].get("labels") or {}
+    return {
+        key.removeprefix(AGGREGATE)
+        for key, value in labels.items()
+        if key.startswith(AGGREGATE) and value == "true"
+    }
 
 
 def test_user_roles_view_and_edit_both_kinds(render: Callable[..., list[Obj]]) -> None:
     objects = render()
     viewer = named(objects, "ClusterRole", f"{FULLNAME}-viewer")
     editor = named(objects, "ClusterRole", f"{FULLNAME}-editor")
-    viewing: set[tuple[str, str, str]] = set()
+    viewing: set[Grant] = set()
     for group, scrs in SCR_RESOURCES:
         kinds = f"{scrs} deploymentpolicies"
-        viewing |= expand(group, kinds, "get list watch") | {(group, f"{scrs}/status", "get")}
+        viewing |= expand(group, kinds, "get list watch") | expand(group, f"{scrs}/status", "get")
         assert grants(editor["rules"]) >= expand(
             group, kinds, "create delete get list patch update watch"
         )
+    # Read-only, and nothing but Skyhooks and policies: harmless inside `view`.
     assert grants(viewer["rules"]) == viewing
-    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
-    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert aggregated_into(viewer) == {"view"}
+    # Whoever may create a Skyhook is root on the nodes it selects: `edit` and `admin` (which
+    # takes in `edit`) get the editor only when asked to.
+    assert aggregated_into(editor) == set()
+    assert not [o for o in objects if aggregated_into(o) - {"view"}]
+    asked = render({"rbac": {"aggregateEditorRole": True, "aggregateViewerRole": False}})
+    assert aggregated_into(named(asked, "ClusterRole", f"{FULLNAME}-editor")) == {"edit"}
+    assert aggregated_into(named(asked, "ClusterRole", f"{FULLNAME}-viewer")) == set()
 
 
 def cleanup_steps(objects: list[Obj]) -> list[list[str]]:
@@ -850,61 +890,102 @@ def test_schema_rejects_a_bad_value_naming_it(
 # --- RBAC -----------------------------------------------------------------------------------
 
 
-def grants(rules: list[Obj]) -> set[tuple[str, str, str]]:
+# (API group, resource, verb, object name or "" for any)
+Grant = tuple[str, str, str, str]
+
+
+def grants(rules: list[Obj]) -> set[Grant]:
     return {
-        (group, resource, verb)
+        (group, resource, verb, name)
         for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [""]
     }
 
 
-def expand(group: str, resources: str, verbs: str) -> set[tuple[str, str, str]]:
-    return {(group, r, v) for r in resources.split() for v in verbs.split()}
+def expand(group: str, resources: str, verbs: str, names: str = "") -> set[Grant]:
+    return {
+        (group, r, v, n)
+        for r in resources.split()
+        for v in verbs.split()
+        for n in names.split() or [""]
+    }
 
 
 def test_cluster_role_grants_exactly_what_the_operator_uses(
     render: Callable[..., list[Obj]],
 ) -> None:
     objects = render()
-    expected = (
+    # Only the chart's two configurations, by the names the operator reads and patches
+    # (kube/webhooks.py `set_ca_bundle`): never list, watch or create.
+    webhook_configurations = expand(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "get patch",
+        VALIDATING_CONFIGURATION,
+    ) | expand(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "get patch",
+        MUTATING_CONFIGURATION,
+    )
+    reviews = expand("authentication.k8s.io", "tokenreviews", "create") | expand(
+        "authorization.k8s.io", "subjectaccessreviews", "create"
+    )
+    cluster_wide = (
         expand("", "nodes", "get list watch patch")
         | expand("", "nodes/status", "patch")
         | expand("", "pods", "get list watch")
         | expand("", "pods/eviction", "create")
-        | expand("", "events", "create patch")
         | scr_grants("skyhook.nvidia.com", "skyhooks")
         | scr_grants("nodewright.nvidia.com", "nodewrights")
-        | expand(
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations mutatingwebhookconfigurations",
-            "get list watch patch create",
-        )
-        | expand("authentication.k8s.io", "tokenreviews", "create")
-        | expand("authorization.k8s.io", "subjectaccessreviews", "create")
     )
-    assert grants(named(objects, "ClusterRole", FULLNAME)["rules"]) == expected
+    assert grants(named(objects, "ClusterRole", FULLNAME)["rules"]) == (
+        cluster_wide | webhook_configurations | reviews
+    )
     # The reviews are for the secure /metrics only.
     plain = named(render({"metrics": {"secure": False}}), "ClusterRole", FULLNAME)
-    assert grants(plain["rules"]) == expected - expand(
-        "authentication.k8s.io", "tokenreviews", "create"
-    ) - expand("authorization.k8s.io", "subjectaccessreviews", "create")
-    # ConfigMaps, stage pods and the webhook Secret only in the release namespace.
-    role = named(objects, "Role", FULLNAME)
-    assert role["metadata"]["namespace"] == NAMESPACE
-    assert grants(role["rules"]) == (
+    assert grants(plain["rules"]) == cluster_wide | webhook_configurations
+    # ConfigMaps, stage pods and the webhook Secret only in the release namespace; the Secret
+    # by name (kube/webhooks.py `sync_secret` reads and patches it), but create, which RBAC
+    # cannot restrict by name.
+    certificate = expand("", "secrets", "get patch", "webhook-cert") | expand(
+        "", "secrets", "create"
+    )
+    in_namespace = (
         expand("", "configmaps", "create get list watch patch delete")
         | expand("", "pods", "create delete patch")  # patch: an interrupt stopped in place
-        | expand("", "secrets", "create get list watch patch")
         | expand("coordination.k8s.io", "leases", "create get update")
     )
-    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = named(objects, kind, FULLNAME)
+    role = named(objects, "Role", FULLNAME)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert grants(role["rules"]) == in_namespace | certificate
+    renamed = render({"webhook": {"secretName": "sky-cert"}})
+    assert grants(named(renamed, "Role", FULLNAME)["rules"]) == in_namespace | expand(
+        "", "secrets", "get patch", "sky-cert"
+    ) | expand("", "secrets", "create")
+    # Events, about Nodes and Skyhooks (cluster-scoped), only where kube/events.py posts them.
+    events = named(objects, "Role", f"{FULLNAME}-events")
+    assert events["metadata"]["namespace"] == EVENT_NAMESPACE
+    assert grants(events["rules"]) == expand("", "events", "create patch")
+    # With cert-manager's certificate (mounted), or no webhooks, neither the Secret nor the
+    # configurations are read through the API.
+    for values in ({"webhook": {"certificates": "cert-manager"}}, {"webhook": {"enable": False}}):
+        other = render(values)
+        assert grants(named(other, "ClusterRole", FULLNAME)["rules"]) == cluster_wide | reviews
+        assert grants(named(other, "Role", FULLNAME)["rules"]) == in_namespace
+    for kind, role_kind, name in (
+        ("ClusterRoleBinding", "ClusterRole", FULLNAME),
+        ("RoleBinding", "Role", FULLNAME),
+        ("RoleBinding", "Role", f"{FULLNAME}-events"),
+    ):
+        binding = named(objects, kind, name)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": role_kind,
-            "name": FULLNAME,
+            "name": name,
         }
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
@@ -1011,6 +1092,10 @@ def test_packaged_chart_carries_the_crd_content(helm: Path, tmp_path: Path) -> N
         (
             {"packagePullSecret": "Bad Secret"},
             'packagePullSecret: "Bad Secret" is not a secret name',
+        ),
+        (
+            {"packageSecrets": ["ok", "Bad_Secret"]},
+            'packageSecrets[1]: "Bad_Secret" is not a secret name',
         ),
         (
             {"packagePriorityClassName": "Critical"},
@@ -1218,38 +1303,57 @@ def test_every_value_is_documented_with_an_example() -> None:
 RBAC_RELEASE = "rbac-check"
 RBAC_NAMESPACE = "chart-rbac-check"
 RBAC_ACCOUNT = f"system:serviceaccount:{RBAC_NAMESPACE}:{RBAC_RELEASE}-skyhook-operator"
-# (verb, resource[/subresource], namespace or "" for cluster-wide/all namespaces)
+VALIDATING_RESOURCE = "validatingwebhookconfigurations.admissionregistration.k8s.io"
+MUTATING_RESOURCE = "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+# (verb, resource[/subresource], namespace or "" for cluster-wide/all namespaces[, name])
 ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
     *((verb, "pods", "") for verb in ("get", "list", "watch")),
     *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete", "patch")),
     ("create", "pods/eviction", "default"),
-    *((verb, "secrets", RBAC_NAMESPACE) for verb in ("create", "get", "list", "watch", "patch")),
-    *(
-        (verb, f"{kind}webhookconfigurations.admissionregistration.k8s.io", "")
-        for verb in ("get", "list", "watch", "patch", "create")
-        for kind in ("validating", "mutating")
-    ),
-    ("create", "events", "default"),
-    ("patch", "events", RBAC_NAMESPACE),
+    ("create", "secrets", RBAC_NAMESPACE),
+    *((verb, "secrets", RBAC_NAMESPACE, "webhook-cert") for verb in ("get", "patch")),
+    *((verb, VALIDATING_RESOURCE, "", VALIDATING_CONFIGURATION) for verb in ("get", "patch")),
+    *((verb, MUTATING_RESOURCE, "", MUTATING_CONFIGURATION) for verb in ("get", "patch")),
+    ("create", "events", EVENT_NAMESPACE),
+    ("patch", "events", EVENT_NAMESPACE),
     *(
         (verb, "configmaps", RBAC_NAMESPACE)
         for verb in ("create", "get", "list", "watch", "patch", "delete")
     ),
-    *((verb, "skyhooks.skyhook.nvidia.com", "") for verb in ("get", "list", "watch", "patch")),
+    *(
+        (verb, "skyhooks.skyhook.nvidia.com", "")
+        for verb in ("get", "list", "watch", "patch", "create")
+    ),
     ("patch", "skyhooks.skyhook.nvidia.com/status", ""),
     ("update", "skyhooks.skyhook.nvidia.com/finalizers", ""),
+    # The carry-over's twins, in whichever group the operator speaks.
+    ("create", "nodewrights.nodewright.nvidia.com", ""),
+    ("create", "deploymentpolicies.skyhook.nvidia.com", ""),
+    ("create", "deploymentpolicies.nodewright.nvidia.com", ""),
     *((verb, "leases.coordination.k8s.io", RBAC_NAMESPACE) for verb in ("create", "get", "update")),
 ]
 DENIED = [
     ("get", "secrets", "default"),
+    # Of its own namespace's Secrets, only the webhook's, and never listed or watched.
+    *((verb, "secrets", RBAC_NAMESPACE) for verb in ("get", "list", "watch")),
+    *((verb, "secrets", RBAC_NAMESPACE, "other") for verb in ("get", "patch", "delete")),
+    # Of the webhook configurations, only the chart's two, read and patched.
+    *((verb, VALIDATING_RESOURCE, "") for verb in ("get", "list", "watch", "create", "patch")),
+    *((verb, MUTATING_RESOURCE, "") for verb in ("get", "list", "watch", "create", "patch")),
+    ("patch", VALIDATING_RESOURCE, "", "someone-elses"),
+    ("patch", MUTATING_RESOURCE, "", "someone-elses"),
+    ("delete", VALIDATING_RESOURCE, "", VALIDATING_CONFIGURATION),
+    # Events only where it posts them.
+    *((verb, "events", "kube-system") for verb in ("create", "patch")),
+    ("create", "events", RBAC_NAMESPACE),
+    ("create", "events", ""),
     ("create", "pods", "default"),
     ("delete", "pods", "default"),
     ("patch", "pods", "default"),
     ("update", "skyhooks.skyhook.nvidia.com", ""),
     ("update", "configmaps", RBAC_NAMESPACE),
-    ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     *((verb, "namespaces", "") for verb in ("get", "list", "watch", "delete")),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("delete", "nodes", ""),
@@ -1264,9 +1368,10 @@ DENIED = [
 ]
 
 
-def can_i(kubeconfig: Path, verb: str, resource: str, namespace: str) -> bool:
-    name, _, subresource = resource.partition("/")
-    args = ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, name]
+def can_i(kubeconfig: Path, verb: str, resource: str, namespace: str, name: str = "") -> bool:
+    kind, _, subresource = resource.partition("/")
+    args = ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", verb]
+    args += [f"{kind}/{name}" if name else kind]
     args += [f"--as={RBAC_ACCOUNT}"]
     args += [f"--subresource={subresource}"] if subresource else []
     args += ["-n", namespace] if namespace else ["--all-namespaces"]
@@ -1290,15 +1395,17 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
 def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
     helm: Path, sandbox_kubeconfig: Path
 ) -> None:
-    # Webhooks off: with no operator to answer them they would block the shared apiserver.
     rendered = run_helm(
         helm,
         *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE),
-        *("--set", "webhook.enable=false,argocdHealth.enabled=true,operator.replicas=2"),
+        *("--set", "argocdHealth.enabled=true,operator.replicas=2"),
     )
     assert rendered.returncode == 0, rendered.stderr
     documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
-    applied = [doc for doc in documents if doc["kind"] != "Deployment"]
+    # No webhook configurations: with no operator to answer them they would block the shared
+    # apiserver. Their grants are by name, which needs no object.
+    left_out = {"Deployment", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    applied = [doc for doc in documents if doc["kind"] not in left_out]
     deployment = [doc for doc in documents if doc["kind"] == "Deployment"]
     kubectl(sandbox_kubeconfig, "create", "namespace", RBAC_NAMESPACE)
     try:
@@ -1329,7 +1436,125 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
             if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
                 name = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
                 kubectl(sandbox_kubeconfig, "delete", name, "--wait=false")
+            elif doc["metadata"].get("namespace") == EVENT_NAMESPACE:
+                name = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+                kubectl(sandbox_kubeconfig, "delete", name, "-n", EVENT_NAMESPACE, "--wait=false")
         kubectl(sandbox_kubeconfig, "delete", "namespace", RBAC_NAMESPACE, "--wait=false")
+
+
+RUN_RELEASE = "rbac-run"
+RUN_NAMESPACE = "chart-rbac-run"
+RUN_NODE = "rbac-run-node"  # an Event's subject; no such Node is needed
+ADMISSION_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+
+
+async def operator_round_under_the_account(kubeconfig: Path) -> None:
+    """The operator's own code, through its own client, under the chart's account: the
+    webhook certificate round (the Secret created, read and renewed by name; the CA patched
+    into both configurations by name), Events posted and patched in their namespace, and the
+    carry-over creating the spoken group's twin of the other group's SCR."""
+    kube = connect_async(str(kubeconfig))
+    try:
+        names = webhooks.served_names(WEBHOOK_SERVICE, RUN_NAMESPACE, "")
+        sync = functools.partial(
+            webhooks.sync_secret, kube, RUN_NAMESPACE, "webhook-cert", WEBHOOK_SERVICE
+        )
+        made = await sync(names)  # create
+        assert await sync(names) == made  # get, by name
+        renewed = await sync([*names, "renamed.example"])  # patch, by name
+        assert renewed.cert != made.cert
+        await webhooks.set_ca_bundle(kube, renewed.ca)
+        assert await webhooks.configuration_problem(kube, renewed.ca) is None
+        # Any other Secret of the namespace is out of reach: forbidden, not merely missing.
+        with pytest.raises(ApiError) as refused:
+            await kube.request("GET", kube.namespaced_path("secrets", RUN_NAMESPACE, "other"))
+        assert refused.value.status == 403
+        recorder = events.Recorder(
+            kube, events.Correlator(first_delay=0.0, min_interval=0.0, gather=0.0)
+        )
+        for message in ("first", "second"):  # a POST, then a PATCH of its count
+            recorder.record(events.Event(events.Subject("Node", RUN_NODE), "Check", message))
+            await recorder.flush()
+        await recorder.close()
+        mirrored = await carryover.mirror(kube, ClusterStore(), carryover.CarriedOver())
+        assert RUN_RELEASE in mirrored
+    finally:
+        await kube.close()
+
+
+@pytest.mark.sandbox
+def test_the_operator_works_under_the_charts_account_with_grants_by_name(
+    helm: Path, sandbox_kubeconfig: Path, tmp_path: Path
+) -> None:
+    admin = sandbox_kubeconfig
+    rendered = run_helm(helm, "template", RUN_RELEASE, str(CHART), "--namespace", RUN_NAMESPACE)
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    applied = [doc for doc in documents if doc["kind"] not in {"Deployment", "Job"}]
+    for configuration in (doc for doc in applied if doc["kind"] in ADMISSION_KINDS):
+        for hook in configuration["webhooks"]:
+            # Never called (no operator answers here): no object carries this label.
+            hook["objectSelector"] = {"matchLabels": {"chart-rbac-run/never": "true"}}
+    other_group = "nodewright.nvidia.com/v1alpha1"
+    other = {"apiVersion": other_group, "kind": "NodeWright", "metadata": {"name": RUN_RELEASE}}
+    other["spec"] = {"packages": {"foo": {"version": "1.0.0", "image": "example.com/foo"}}}
+    kubectl(admin, "create", "namespace", RUN_NAMESPACE)
+    try:
+        manifest = yaml.safe_dump_all(applied)
+        kubectl(admin, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest)
+        for crd in ("skyhooks.skyhook.nvidia.com", "nodewrights.nodewright.nvidia.com"):
+            kubectl(admin, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        kubectl(admin, "create", "-f", "-", stdin=yaml.safe_dump(other))
+        account = f"{RUN_RELEASE}-skyhook-operator"
+        token = kubectl(admin, "create", "token", account, "-n", RUN_NAMESPACE).strip()
+        config = yaml.safe_load(admin.read_text())
+        for user in config["users"]:
+            user["user"] = {"token": token}
+        account_config = tmp_path / "account.kubeconfig"
+        account_config.write_text(yaml.safe_dump(config))
+
+        asyncio.run(operator_round_under_the_account(account_config))
+
+        # What it wrote, read back as the administrator.
+        secret = json.loads(
+            kubectl(admin, "get", "secret", "webhook-cert", "-n", RUN_NAMESPACE, "-o", "json")
+        )
+        for kind, name in (("validating", VALIDATING), ("mutating", MUTATING)):
+            found = json.loads(
+                kubectl(admin, "get", f"{kind}webhookconfiguration", name, "-o", "json")
+            )
+            bundles = {hook["clientConfig"].get("caBundle") for hook in found["webhooks"]}
+            assert bundles == {secret["data"]["ca.crt"]}, name
+        posted = json.loads(
+            kubectl(
+                admin,
+                *("get", "events", "-n", EVENT_NAMESPACE, "-o", "json"),
+                f"--field-selector=involvedObject.name={RUN_NODE}",
+            )
+        )["items"]
+        assert [(e["count"], e["message"]) for e in posted] == [(2, "second")]
+        twin = json.loads(kubectl(admin, "get", "skyhook", RUN_RELEASE, "-o", "json"))
+        assert twin["spec"]["packages"]["foo"]["version"] == "1.0.0"
+    finally:
+        leftovers = [
+            f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+            for doc in applied
+            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS}
+        ]
+        scrs = [f"nodewright.nodewright.nvidia.com/{RUN_RELEASE}"]
+        scrs += [f"skyhook.skyhook.nvidia.com/{RUN_RELEASE}"]
+        for scr in scrs:  # whatever it reached before a failure
+            unfinalized = ["patch", scr, "--type=merge", "-p", '{"metadata":{"finalizers":null}}']
+            subprocess.run(
+                ["kubectl", "--kubeconfig", str(admin), *unfinalized], capture_output=True
+            )
+        kubectl(admin, "delete", *leftovers, *scrs, "--ignore-not-found", "--wait=false")
+        for kind in ("role", "rolebinding"):
+            name = f"{kind}/{RUN_RELEASE}-skyhook-operator-events"
+            kubectl(admin, "delete", name, "-n", EVENT_NAMESPACE, "--ignore-not-found")
+        events_of_run = f"--field-selector=involvedObject.name={RUN_NODE}"
+        kubectl(admin, "delete", "events", "-n", EVENT_NAMESPACE, events_of_run)
+        kubectl(admin, "delete", "namespace", RUN_NAMESPACE, "--wait=false")
 
 
 # --- install, upgrade, uninstall on a real apiserver ------------------------------------------

@@ -8,8 +8,8 @@ the operator makes is allowed by the chart's RBAC or answered Forbidden.
 
 What running outside the cluster changes, and nothing else: the apiserver cannot reach the
 chart's webhook Service, so the replicas serve the webhooks on one loopback address (as pods
-behind one Service) and register URL configurations themselves (SKYHOOK_WEBHOOK_URL), as the
-chart's account allows; each replica binds its metrics and probe ports on its own loopback
+behind one Service) and fill the chart's two configurations (made empty here, as the chart
+makes them) with URL webhooks themselves (SKYHOOK_WEBHOOK_URL), as the chart's account allows; each replica binds its metrics and probe ports on its own loopback
 port, keeps its certificates in its own directory, and holds the Lease under its own name, as
 pods have their own network, filesystem and host name.
 """
@@ -30,8 +30,8 @@ from skyhook_sandbox.processes import free_port
 
 RELEASE = "skyhook-operator"
 NAMESPACE = "skyhook"
-# Made by the chart for the apiserver to call the in-cluster Service; out of the cluster the
-# operator registers its own, calling a loopback URL.
+# Made by the chart for the apiserver to call the in-cluster Service; out of the cluster they
+# are made empty and the operator fills them with webhooks calling a loopback URL.
 WEBHOOK_CONFIGURATIONS = frozenset(
     {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 )
@@ -120,6 +120,20 @@ class ChartDeployment:
             f"crd/{d['metadata']['name']}" for d in rest if d["kind"] == "CustomResourceDefinition"
         ]
         kubectl(self.admin, "wait", "--for=condition=Established", *crds, "--timeout=60s")
+        # The chart creates its two configurations; its account may only patch them (by name).
+        # Created empty here, the replicas fill them with webhooks calling their loopback URL.
+        empty = [
+            {
+                "apiVersion": d["apiVersion"],
+                "kind": d["kind"],
+                "metadata": {"name": d["metadata"]["name"]},
+                "webhooks": [],
+            }
+            for d in documents
+            if d["kind"] in WEBHOOK_CONFIGURATIONS
+        ]
+        if empty:
+            kubectl(self.admin, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(empty))
         return self
 
     def start(self, ready_timeout: float = 120.0) -> ChartDeployment:

@@ -90,10 +90,16 @@ class Admission:
         kube: AsyncKube,
         indexes: Mapping[str, Any],
         fetcher: ArtifactFetcher,
+        *,
+        readable_secrets: frozenset[str] = frozenset(),
+        namespace: str = "",
     ) -> None:
         self.kube = kube
         self.indexes = indexes  # the runtime's WatchedIndexes, by the name the store uses
         self.fetcher = fetcher
+        # The Secrets of the operator's namespace a package's env may read.
+        self.readable_secrets = readable_secrets
+        self.namespace = namespace
         self.handlers: dict[str, Handler] = {
             webhooks.VALIDATE_SCR: self.validate_skyhook,
             webhooks.VALIDATE_POLICY: self.validate_policy,
@@ -176,7 +182,14 @@ class Admission:
         ):
             policies.add(named)
         return _verdict(
-            admission.review_skyhook(request.operation, request.new, request.old, policies)
+            admission.review_skyhook(
+                request.operation,
+                request.new,
+                request.old,
+                policies,
+                readable_secrets=self.readable_secrets,
+                namespace=self.namespace,
+            )
         )
 
     async def validate_policy(self, request: Request) -> Answer:

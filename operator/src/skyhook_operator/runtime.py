@@ -219,7 +219,14 @@ class Operator:
             await certificates.start()
         except admission.CertificateError as error:
             raise StartError(f"admission webhooks: {error}") from error
-        reviews = admission.Admission(self.kube.unfenced(), self.watches, fetcher)
+        planning = ours.for_planner()
+        reviews = admission.Admission(
+            self.kube.unfenced(),
+            self.watches,
+            fetcher,
+            readable_secrets=planning.package_secrets or frozenset(),
+            namespace=ours.namespace,
+        )
         try:
             self.endpoints.append(
                 await admission.serve(reviews, ours.webhook_port, ours.webhook_cert_dir)

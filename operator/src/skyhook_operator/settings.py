@@ -98,6 +98,11 @@ class BindAddress(str):
         return address
 
 
+def _names(text: str) -> list[str]:
+    """The names of a comma-separated list, blanks around them ignored."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -143,6 +148,13 @@ PriorityClassName = Annotated[
     _check(
         lambda name: not name or is_object_name(name),
         "{!r} is not a PriorityClass name (lowercase letters, digits, '-', '.'; at most 253)",
+    ),
+]
+SecretNames = Annotated[
+    str,
+    _check(
+        lambda text: all(is_object_name(name) for name in _names(text)),
+        "{!r} must be Secret names (lowercase letters, digits, '-', '.'), comma-separated",
     ),
 ]
 # The key also names the node annotation `skyhook.nvidia.com/autoTaint_<key>`, whose name part
@@ -354,6 +366,16 @@ class _PodSettings(BaseSettings):
         "SKYHOOK_IMAGE_PULL_SECRET",
         _meta("IMAGE_PULL_SECRET", "Pull secret name put on every pod; empty: none."),
         default=_PLANNER.image_pull_secret,
+    )
+    package_secrets: SecretNames = field(
+        "SKYHOOK_PACKAGE_SECRETS",
+        _meta(
+            None,
+            "Comma-separated Secrets of the operator namespace a package's env may read "
+            "(valueFrom.secretKeyRef); empty: none. A Skyhook reading any other is refused "
+            "at admission and not run.",
+        ),
+        default="",
     )
     package_priority_class_name: PriorityClassName = field(
         "SKYHOOK_PACKAGE_PRIORITY_CLASS_NAME",
@@ -880,6 +902,7 @@ class Settings(_WebhookSettings, _LeaseSettings, _EndpointSettings, _PassSetting
             runtime_required_taint=self.runtime_required_taint,
             reapply_on_reboot=self.reapply_on_reboot,
             image_pull_secret=self.image_pull_secret,
+            package_secrets=frozenset(_names(self.package_secrets)),
             package_priority_class_name=self.package_priority_class_name,
             retry_backoff_base_s=self.retry_backoff_base,
             retry_backoff_max_s=self.retry_backoff_max,

@@ -147,6 +147,9 @@ def test_every_bad_skyhook_is_refused_at_kubectl_create_naming_its_field(
 def test_every_field_still_admitted_is_created_and_kubernetes_takes_its_pods(
     cluster: Cluster, sandbox: Any
 ) -> None:
+    # The one Secret of the operator's namespace its packages may read.
+    cluster.operator.stop()
+    cluster.operator = cluster.start_operator(SKYHOOK_PACKAGE_SECRETS="s")
     cluster.skyhooks.append("every-field")
     created = kubectl_create(sandbox, EVERY_FIELD)
     assert created.returncode == 0, created.stderr

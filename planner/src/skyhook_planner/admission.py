@@ -5,6 +5,9 @@ one the planner runs, and one it refuses is reported in status the same way when
 was off. On top of them, admission adds what only makes sense at the door:
 - a Skyhook's name must leave room for the node keys built from it;
 - the DeploymentPolicy a Skyhook names must exist;
+- a package's env may read (secretKeyRef) only the Secrets of the operator's namespace the
+  operator's settings name (the pass holds such a Skyhook as invalid too, should it get in
+  while the webhook is off);
 - a policy still named by a Skyhook cannot be deleted;
 - a package that declares `uninstall.enabled` may only leave the spec, or go down in version,
   once it is uninstalled from every node (no node in the old status's nodeState holds its
@@ -31,7 +34,7 @@ from skyhook_planner.model.policy import (
     PolicyError,
     decode_policy,
 )
-from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec
+from skyhook_planner.model.spec import SkyhookSpec, SpecError, decode_spec, unreadable_secrets
 from skyhook_planner.model.status import summarize
 from skyhook_schemas import keys
 from skyhook_schemas.versions import VersionChange, VersionError, version_change
@@ -79,10 +82,17 @@ def _spec_unchanged(operation: str, new: Json | None, old: Json | None) -> bool:
 
 
 def review_skyhook(
-    operation: str, new: Json | None, old: Json | None, policies: Collection[str]
+    operation: str,
+    new: Json | None,
+    old: Json | None,
+    policies: Collection[str],
+    *,
+    readable_secrets: Collection[str] = frozenset(),
+    namespace: str = "",
 ) -> Verdict:
     """Admit or refuse a Skyhook create or update; `policies` are the existing
-    DeploymentPolicies' names."""
+    DeploymentPolicies' names, `readable_secrets` the Secrets of the operator's `namespace`
+    a package's env may read."""
     if operation not in {"CREATE", "UPDATE"} or new is None:
         return ALLOWED
     if _spec_unchanged(operation, new, old):
@@ -102,6 +112,7 @@ def review_skyhook(
         problems += error.messages
     else:
         warnings = spec.warnings
+        problems += unreadable_secrets(spec, readable_secrets, namespace)
         if operation == "UPDATE":
             refused, cancelled = _uninstall_gates(spec, old or {})
             problems += refused

@@ -530,9 +530,9 @@ async def apply_configurations(
 async def configuration_problem(
     kube: AsyncKube, ca: bytes, url: str = "", excluded_namespaces: Iterable[str] = ()
 ) -> str | None:
-    """Why the apiserver cannot call us yet: a configuration missing, or one of our webhooks
-    in it without our CA (or, with `url`, calling another address or skipping other
-    namespaces than `excluded_namespaces`); None when all is set."""
+    """Why the apiserver cannot call us yet: a configuration missing, one of our webhooks
+    missing from it or in it without our CA (or, with `url`, calling another address or
+    skipping other namespaces than `excluded_namespaces`); None when all is set."""
     skipped = namespace_selector(excluded_namespaces)
     wanted = base64.b64encode(ca).decode()
     for mutating in (False, True):
@@ -562,6 +562,12 @@ async def configuration_problem(
                     f"{kind}WebhookConfiguration {name!r}: webhook {entry['name']!r} skips "
                     "other namespaces"
                 )
+        present = {entry.get("name") for entry in found.get("webhooks") or ()}
+        missing = sorted(
+            w.name for w in WEBHOOKS if w.mutating == mutating and w.name not in present
+        )
+        if missing:
+            return f"{kind}WebhookConfiguration {name!r} lacks webhook(s) {', '.join(missing)}"
     return None
 
 

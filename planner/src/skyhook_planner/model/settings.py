@@ -39,6 +39,9 @@ class PlannerSettings:
     )
     reapply_on_reboot: bool = False
     image_pull_secret: str = ""
+    # The Secrets of the operator's namespace a package's env may read (secretKeyRef); None:
+    # not known here (the CLI's forecast), so not checked.
+    package_secrets: frozenset[str] | None = None
     # PriorityClass of the Skyhook pods on nodes (stage, interrupt, health check); "": none.
     package_priority_class_name: str = ""
     # Failed stage pods (phase Failed) are retried after base * 2**restarts seconds, capped.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
@@ -227,6 +227,24 @@ class SkyhookSpec:
     # Ours: the signals a node must show after its interrupt before it is released
     # (rules/health.py); None: the policy's, else none.
     health_gate: HealthGate | None = None
+
+
+def unreadable_secrets(spec: SkyhookSpec, readable: Collection[str], namespace: str) -> list[str]:
+    """Each package environment variable that reads a Secret outside `readable`, one
+    `spec.packages.<key>.env[<i>].valueFrom.secretKeyRef.name: ...` line each. Stage pods run
+    in the operator's namespace, so every secretKeyRef names one of its Secrets, the webhook's
+    serving key among them: a package reads only those the operator's settings name."""
+    allowed = ", ".join(sorted(readable)) or "none"
+    return [
+        f"spec.packages.{key}.env[{index}].valueFrom.secretKeyRef.name: Secret {name!r} of "
+        f"the operator's namespace {namespace!r} is not one packages may read (allowed: "
+        f"{allowed}; the chart's packageSecrets, SKYHOOK_PACKAGE_SECRETS)"
+        for key, package in spec.packages.items()
+        for index, variable in enumerate(package.env)
+        if (name := ((variable.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name"))
+        is not None
+        and name not in readable
+    ]
 
 
 # --- the spec as written ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from skyhook_planner.model import waiting
 from skyhook_planner.model.actions import AddFinalizer, AnnotateSkyhook, PatchSkyhookStatus
 from skyhook_planner.model.policy import Policy
 from skyhook_planner.model.snapshot import NodeView, SkyhookView
-from skyhook_planner.model.spec import SkyhookSpec
+from skyhook_planner.model.spec import SkyhookSpec, unreadable_secrets
 from skyhook_planner.model.waiting import Reason
 from skyhook_planner.passes.context import PassIndex
 from skyhook_planner.passes.decision import Decision
@@ -65,6 +65,15 @@ def prepare(
     if spec is None:
         return Unrunnable(
             statuses.CONDITION_SPEC_INVALID, "SpecInvalid", statuses.summarize(scr.spec_errors)
+        )
+    # What admission refuses, for a Skyhook stored while the webhook was off or before the
+    # Secret left the allowed ones: its pods would read that Secret.
+    readable = index.settings.package_secrets
+    if readable is not None and (
+        unreadable := unreadable_secrets(spec, readable, index.settings.namespace)
+    ):
+        return Unrunnable(
+            statuses.CONDITION_SPEC_INVALID, "SpecInvalid", statuses.summarize(unreadable)
         )
     selected = ordering.selected_nodes(index.snap.nodes, index.nodes, spec.node_selector, last)
     matched = selected.matched
