@@ -82,6 +82,9 @@ class SimCluster:
         # Pods a PodDisruptionBudget protects: their eviction is refused (a delete is not),
         # and the refusal shows in the snapshot as the operator's evictor records it.
         self.budgeted: dict[tuple[str, str], str] = {}  # pod -> the refusal's message
+        # Pods whose removal, eviction or delete, the apiserver refuses for another reason (a
+        # 403, a 500): the pod -> the apiserver's answer.
+        self.failing: dict[tuple[str, str], str] = {}
         self.eviction_refusals: dict[tuple[str, str], EvictionRefusal] = {}
         # The time of the last snapshot: pods created after it are stamped with it.
         self.clock: datetime | None = None
@@ -211,6 +214,18 @@ class SimCluster:
                 self.created_pods.append(pod)
         elif isinstance(action, StopPod):
             self._stop_pod(action)
+        elif isinstance(action, EvictPod) and (action.namespace, action.name) in self.failing:
+            key = (action.namespace, action.name)
+            if key in self.pods:
+                self.eviction_refusals[key] = EvictionRefusal(
+                    *key,
+                    action.node,
+                    "",
+                    self.failing[key],
+                    self.clock or datetime.now(UTC),
+                    by_budget=False,
+                    delete=action.delete,
+                )
         elif isinstance(action, EvictPod) and not action.delete:
             key = (action.namespace, action.name)
             if key in self.budgeted and key in self.pods:
