@@ -254,7 +254,12 @@ def test_a_refused_eviction_blocks_the_drain_with_the_answer_and_one_warning_per
     plans = steps(d, 6)
     listed = json.loads(annotations(d)[keys.drain_blocked_key("scr")])
     assert listed == [
-        {"namespace": "default", "name": n, "reason": "EvictionFailed", "detail": FORBIDDEN.format(n)}
+        {
+            "namespace": "default",
+            "name": n,
+            "reason": "EvictionFailed",
+            "detail": FORBIDDEN.format(n),
+        }
         for n in ("api", "web")
     ]
     blocked = condition(d, "DrainBlocked")
