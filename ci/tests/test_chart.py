@@ -786,7 +786,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     expected = (
         expand("", "nodes", "get list watch patch")
         | expand("", "nodes/status", "patch")
-        | expand("", "pods", "get list watch")
+        | expand("", "pods", "get list watch delete")
         | expand("", "pods/eviction", "create")
         | expand("", "events", "create patch")
         | scr_grants("skyhook.nvidia.com", "skyhooks")
@@ -805,6 +805,9 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     assert grants(plain["rules"]) == expected - expand(
         "authentication.k8s.io", "tokenreviews", "create"
     ) - expand("authorization.k8s.io", "subjectaccessreviews", "create")
+    # Pods deleted in every namespace only for drainConfig.disableEviction, which may be off.
+    evicting = named(render({"rbac": {"allowPodDeletion": False}}), "ClusterRole", FULLNAME)
+    assert grants(evicting["rules"]) == expected - {("", "pods", "delete")}
     # ConfigMaps, stage pods and the webhook Secret only in the release namespace.
     role = named(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -1137,7 +1140,7 @@ RBAC_ACCOUNT = f"system:serviceaccount:{RBAC_NAMESPACE}:{RBAC_RELEASE}-skyhook-o
 ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
-    *((verb, "pods", "") for verb in ("get", "list", "watch")),
+    *((verb, "pods", "") for verb in ("get", "list", "watch", "delete")),  # delete: drains
     *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete", "patch")),
     ("create", "pods/eviction", "default"),
     *((verb, "secrets", RBAC_NAMESPACE) for verb in ("create", "get", "list", "watch", "patch")),
@@ -1160,7 +1163,6 @@ ALLOWED = [
 DENIED = [
     ("get", "secrets", "default"),
     ("create", "pods", "default"),
-    ("delete", "pods", "default"),
     ("patch", "pods", "default"),
     ("update", "skyhooks.skyhook.nvidia.com", ""),
     ("update", "configmaps", RBAC_NAMESPACE),
@@ -1239,6 +1241,23 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
         assert not denied, f"the chart's RBAC does not allow {denied}"
         allowed = [grant for grant in DENIED if can_i(sandbox_kubeconfig, *grant)]
         assert not allowed, f"the chart's RBAC allows more than the operator needs: {allowed}"
+        # rbac.allowPodDeletion off: drains evict and never delete outside the release namespace.
+        evicting = run_helm(
+            helm,
+            *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE),
+            *("--set", "webhook.enable=false,rbac.allowPodDeletion=false"),
+            *("--show-only", "templates/rbac.yaml"),
+        )
+        assert evicting.returncode == 0, evicting.stderr
+        (cluster_role,) = [
+            doc
+            for doc in yaml.safe_load_all(evicting.stdout)
+            if doc and doc["kind"] == "ClusterRole" and doc["metadata"]["name"] in RBAC_ACCOUNT
+        ]
+        kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(cluster_role))
+        assert not can_i(sandbox_kubeconfig, "delete", "pods", "default")
+        assert can_i(sandbox_kubeconfig, "create", "pods/eviction", "default")
+        assert can_i(sandbox_kubeconfig, "delete", "pods", RBAC_NAMESPACE), "stage pods"
     finally:
         for doc in applied:
             if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
