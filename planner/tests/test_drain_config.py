@@ -428,3 +428,22 @@ def test_the_interrupt_waits_for_a_pod_still_terminating() -> None:
     del d.sim.pods[("default", "web")]
     d.run()
     assert interrupts(d)
+
+
+def test_the_drain_blocked_message_names_ten_pods_and_counts_the_rest() -> None:
+    d = Driver(1, {"role": "gpu"})
+    names = [f"web-{i:02}" for i in range(25)]
+    for name in names:
+        d.sim.add_pod(workload(name))
+        d.sim.failing[("default", name)] = FORBIDDEN.format(name) + " " + "x" * 200
+    d.sim.add_skyhook("scr", {**SEL, "packages": REBOOT})
+    steps(d, 4)
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "EvictionFailed"
+    assert "default/web-09 on" in blocked["message"]
+    assert "default/web-10 on" not in blocked["message"]
+    assert blocked["message"].endswith("; ... (15 more pods)"), blocked["message"][-80:]
+    assert len(blocked["message"]) < 32768 // 4
+    listed = json.loads(annotations(d)[keys.drain_blocked_key("scr")])
+    assert [b["name"] for b in listed] == names, "the node lists every one"
+    assert all(len(node_warnings(d, name)) == 1 for name in names)
