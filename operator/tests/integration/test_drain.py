@@ -553,7 +553,8 @@ def test_a_refused_eviction_is_a_blocked_pod_said_once_and_asked_again_ever_more
     refused = workloads.replica_set("refused", node)
     name, namespace = refused["metadata"]["name"], workloads.namespace
     kube = cluster.kube
-    made = refusing_removals(f"refuse-{namespace}", namespace, REFUSED_BY_POLICY)
+    # A short name: the 403 repeats it twice before the message, all cut at 240 characters.
+    made = refusing_removals(f"refuse-{uuid.uuid4().hex[:6]}", namespace, REFUSED_BY_POLICY)
     for path, body in made:
         kube.request("POST", path, body)
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -459,7 +460,7 @@ REFUSED_BY_POLICY = "pods here are not to be removed (test policy)"
 async def refusing(b: Bench, pod: str) -> Callable[[], Any]:
     """Put a policy refusing every eviction and delete in the bench's namespace, in force
     once this returns; the coroutine function that lifts it."""
-    name = f"refuse-{b.namespace}"[:63]
+    name = f"refuse-{uuid.uuid4().hex[:6]}"  # short: the 403 repeats it before the message
     made = refusing_removals(name, b.namespace, REFUSED_BY_POLICY)
     for path, body in made:
         await b.kube.request("POST", path, body)
