@@ -341,7 +341,7 @@ def refusing_removals(name: str, namespace: str, message: str) -> list[tuple[str
                     },
                 ]
             },
-            "validations": [{"expression": "false", "message": message}],
+            "validations": [{"expression": "false", "message": message, "reason": "Forbidden"}],
         },
     }
     binding = {
