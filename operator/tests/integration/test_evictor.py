@@ -555,3 +555,35 @@ def _not_refused(b: Bench, pod: str) -> Callable[[], Any]:
         return True
 
     return admitted
+
+
+def test_a_pod_under_two_budgets_is_refused_as_a_failure_not_a_wait(
+    sandbox: Sandbox, request: pytest.FixtureRequest
+) -> None:
+    """The eviction subresource answers 500 for a pod two PodDisruptionBudgets select: no
+    budget's wait, a failure kept with the apiserver's words and asked again after 1 s."""
+
+    async def scenario(b: Bench) -> None:
+        await b.pod("doubly")
+        for name in ("first", "second"):
+            manifest = {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": APP}}},
+            }
+            await b.kube.request("POST", b.budget_path(), manifest)
+        evictor = b.evictor()
+        key = (b.namespace, "doubly")
+        assert evictor.ensure(b.action("doubly"))
+        await b.changed(1, 10)
+        refusal = evictor.refusals()[key]
+        assert refusal.detail.startswith("500 "), refusal.detail
+        assert "more than one PodDisruptionBudget" in refusal.detail, refusal.detail
+        assert not refusal.by_budget
+        assert not evictor.ensure(b.action("doubly")), "within its first retry"
+        await asyncio.sleep(drain.FIRST_RETRY + 0.2)
+        assert evictor.ensure(b.action("doubly"))
+        await until(lambda: b.sent("POST", "pods/eviction") == 2, 10, "asked again")
+
+    run(sandbox, request, scenario)
