@@ -937,7 +937,7 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     cluster_wide = (
         expand("", "nodes", "get list watch patch")
         | expand("", "nodes/status", "patch")
-        | expand("", "pods", "get list watch")
+        | expand("", "pods", "get list watch delete")
         | expand("", "pods/eviction", "create")
         | scr_grants("skyhook.nvidia.com", "skyhooks")
         | scr_grants("nodewright.nvidia.com", "nodewrights")
@@ -948,6 +948,11 @@ def test_cluster_role_grants_exactly_what_the_operator_uses(
     # The reviews are for the secure /metrics only.
     plain = named(render({"metrics": {"secure": False}}), "ClusterRole", FULLNAME)
     assert grants(plain["rules"]) == cluster_wide | webhook_configurations
+    # Pods deleted in every namespace only for drainConfig.disableEviction, which may be off.
+    evicting = named(render({"rbac": {"allowPodDeletion": False}}), "ClusterRole", FULLNAME)
+    assert grants(evicting["rules"]) == (cluster_wide | webhook_configurations | reviews) - expand(
+        "", "pods", "delete"
+    )
     # ConfigMaps, stage pods and the webhook Secret only in the release namespace; the Secret
     # by name (kube/webhooks.py `sync_secret` reads and patches it), but create, which RBAC
     # cannot restrict by name.
@@ -1309,7 +1314,7 @@ MUTATING_RESOURCE = "mutatingwebhookconfigurations.admissionregistration.k8s.io"
 ALLOWED = [
     *((verb, "nodes", "") for verb in ("get", "list", "watch", "patch")),
     ("patch", "nodes/status", ""),
-    *((verb, "pods", "") for verb in ("get", "list", "watch")),
+    *((verb, "pods", "") for verb in ("get", "list", "watch", "delete")),  # delete: drains
     *((verb, "pods", RBAC_NAMESPACE) for verb in ("create", "delete", "patch")),
     ("create", "pods/eviction", "default"),
     ("create", "secrets", RBAC_NAMESPACE),
@@ -1350,7 +1355,6 @@ DENIED = [
     ("create", "events", RBAC_NAMESPACE),
     ("create", "events", ""),
     ("create", "pods", "default"),
-    ("delete", "pods", "default"),
     ("patch", "pods", "default"),
     ("update", "skyhooks.skyhook.nvidia.com", ""),
     ("update", "configmaps", RBAC_NAMESPACE),
@@ -1431,6 +1435,23 @@ def test_rendered_objects_apply_and_grant_exactly_this_on_a_real_apiserver(
         assert not denied, f"the chart's RBAC does not allow {denied}"
         allowed = [grant for grant in DENIED if can_i(sandbox_kubeconfig, *grant)]
         assert not allowed, f"the chart's RBAC allows more than the operator needs: {allowed}"
+        # rbac.allowPodDeletion off: drains evict and never delete outside the release namespace.
+        evicting = run_helm(
+            helm,
+            *("template", RBAC_RELEASE, str(CHART), "--namespace", RBAC_NAMESPACE),
+            *("--set", "webhook.enable=false,rbac.allowPodDeletion=false"),
+            *("--show-only", "templates/rbac.yaml"),
+        )
+        assert evicting.returncode == 0, evicting.stderr
+        (cluster_role,) = [
+            doc
+            for doc in yaml.safe_load_all(evicting.stdout)
+            if doc and doc["kind"] == "ClusterRole" and doc["metadata"]["name"] in RBAC_ACCOUNT
+        ]
+        kubectl(sandbox_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(cluster_role))
+        assert not can_i(sandbox_kubeconfig, "delete", "pods", "default")
+        assert can_i(sandbox_kubeconfig, "create", "pods/eviction", "default")
+        assert can_i(sandbox_kubeconfig, "delete", "pods", RBAC_NAMESPACE), "stage pods"
     finally:
         for doc in applied:
             if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:

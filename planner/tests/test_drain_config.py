@@ -5,14 +5,15 @@ annotation, PodDisruptionBudget refusals as waits."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from skyhook_planner.model.actions import EvictPod
-from skyhook_planner.model.snapshot import PodView
+from skyhook_planner.model.snapshot import EvictionRefusal, NodeView, PodView
 from skyhook_planner.model.spec import DrainConfig, SpecError, decode_spec
+from skyhook_planner.model.vocabulary import LabelSelector
 from skyhook_planner.rules import drain
 from skyhook_planner.sim.driver import START, Driver, package, pod_stage
 from skyhook_schemas import keys
@@ -228,6 +229,121 @@ def test_eviction_off_deletes_with_the_grace_period() -> None:
     assert d.node_status("scr", NODE) == "complete"
 
 
+FORBIDDEN = (
+    '403 pods "{}" is forbidden: User "system:serviceaccount:skyhook:skyhook-operator" '
+    'cannot create resource "pods/eviction" in API group "" in the namespace "default"'
+)
+
+
+def node_warnings(d: Driver, pod_name: str) -> list[str]:
+    """The node's Warning Drain Events naming `pod_name`."""
+    return [
+        e.message
+        for e in d.sim.events
+        if e.kind == "Node" and e.type == "Warning" and f"default/{pod_name} (" in e.message
+    ]
+
+
+def test_a_refused_eviction_blocks_the_drain_with_the_answer_and_one_warning_per_pod() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("web"))
+    d.sim.add_pod(workload("api"))
+    for name in ("web", "api"):
+        d.sim.failing[("default", name)] = FORBIDDEN.format(name)
+    d.sim.add_skyhook("scr", {**SEL, "packages": REBOOT})
+    plans = steps(d, 6)
+    listed = json.loads(annotations(d)[keys.drain_blocked_key("scr")])
+    assert listed == [
+        {
+            "namespace": "default",
+            "name": n,
+            "reason": "EvictionFailed",
+            "detail": FORBIDDEN.format(n),
+        }
+        for n in ("api", "web")
+    ]
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "EvictionFailed"
+    assert f"default/web on {NODE}: {FORBIDDEN.format('web')}" in blocked["message"]
+    assert d.node_status("scr", NODE) == "in_progress", "blocked, not failed: the drain waits"
+    assert plans[-1].waiting[("scr", NODE)][0].hold == "EvictionFailed"
+    # Asked again pass after pass (the operator spaces the requests), said once per pod.
+    assert [a.name for a in plans[-1].actions if isinstance(a, EvictPod)] == ["api", "web"]
+    assert len(node_warnings(d, "web")) == 1 and len(node_warnings(d, "api")) == 1
+    skyhook_warnings = [e for e in d.sim.events if e.kind == "Skyhook" and e.type == "Warning"]
+    assert len(skyhook_warnings) == 1, skyhook_warnings
+
+    # Another pod fails later in the same drain: a Warning of its own, none again for the rest.
+    d.sim.add_pod(workload("late"))
+    d.sim.failing[("default", "late")] = FORBIDDEN.format("late")
+    steps(d, 4)
+    assert len(node_warnings(d, "late")) == 1
+    assert len(node_warnings(d, "web")) == 1 and len(node_warnings(d, "api")) == 1
+    assert not interrupts(d)
+
+    d.sim.failing.clear()  # the grant comes: the next asks are accepted
+    d.run()
+    assert d.node_status("scr", NODE) == "complete"
+    assert interrupts(d)
+    assert condition(d, "DrainBlocked") is None
+    assert keys.drain_blocked_key("scr") not in annotations(d)
+
+
+def test_a_refused_delete_blocks_the_drain_as_a_failed_delete() -> None:
+    d = Driver(1, {"role": "gpu"})
+    d.sim.add_pod(workload("web"))
+    d.sim.failing[("default", "web")] = "500 Internal error occurred: etcdserver: timeout"
+    d.sim.add_skyhook("scr", {**SEL, "drainConfig": {"disableEviction": True}, "packages": REBOOT})
+    steps(d, 4)
+    (listed,) = json.loads(annotations(d)[keys.drain_blocked_key("scr")])
+    assert listed["reason"] == "DeleteFailed"
+    assert listed["detail"] == "500 Internal error occurred: etcdserver: timeout"
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "DeleteFailed"
+    assert len(node_warnings(d, "web")) == 1
+
+
+@pytest.mark.parametrize(
+    ("by_budget", "refused_delete", "removal", "expected"),
+    [
+        (True, False, drain.EVICT, drain.PDB),
+        (True, False, drain.DELETE, ""),  # a delete is no budget's to refuse
+        (False, False, drain.EVICT, drain.EVICTION_FAILED),
+        (False, False, drain.DELETE, ""),  # disableEviction turned on since: not refused yet
+        (False, True, drain.DELETE, drain.DELETE_FAILED),
+        (False, True, drain.EVICT, ""),
+    ],
+)
+def test_a_refusal_blocks_only_the_removal_it_refused(
+    by_budget: bool, refused_delete: bool, removal: str, expected: str
+) -> None:
+    refusal = EvictionRefusal(
+        "default", "p", NODE, "uid", "answer", datetime.now(UTC), by_budget, refused_delete
+    )
+    assert drain.refused_reason(refusal, removal) == expected
+    view = pod()
+    config = DrainConfig(disable_eviction=removal == drain.DELETE)
+    checked = drain.check(
+        NodeView(NODE, unschedulable=True),
+        [view],
+        LabelSelector(),
+        "skyhook",
+        config=config,
+        refusals={("default", "p"): refusal},
+    )
+    assert [b.reason for b in checked.blocked] == ([expected] if expected else [])
+    assert checked.to_remove == (view,), "asked again however it was refused"
+
+
+def test_an_unreadable_blocked_annotation_lists_no_pod() -> None:
+    assert drain.listed_pods(None) == frozenset()
+    assert drain.listed_pods("not json") == frozenset()
+    assert drain.listed_pods('{"namespace": "default"}') == frozenset()
+    assert drain.listed_pods('[{"namespace": "default", "name": "web", "reason": "x"}]') == {
+        ("default", "web")
+    }
+
+
 def test_protected_pods_show_blocked_while_they_run() -> None:
     d = Driver(1, {"role": "gpu"})
     d.sim.add_pod(workload("training"))
@@ -312,3 +428,22 @@ def test_the_interrupt_waits_for_a_pod_still_terminating() -> None:
     del d.sim.pods[("default", "web")]
     d.run()
     assert interrupts(d)
+
+
+def test_the_drain_blocked_message_names_ten_pods_and_counts_the_rest() -> None:
+    d = Driver(1, {"role": "gpu"})
+    names = [f"web-{i:02}" for i in range(25)]
+    for name in names:
+        d.sim.add_pod(workload(name))
+        d.sim.failing[("default", name)] = FORBIDDEN.format(name) + " " + "x" * 200
+    d.sim.add_skyhook("scr", {**SEL, "packages": REBOOT})
+    steps(d, 4)
+    blocked = condition(d, "DrainBlocked")
+    assert blocked is not None and blocked["reason"] == "EvictionFailed"
+    assert "default/web-09 on" in blocked["message"]
+    assert "default/web-10 on" not in blocked["message"]
+    assert blocked["message"].endswith("; ... (15 more pods)"), blocked["message"][-80:]
+    assert len(blocked["message"]) < 32768 // 4
+    listed = json.loads(annotations(d)[keys.drain_blocked_key("scr")])
+    assert [b["name"] for b in listed] == names, "the node lists every one"
+    assert all(len(node_warnings(d, name)) == 1 for name in names)

@@ -308,3 +308,64 @@ def failing_on(cluster: Cluster, nodes: Iterable[str]) -> dict[str, Any]:
             "apply_check.sh": "#!/bin/bash\ntrue\n",
         },
     }
+
+
+ADMISSION_POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+ADMISSION_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+def refusing_removals(name: str, namespace: str, message: str) -> list[tuple[str, Json]]:
+    """A ValidatingAdmissionPolicy and its binding that refuse every eviction and delete of a
+    pod in `namespace` with a 403 carrying `message`, as a policy engine would: (collection
+    path, object) to POST, in order. Delete the binding before the namespace: its pods could
+    not go."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods/eviction"],
+                    },
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["*"],
+                        "operations": ["DELETE"],
+                        "resources": ["pods"],
+                    },
+                ]
+            },
+            "validations": [{"expression": "false", "message": message, "reason": "Forbidden"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    return [(ADMISSION_POLICIES, policy), (ADMISSION_BINDINGS, binding)]
+
+
+def dry_run_eviction(namespace: str, name: str) -> tuple[str, Json]:
+    """(path, body) of an eviction of pod `namespace`/`name` the apiserver only admits, to
+    learn whether a policy refusing it is in force yet."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"dryRun": ["All"]},
+    }
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body

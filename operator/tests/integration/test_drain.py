@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +29,15 @@ from skyhook_dev.harness import node_state, wait_until
 from skyhook_operator.kube.client import ApiError, Json
 from skyhook_schemas import keys
 
-from .helpers import SHELLSCRIPT, TEST_LABEL, Cluster, Recording, pod_stage
+from .helpers import (
+    SHELLSCRIPT,
+    TEST_LABEL,
+    Cluster,
+    Recording,
+    dry_run_eviction,
+    pod_stage,
+    refusing_removals,
+)
 
 BUSYBOX = "docker.io/library/busybox:1"
 PACKAGE = "kernel"
@@ -526,3 +535,102 @@ def test_a_non_interrupt_pod_holds_the_drain_and_the_reboot_until_it_exits_by_it
         for at, c in held
     ), held
     soon(lambda: conditions(recording, "Blocked")[-1][1] is None, "Blocked cleared")
+
+
+REFUSED_BY_POLICY = "workloads here are not to be removed (test policy)"
+
+
+def test_a_refused_eviction_is_a_blocked_pod_said_once_and_asked_again_ever_more_slowly(
+    cluster: Cluster, workloads: Workloads
+) -> None:
+    """A policy engine (here a ValidatingAdmissionPolicy; missing RBAC answers with the same
+    403) refuses every eviction in the workload's namespace: the pod is named with the
+    apiserver's answer in DrainBlocked and the node's drainBlocked annotation, one Warning
+    Event on the node says so, the node stays cordoned, and the eviction is asked again after
+    1 s, doubling, not in a loop. Once the policy goes, the next ask evicts the pod and the
+    rollout completes."""
+    (node,) = cluster.add_nodes(1)
+    refused = workloads.replica_set("refused", node)
+    name, namespace = refused["metadata"]["name"], workloads.namespace
+    kube = cluster.kube
+    # A short name: the 403 repeats it twice before the message, all cut at 240 characters.
+    made = refusing_removals(f"refuse-{uuid.uuid4().hex[:6]}", namespace, REFUSED_BY_POLICY)
+    for path, body in made:
+        kube.request("POST", path, body)
+
+    def in_force() -> bool:
+        try:
+            kube.request("POST", *dry_run_eviction(namespace, name))
+        except ApiError as error:
+            return error.status == 403
+        return False
+
+    scr = cluster.label
+    try:
+        wait_until(in_force, 30, "the refusing policy in force")
+        recording = record(cluster, scr, workloads, node)
+        cluster.skyhook(scr, {PACKAGE: reboot_package()})
+
+        blocked = soon(
+            lambda: next((c for _, c in conditions(recording, "DrainBlocked") if c), None),
+            "DrainBlocked",
+            timeout=90,
+        )
+        assert blocked["reason"] == "EvictionFailed", blocked
+        assert f"{namespace}/{name} on {node}: 403 " in blocked["message"], blocked
+        assert REFUSED_BY_POLICY in blocked["message"], blocked
+        listed = soon(
+            lambda: next(
+                (a for n in node_versions(recording) if (a := annotation(n, blocked_key(scr)))),
+                None,
+            ),
+            "the drainBlocked annotation",
+        )
+        (entry,) = json.loads(listed)
+        assert (entry["namespace"], entry["name"], entry["reason"]) == (
+            namespace,
+            name,
+            "EvictionFailed",
+        ), entry
+        assert entry["detail"].startswith("403 ") and REFUSED_BY_POLICY in entry["detail"], entry
+
+        before = cluster.operator.log_path.read_text(errors="replace")
+        time.sleep(20)  # blocked: the window in which the asks and passes are counted
+        log = cluster.operator.log_path.read_text(errors="replace")
+        # Passes as while any rollout waits (SKYHOOK_RETRY_INTERVAL, 1 s here), not one after
+        # each hand-off to the evictor (every 60 ms or so).
+        passes = log[len(before) :].count("] pass: ")
+        assert passes <= 40, f"{passes} passes in 20 s"
+        asked = re.findall(
+            rf"eviction of {namespace}/{name} refused, the drain is blocked, "
+            r"asked again in (\d+) s",
+            log,
+        )
+        # Asked at 0, 1, 3, 7, 15 s (and 31 s) from the first refusal: a handful, not a loop.
+        assert 4 <= len(asked) <= 7, f"{len(asked)} asks"
+        assert [int(s) for s in asked[:4]] == [1, 2, 4, 8], asked
+
+        # One Warning Event on the node, counted once however many passes saw the pod blocked.
+        latest = {e["metadata"]["uid"]: e for _, _, e in recording.of("event")}
+        warnings = [e for e in latest.values() if e["type"] == "Warning"]
+        assert [(e["reason"], e.get("count", 1)) for e in warnings] == [("Drain", 1)], warnings
+        assert f"{namespace}/{name} (EvictionFailed: 403 " in warnings[0]["message"], warnings
+        on_skyhook = kube.request(
+            "GET",
+            kube.namespaced_path("events", "default"),
+            query={"fieldSelector": f"involvedObject.kind=Skyhook,involvedObject.name={scr}"},
+        )["items"]
+        said = [e.get("count", 1) for e in on_skyhook if e["type"] == "Warning"]
+        assert said == [1], on_skyhook
+
+        assert node_versions(recording)[-1]["spec"].get("unschedulable"), "uncordoned"
+        assert deleting_rv(history(recording, refused)) is None, "the pod was removed"
+        assert created_rv(recording, "interrupt") is None, "the interrupt ran"
+    finally:
+        for path, body in reversed(made):
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"{path}/{body['metadata']['name']}")
+
+    cluster.wait_complete(scr, timeout=120)  # the next ask after the policy went evicts
+    assert evicted_rv(history(recording, refused)) is not None, "not evicted"
+    soon(lambda: conditions(recording, "DrainBlocked")[-1][1] is None, "DrainBlocked cleared")

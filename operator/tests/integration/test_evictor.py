@@ -15,6 +15,7 @@ import contextlib
 import logging
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +30,8 @@ from skyhook_operator.kube.watch import WatchedIndex
 from skyhook_planner.model.actions import EvictPod
 from skyhook_planner.model.snapshot import PodView
 from skyhook_sandbox.sandbox import Sandbox
+
+from .helpers import dry_run_eviction, refusing_removals
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -238,13 +241,16 @@ def test_a_budget_refusal_is_a_wait_asked_again_only_after_the_throttle(
         assert len(b.changes) == 1
         assert evictor.refusals()[key] == refusal
 
-        # After it: asked again, refused again.
-        await asyncio.sleep(throttle - (datetime.now(UTC) - refusal.at).total_seconds() + 0.2)
+        # At its end a pass is woken; asked then, refused again, with the same answer: no
+        # pass more.
+        await b.changed(2, throttle + 5)
+        assert (datetime.now(UTC) - refusal.at).total_seconds() > throttle - 0.5, "woken early"
         assert evictor.ensure(b.action("guarded"))
-        await b.changed(2, 10)
+        await until(lambda: evictor.refusals()[key].at > refusal.at, 10, "refused again")
         assert b.sent("POST", "pods/eviction") == 2
         again = evictor.refusals()[key]
-        assert again.at > refusal.at
+        await asyncio.sleep(0.5)
+        assert len(b.changes) == 2, "the same answer again: nothing new to report"
 
         # The budget goes: the next ask after the throttle is accepted, the refusal dropped.
         await b.kube.request("DELETE", b.budget_path("keep-one"))
@@ -256,9 +262,9 @@ def test_a_budget_refusal_is_a_wait_asked_again_only_after_the_throttle(
         assert b.sent("POST", "pods/eviction") == 3
         assert b.index.uid(key) == pod["metadata"]["uid"]
         assert key not in evictor.refusals(), "accepted: no budget holds the pod any more"
-        assert len(b.changes) == 2, "the task waits for the pod to go"
+        assert len(b.changes) == 3, "the task waits for the pod to go (3: the throttle's wake)"
         await b.kube.request("DELETE", b.path("guarded"), {"gracePeriodSeconds": 0})
-        await b.changed(3, 10)
+        await b.changed(4, 10)
         assert b.index.uid(key) is None
 
     run(sandbox, request, scenario)
@@ -446,3 +452,138 @@ def _budget_counts(b: Bench, name: str) -> Callable[[], Any]:
         )
 
     return counts
+
+
+REFUSED_BY_POLICY = "pods here are not to be removed (test policy)"
+
+
+async def refusing(b: Bench, pod: str) -> Callable[[], Any]:
+    """Put a policy refusing every eviction and delete in the bench's namespace, in force
+    once this returns; the coroutine function that lifts it."""
+    name = f"refuse-{uuid.uuid4().hex[:6]}"  # short: the 403 repeats it before the message
+    made = refusing_removals(name, b.namespace, REFUSED_BY_POLICY)
+    for path, body in made:
+        await b.kube.request("POST", path, body)
+
+    async def in_force() -> bool:
+        path, body = dry_run_eviction(b.namespace, pod)
+        try:
+            await b.kube.request("POST", path, body)
+        except ApiError as error:
+            return error.status == 403
+        return False
+
+    await until_async(in_force, 30, "the refusing policy in force")
+
+    async def lift() -> None:
+        for path, body in reversed(made):
+            with contextlib.suppress(ApiError):
+                await b.kube.request("DELETE", f"{path}/{body['metadata']['name']}")
+
+    return lift
+
+
+def test_a_refused_eviction_is_kept_and_asked_again_at_a_growing_interval(
+    sandbox: Sandbox,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 403 (here a ValidatingAdmissionPolicy's, as from a policy engine or missing RBAC) is
+    a refusal kept with the apiserver's answer; the planner asking every 50 ms gets one
+    request after 0.5 s, 1 s, 2 s, then every 2 s (the cap), and a pass is woken only for the
+    news and at each retry time. Once the policy goes, the next retry is accepted."""
+    monkeypatch.setattr(drain, "FIRST_RETRY", 0.5)
+    monkeypatch.setattr(drain, "MAX_RETRY", 2.0)
+    caplog.set_level(logging.INFO, logger=drain.__name__)
+
+    async def scenario(b: Bench) -> None:
+        pod = await b.pod("kept")
+        lift = await refusing(b, "kept")
+        try:
+            evictor = b.evictor()
+            key = (b.namespace, "kept")
+            start = time.monotonic()
+            while time.monotonic() - start < 9:  # a planner asking far more often than that
+                evictor.ensure(b.action("kept"))
+                await asyncio.sleep(0.05)
+            refusal = evictor.refusals()[key]
+            assert refusal.detail.startswith("403 "), refusal.detail
+            assert REFUSED_BY_POLICY in refusal.detail, refusal.detail
+            assert (refusal.by_budget, refusal.delete) == (False, False)
+            assert refusal.uid == pod["metadata"]["uid"]
+            # Asked at 0, 0.5, 1.5, 3.5, 5.5, 7.5 s: six, not one per ask.
+            assert 5 <= b.sent("POST", "pods/eviction") <= 7, b.sent("POST", "pods/eviction")
+            waits = [
+                float(found.group(1))
+                for r in caplog.records
+                if (
+                    found := re.search(
+                        r"refused, the drain is blocked, asked again in (\S+) s", r.getMessage()
+                    )
+                )
+            ]
+            assert waits[:4] == [0.5, 1.0, 2.0, 2.0], waits
+            # A pass for the news, then one at each retry time: not one per failure at once.
+            assert len(b.changes) <= len(waits) + 1, (len(b.changes), waits)
+            assert await b.read("kept") is not None
+
+            # Turned to a delete meanwhile: asked at once (never refused that way), refused too.
+            assert evictor.ensure(b.action("kept", delete=True))
+            await until(lambda: evictor.refusals()[key].delete, 10, "the delete refused")
+            assert evictor.refusals()[key].detail.startswith("403 ")
+            assert b.sent("DELETE", "pods") == 1
+
+            await lift()
+            await until_async(_not_refused(b, "kept"), 30, "the policy lifted")
+            await until(lambda: evictor.ensure(b.action("kept", delete=True)), 10, "retry time")
+            await until(lambda: b.index.uid(key) is None, 10, "the pod deleted")
+            assert key not in evictor.refusals()
+        finally:
+            await lift()
+
+    run(sandbox, request, scenario)
+
+
+def _not_refused(b: Bench, pod: str) -> Callable[[], Any]:
+    async def admitted() -> bool:
+        path, body = dry_run_eviction(b.namespace, pod)
+        try:
+            await b.kube.request("POST", path, body)
+        except ApiError:
+            return False
+        return True
+
+    return admitted
+
+
+def test_a_pod_under_two_budgets_is_refused_as_a_failure_not_a_wait(
+    sandbox: Sandbox, request: pytest.FixtureRequest
+) -> None:
+    """The eviction subresource answers 500 for a pod two PodDisruptionBudgets select: no
+    budget's wait, a failure kept with the apiserver's words and asked again after 1 s."""
+
+    async def scenario(b: Bench) -> None:
+        await b.pod("doubly")
+        for name in ("first", "second"):
+            manifest = {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": APP}}},
+            }
+            await b.kube.request("POST", b.budget_path(), manifest)
+        evictor = b.evictor()
+        key = (b.namespace, "doubly")
+        assert evictor.ensure(b.action("doubly"))
+        await b.changed(1, 10)
+        refusal = evictor.refusals()[key]
+        assert refusal.detail.startswith("500 "), refusal.detail
+        assert "more than one PodDisruptionBudget" in refusal.detail, refusal.detail
+        assert not refusal.by_budget
+        assert not evictor.ensure(b.action("doubly")), "within its first retry"
+        await asyncio.sleep(drain.FIRST_RETRY + 0.2)
+        assert evictor.ensure(b.action("doubly"))
+        await until(lambda: b.sent("POST", "pods/eviction") == 2, 10, "asked again")
+
+    run(sandbox, request, scenario)

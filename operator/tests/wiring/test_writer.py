@@ -15,7 +15,14 @@ from skyhook_operator.kube.client import ApiError, AsyncKube
 from skyhook_operator.kube.statuses import STATUS_BYTES_PER_SECOND
 from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
-from skyhook_planner.model.actions import CreatePod, PatchNode, PatchSkyhookStatus, Plan
+from skyhook_planner.model.actions import (
+    CreatePod,
+    EmitEvent,
+    EvictPod,
+    PatchNode,
+    PatchSkyhookStatus,
+    Plan,
+)
 from skyhook_planner.model.lanes import LaneSchedule
 from skyhook_planner.sim.driver import Driver
 
@@ -538,6 +545,38 @@ def test_the_queue_depth_counts_what_is_not_sent_yet_statuses_included() -> None
         assert writer.queue_depth == 1, "n2's pod, not attempted yet (its patch is going out)"
         gate.set()
         await eventually(lambda: writer.queue_depth == 0, 10, "everything sent")
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_lane_that_only_hands_pods_to_the_evictor_wakes_no_pass() -> None:
+    """Pods handed to the evictor and Events change nothing a pass reads (the evictor wakes
+    the reconciler itself once a pod is gone or refused): a drain that waits is not planned
+    again at once after every pass, pass after pass."""
+
+    async def scenario() -> None:
+        client = HeldClient()
+        handed: list[EvictPod] = []
+        writer = Writer(cast(AsyncKube, client), ClusterStore(), handed.append, 4)
+        reports: list[bool] = []
+        writer.on_written = reports.append
+        evict = EvictPod("default", "web", "n1")
+        said = EmitEvent("Node", "n1", "Drain", "draining node [n1]")
+        writer.submit(Plan((evict, said)))
+        await eventually(lambda: handed, 5, "the pod handed to the evictor")
+        await asyncio.wait_for(writer.drain(), 5)
+        await stays_false(lambda: reports, 0.3)
+
+        # A node write reports, also when a quiet lane of its node went out after it.
+        gate = client.hold("n1")
+        writer.submit(Plan((_mark("n1"),)))
+        writer.submit(Plan((evict,)))
+        gate.set()
+        await eventually(lambda: reports, 5, "the node write reported")
+        await asyncio.wait_for(writer.drain(), 5)
+        assert reports == [False]
+        assert len(handed) == 2
         await _closed(writer)
 
     run(scenario)

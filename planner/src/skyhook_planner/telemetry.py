@@ -300,7 +300,7 @@ def held_family(plan: Plan) -> Family:
         "Nodes of the Skyhook whose next step waits, by reason (MaintenanceWindowClosed, "
         "AlertsFiring, AlertQueryFailed, AlertsNotRead, Soaking, RebootDeadlineExceeded, "
         "HealthGateWaiting, HealthGateFailed, NonInterruptPodsRunning, PodDisruptionBudget, "
-        "UnmanagedPod, EmptyDirData, MultipleCauses, DrainTimeout)",
+        "EvictionFailed, DeleteFailed, UnmanagedPod, EmptyDirData, MultipleCauses, DrainTimeout)",
         (*SKYHOOK, "reason"),
         tuple(Sample(key, count) for key, count in sorted(held(plan).items())),
     )

@@ -98,6 +98,8 @@ class Writer:
         self._refusals = RefusedWrites(store.refusals)
         self._schedule = LaneSchedule()
         self._runs: dict[Lane, _Run] = {}  # each queued lane's plan
+        # Nodes with a lane written whose report waits for their next lane.
+        self._unreported: set[str] = set()
         self._concurrency = concurrency  # lanes going out at once
         self._sending: set[asyncio.Task[None]] = set()
         self._queued = 0  # actions of queued lanes that have not been attempted yet
@@ -259,8 +261,12 @@ class Writer:
             for dropped in self._schedule.done(lane, ok):
                 self._dropped(dropped)
             self._update_idle()
-            if not ok or lane.node not in self._schedule.pending:
-                self._report(failed=not ok)  # otherwise the node's next lane reports
+            if ok and lane.node in self._schedule.pending:  # the node's next lane reports
+                if _changes_state(lane):
+                    self._unreported.add(lane.node)
+            elif not ok or _changes_state(lane) or lane.node in self._unreported:
+                self._unreported.discard(lane.node)
+                self._report(failed=not ok)
             self._send_ready()
 
     def _dropped(self, lane: Lane) -> None:
@@ -388,3 +394,10 @@ def _taint_refused(action: PatchNode, error: Exception) -> EmitEvent:
         f"it until the taint is written, tried again every pass"
     )
     return EmitEvent("Node", action.name, "AutoTaint", message, "Warning", "TaintNode")
+
+
+def _changes_state(lane: Lane) -> bool:
+    """Whether the lane writes something a pass reads. Pods handed to the evictor and Events
+    do not: the evictor wakes the reconciler itself once a pod is gone or its removal refused,
+    so a drain that waits plans again on its own schedule, not at once after every pass."""
+    return any(not isinstance(action, EvictPod | EmitEvent) for action in lane.actions)

@@ -404,14 +404,18 @@ class WriteRefusal:
 
 @dataclass(frozen=True)
 class EvictionRefusal:
-    """An eviction the apiserver refused because of a PodDisruptionBudget: the drain waits."""
+    """A removal the apiserver refused: an eviction a PodDisruptionBudget held (`by_budget`,
+    a wait), or any other failed eviction or delete (a 403 from RBAC or a policy engine, a
+    500): the drain is blocked until a later try is accepted or the pod is gone."""
 
     namespace: str
     name: str
     node: str
     uid: str
-    detail: str  # the apiserver's message, naming the budget
+    detail: str  # the apiserver's answer: for a budget its message, naming the budget
     at: datetime
+    by_budget: bool = True
+    delete: bool = False  # the refused request was a DELETE (drainConfig.disableEviction)
 
 
 # The snapshot's order: objects by name, pods by namespace and name (C-level keys: a pass sorts
@@ -438,6 +442,6 @@ class ClusterSnapshot:
     alerts: tuple[AlertReading, ...] = ()
     # Writes the apiserver refused as invalid, and for which Skyhook generation.
     refusals: tuple[WriteRefusal, ...] = ()
-    # Evictions a PodDisruptionBudget refused, by (namespace, name), until the pod is evicted
-    # or gone.
+    # Removals the apiserver refused (a budget's wait or a failure), by (namespace, name),
+    # until the pod is removed or gone.
     eviction_refusals: Mapping[tuple[str, str], EvictionRefusal] = field(default_factory=dict)

@@ -263,13 +263,17 @@ class _NodeRun:
         if started is None:
             self.state = replace(self.state, drain_start=times.exact_stamp(ctx.now))
         blocked = drain.blocked_annotation(drained.blocked) if drained.blocked else None
-        if blocked is not None and self.state.drain_blocked is None:
+        # One Warning per pod per drain: for the pods the node's annotation does not list yet.
+        listed = drain.listed_pods(self.state.drain_blocked)
+        for pod in drained.blocked:
+            if (pod.namespace, pod.name) in listed:
+                continue
             self.decision.event(
                 "Node",
                 node.name,
                 "Drain",
                 f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
-                f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods(drained.blocked)}",
+                f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods((pod,))}",
                 type="Warning",
                 action="BlockDrain",
             )

@@ -243,11 +243,16 @@ def drain_conditions(
     if blocked:
         reasons = {drains[n].blocked_reason for n in blocked}
         reason = reasons.pop() if len(reasons) == 1 else drain.MULTIPLE
-        pods = "; ".join(
+        named = [
             f"{b.namespace}/{b.name} on {n}: {b.detail or b.reason}"
             for n in blocked[: statuses.SUMMARY_NAMES_MAX]
             for b in drains[n].blocked
-        )
+        ]
+        # Bounded: a refused grant blocks every pod of every draining node, each with its
+        # answer, and a condition's message holds 32 KiB.
+        pods = "; ".join(named[: statuses.SUMMARY_NAMES_MAX])
+        if len(named) > statuses.SUMMARY_NAMES_MAX:
+            pods += f"; ... ({len(named) - statuses.SUMMARY_NAMES_MAX} more pods)"
         message = (
             f"{len(blocked)}/{len(rollout.matched)} nodes blocked draining "
             f"({_listed(blocked)}); {pods}"

@@ -13,7 +13,9 @@ not Running or Pending: left; one of our stage pods: left; tolerates the cordon 
 mirror pod: left; already terminating: waited for; owned by no controller [force: false]:
 blocks; with an emptyDir volume [deleteEmptyDirData: false]: blocks; otherwise deleted
 [disableEviction] or evicted. A pod whose eviction a PodDisruptionBudget refused blocks too,
-and is asked again (the operator spaces those asks).
+as does one whose removal the apiserver refused for any other reason (a 403 from RBAC or a
+policy engine, a 500), with the apiserver's answer; each is asked again (the operator spaces
+those asks).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ LEAVE, WAIT, BLOCK, EVICT, DELETE = "leave", "wait", "block", "evict", "delete"
 # Why a drain cannot go on: the DrainBlocked condition's reasons, each blocked pod's reason in
 # the drainBlocked annotation, and the held-nodes metric's reason words.
 PDB = "PodDisruptionBudget"
+EVICTION_FAILED = "EvictionFailed"
+DELETE_FAILED = "DeleteFailed"
 UNMANAGED = "UnmanagedPod"
 EMPTY_DIR = "EmptyDirData"
 MULTIPLE = "MultipleCauses"
@@ -44,8 +48,8 @@ TIMED_OUT = "DrainTimeout"
 
 @dataclass(frozen=True)
 class BlockedPod:
-    """A pod the drain cannot remove now: `reason` is PDB, UNMANAGED or EMPTY_DIR, `detail`
-    the apiserver's words for a PDB refusal."""
+    """A pod the drain cannot remove now: `reason` is PDB, EVICTION_FAILED, DELETE_FAILED,
+    UNMANAGED or EMPTY_DIR, `detail` the apiserver's answer to a refused removal."""
 
     namespace: str
     name: str
@@ -118,7 +122,7 @@ def check(
     refusals: Mapping[tuple[str, str], EvictionRefusal] | None = None,
 ) -> Drain:
     """The node's drain gate; `namespace` is ours, whose labelled pods are never drained;
-    `refusals` the evictions a PodDisruptionBudget refused, which block until one is accepted."""
+    `refusals` the removals the apiserver refused, which block until one is accepted."""
     pods = tuple(pods)
     protected = protected_pods(pods, non_interrupt, namespace)
     if protected:  # the protected pods go first: removing others now displaces for nothing
@@ -140,14 +144,34 @@ def check(
             to_remove.append(pod)
             removal = what
             refusal = (refusals or {}).get((pod.namespace, pod.name))
-            if refusal is not None and what == EVICT:
-                blocked.append(BlockedPod(pod.namespace, pod.name, PDB, refusal.detail))
+            if refusal is not None and (because := refused_reason(refusal, what)):
+                blocked.append(BlockedPod(pod.namespace, pod.name, because, refusal.detail))
     return Drain(node.unschedulable, (), tuple(to_remove), tuple(leaving), tuple(blocked), removal)
+
+
+def refused_reason(refusal: EvictionRefusal, removal: str) -> str:
+    """Why `refusal` blocks a pod the drain removes by `removal` (EVICT or DELETE); "" when
+    it no longer does: it was refused the other way (drainConfig.disableEviction changed)."""
+    if refusal.delete != (removal == DELETE):
+        return ""
+    if refusal.by_budget:
+        return PDB
+    return DELETE_FAILED if refusal.delete else EVICTION_FAILED
 
 
 def blocked_annotation(blocked: Iterable[BlockedPod]) -> str:
     """The drainBlocked_<skyhook> annotation's value: a JSON list of the blocked pods."""
     return json.dumps([b.to_api() for b in blocked], separators=(",", ":"))
+
+
+def listed_pods(annotation: str | None) -> frozenset[tuple[str, str]]:
+    """The (namespace, name) of each pod a drainBlocked annotation lists; none when it is
+    absent or unreadable."""
+    try:
+        listed = json.loads(annotation or "[]")
+        return frozenset((str(b["namespace"]), str(b["name"])) for b in listed)
+    except (ValueError, TypeError, KeyError):
+        return frozenset()
 
 
 def started_at(node: NodeView, skyhook: str) -> datetime | None:

@@ -82,6 +82,9 @@ class SimCluster:
         # Pods a PodDisruptionBudget protects: their eviction is refused (a delete is not),
         # and the refusal shows in the snapshot as the operator's evictor records it.
         self.budgeted: dict[tuple[str, str], str] = {}  # pod -> the refusal's message
+        # Pods whose removal, eviction or delete, the apiserver refuses for another reason (a
+        # 403, a 500): the pod -> the apiserver's answer.
+        self.failing: dict[tuple[str, str], str] = {}
         self.eviction_refusals: dict[tuple[str, str], EvictionRefusal] = {}
         # The time of the last snapshot: pods created after it are stamped with it.
         self.clock: datetime | None = None
@@ -183,6 +186,22 @@ class SimCluster:
         for action in actions:
             self._apply(action)
 
+    def _remove_pod(self, action: EvictPod) -> None:
+        """An eviction or delete, refused as `failing` or, for an eviction, `budgeted` say."""
+        key = (action.namespace, action.name)
+        at = self.clock or datetime.now(UTC)
+        if key in self.failing and key in self.pods:
+            self.eviction_refusals[key] = EvictionRefusal(
+                *key, action.node, "", self.failing[key], at, by_budget=False, delete=action.delete
+            )
+        elif key in self.budgeted and key in self.pods and not action.delete:
+            self.eviction_refusals[key] = EvictionRefusal(
+                *key, action.node, "", self.budgeted[key], at
+            )
+        else:
+            self.pods.pop(key, None)
+            self.eviction_refusals.pop(key, None)
+
     def _stop_pod(self, action: StopPod) -> None:
         pod = self.pods.get((action.namespace, action.name))
         if pod is not None:  # the kubelet fails it at once: its deadline has passed
@@ -211,16 +230,9 @@ class SimCluster:
                 self.created_pods.append(pod)
         elif isinstance(action, StopPod):
             self._stop_pod(action)
-        elif isinstance(action, EvictPod) and not action.delete:
-            key = (action.namespace, action.name)
-            if key in self.budgeted and key in self.pods:
-                self.eviction_refusals[key] = EvictionRefusal(
-                    *key, action.node, "", self.budgeted[key], self.clock or datetime.now(UTC)
-                )
-            else:
-                self.pods.pop(key, None)
-                self.eviction_refusals.pop(key, None)
-        elif isinstance(action, DeletePod | EvictPod):
+        elif isinstance(action, EvictPod):
+            self._remove_pod(action)
+        elif isinstance(action, DeletePod):
             self.pods.pop((action.namespace, action.name), None)
             self.eviction_refusals.pop((action.namespace, action.name), None)
         elif isinstance(action, UpsertConfigMap):
