@@ -133,7 +133,9 @@ class ChartDeployment:
             if d["kind"] in WEBHOOK_CONFIGURATIONS
         ]
         if empty:
-            kubectl(self.admin, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(empty))
+            kubectl(
+                self.admin, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(empty)
+            )
         return self
 
     def start(self, ready_timeout: float = 120.0) -> ChartDeployment:
