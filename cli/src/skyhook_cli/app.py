@@ -213,7 +213,11 @@ def _formats(ctx: click.Context, param: click.Parameter, incomplete: str) -> lis
 
 
 GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
-    _flag("--kubeconfig", shell_complete=_files, help="Path to the kubeconfig file to use for CLI requests."),
+    _flag(
+        "--kubeconfig",
+        shell_complete=_files,
+        help="Path to the kubeconfig file to use for CLI requests.",
+    ),
     _flag("--context", help="The name of the kubeconfig context to use."),
     _flag("--cluster", help="The name of the kubeconfig cluster to use."),
     _flag("--user", help="The name of the kubeconfig user to use."),

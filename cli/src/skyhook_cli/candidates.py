@@ -50,7 +50,9 @@ def _nodes(kube: Kube) -> list[str]:
     return [str(node.metadata.name) for node in kube.list_nodes()]
 
 
-def skyhook_name(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+def skyhook_name(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
     """One Skyhook's name (a --skyhook flag, or the one name argument of a command)."""
     if _given(ctx, param):
         return []
@@ -65,7 +67,9 @@ def node_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> l
 def choices(values: Sequence[str]) -> Completer:
     """A fixed set of values (a stage, a state)."""
 
-    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    def complete(
+        ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
         return _offer(values, incomplete, ())
 
     return complete

@@ -39,7 +39,9 @@ def kubectl(sandbox: Any, *args: str) -> str:
 
 def listed_names(sandbox: Any, kind: str) -> list[str]:
     """kubectl's names of every object of `kind`, without the `kind/`."""
-    return sorted(line.split("/", 1)[1] for line in kubectl(sandbox, "get", kind, "-o", "name").split())
+    return sorted(
+        line.split("/", 1)[1] for line in kubectl(sandbox, "get", kind, "-o", "name").split()
+    )
 
 
 def completed(words: list[str], env: dict[str, str] | None = None) -> list[str]:

@@ -89,9 +89,7 @@ def test_an_unknown_command_completes_nothing() -> None:
     ids=["no-kubeconfig", "refused", "refused-flag", "refused-argument"],
 )
 def test_names_from_an_unreachable_cluster_complete_nothing_silently(words: list[str]) -> None:
-    done = subprocess.run(
-        [COMPLETE_SKYHOOK, *words], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([COMPLETE_SKYHOOK, *words], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (0, ":4\n", "")
 
 

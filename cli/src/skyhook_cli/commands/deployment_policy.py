@@ -21,9 +21,7 @@ def group(ctx: click.Context) -> None:
 
 
 @group.command("reset", short_help="Reset batch state for a Skyhook")
-@click.argument(
-    "args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name
-)
+@click.argument("args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name)
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @global_flags
 def reset(args: tuple[str, ...], confirm: bool) -> None:

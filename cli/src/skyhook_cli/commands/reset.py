@@ -130,9 +130,7 @@ def reset_batch_state(app: App, name: str) -> None:
 
 
 @click.command("reset", short_help="Reset all nodes for a Skyhook")
-@click.argument(
-    "args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name
-)
+@click.argument("args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name)
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @click.option(
     "--skip-batch-reset", is_flag=True, help="Skip resetting deployment policy batch state"
