@@ -93,6 +93,19 @@ def test_names_from_an_unreachable_cluster_complete_nothing_silently(words: list
     assert (done.returncode, done.stdout, done.stderr) == (0, ":4\n", "")
 
 
+def test_kubectl_nodewright_has_its_own_helper() -> None:
+    helper = COMPLETE_SKYHOOK.with_name("kubectl_complete-nodewright")
+    done = subprocess.run(
+        [helper, "node", "list", "--n"], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == [
+        "--nodewright",
+        "--namespace",
+        ":4",
+    ]
+
+
 def test_name_output_is_kind_slash_name_once_each_in_listed_order() -> None:
     assert output.names("node", ["b", "a", "b"]) == ["node/b", "node/a"]
     assert output.names("node", []) == []
