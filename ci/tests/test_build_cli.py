@@ -62,6 +62,11 @@ def test_the_manifest_names_each_archive_by_url_and_digest(built: Path) -> None:
     assert platform["uri"] == f"{RELEASES}/cli%2Fv{version}/{archive.name}"
     assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert platform["bin"] == "kubectl-skyhook"
+    # krew links only `bin`: the caveats say how to put the completion helper next to it.
+    assert (
+        'ln -s kubectl-skyhook "${KREW_ROOT:-$HOME/.krew}/bin/kubectl_complete-skyhook"'
+        in plugin["spec"]["caveats"]
+    )
     # kubectl nodewright: its own krew plugin, from the same archives.
     other = yaml.safe_load((built / "nodewright.yaml").read_text())
     assert other["metadata"]["name"] == "nodewright"
@@ -97,9 +102,33 @@ def test_the_archive_runs_the_plugin_on_a_python_without_our_packages(
     assert shown.returncode == 0, shown.stderr
     assert "Usage: nodewright pause" in shown.stdout
 
+    # The completion helpers answer kubectl's plugin completion (cobra's __complete format).
+    for name in ("kubectl_complete-skyhook", "kubectl_complete-nodewright"):
+        answer = subprocess.run(
+            [tmp_path / name, "node", "st"], env=env, capture_output=True, text=True
+        )
+        assert (answer.returncode, answer.stderr) == (0, ""), name
+        assert answer.stdout == "status\tShow all Skyhook activity on specific node(s)\n:4\n"
+
+    # As krew installs it: a symlink to the launcher in another directory on PATH, and the
+    # completion helper a symlink to that one, as the caveats say.
+    krew_bin = tmp_path / "krew-bin"
+    krew_bin.mkdir()
+    (krew_bin / "kubectl-skyhook").symlink_to(plugin)
+    (krew_bin / "kubectl_complete-skyhook").symlink_to("kubectl-skyhook")
+    shown = subprocess.run(
+        [krew_bin / "kubectl-skyhook", "--version"], env=env, capture_output=True, text=True
+    )
+    assert (shown.returncode, shown.stdout) == (0, f"Skyhook plugin: {version}\n"), shown.stderr
+    answer = subprocess.run(
+        [krew_bin / "kubectl_complete-skyhook", "-o", "n"], env=env, capture_output=True, text=True
+    )
+    assert (answer.returncode, answer.stdout) == (0, "name\n:4\n"), answer.stderr
+
     # A Python the archive has no libraries for is told so.
     shutil.move(tmp_path / "lib" / f"cp{PYTHON.replace('.', '')}", tmp_path / "lib" / "cp30")
     refused = subprocess.run([plugin, "--version"], env=env, capture_output=True, text=True)
     assert refused.returncode == 1
     assert "this build has no libraries for Python" in refused.stderr
-    assert os.access(plugin, os.X_OK)
+    for name in ("kubectl-skyhook", "kubectl_complete-skyhook", "kubectl_complete-nodewright"):
+        assert os.access(tmp_path / name, os.X_OK), name

@@ -14,6 +14,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 from click.core import ParameterSource
+from click.shell_completion import CompletionItem
 
 from skyhook_cli import output
 from skyhook_cli.kube import ConnectionFlags, Kube, KubeError, connect
@@ -22,6 +23,7 @@ from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
 
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=click.Command)
 FLAGS_KEY = "skyhook_cli.flags"
 DEFAULT_NAMESPACE = "skyhook"
 
@@ -104,20 +106,55 @@ class App:
         if self.verbose:
             self.warn(text)
 
-    def emit(self, data: Any) -> bool:
-        """Print `data` as JSON or YAML when asked for; False when a table is wanted."""
+    def emit(self, data: Any, names: Sequence[str] = ()) -> bool:
+        """Print `data` as JSON or YAML, or `names` (`<kind>/<name>`, see `lists_names`) one a
+        line, when asked for; False when a table is wanted."""
         if self.output == "json":
             self.say(output.to_json(data), end="")
         elif self.output == "yaml":
             self.say(output.to_yaml(data), end="")
+        elif self.output == output.NAME:
+            for name in names:
+                self.say(name)
         else:
             return False
         return True
+
+    def nothing(self, text: str) -> None:
+        """Say there is nothing to list: on stdout, but on stderr with -o name, so a script
+        reading names reads none (as kubectl says "No resources found")."""
+        if self.output == output.NAME:
+            self.warn(text)
+        else:
+            self.say(text)
+
+
+# The commands whose -o name prints what they list; every other command refuses it.
+_LISTS_NAMES: set[click.Command] = set()
+
+
+def lists_names(command: C) -> C:
+    """Mark a command that lists objects and prints them for -o name (App.emit's `names`)."""
+    _LISTS_NAMES.add(command)
+    return command
 
 
 def current_app() -> App:
     """The App of the running command; validates the global flags first."""
     ctx = click.get_current_context()
+    app = app_for(ctx)
+    if app.output == output.NAME and ctx.command not in _LISTS_NAMES:
+        accepted = "|".join(f for f in output.FORMATS if f != output.NAME)
+        raise CliError(
+            f"output format {quote(output.NAME)} is not supported by {quote(ctx.command_path)}: "
+            f"it lists no objects (use one of {accepted})"
+        )
+    return app
+
+
+def app_for(ctx: click.Context) -> App:
+    """The App of the global flags given on the command line of `ctx` (so far, when
+    completing it)."""
     given: dict[str, Any] = ctx.find_root().meta.get(FLAGS_KEY, {})
     fmt = str(given.get("output", "table")).lower()
     if fmt not in output.FORMATS:
@@ -166,16 +203,37 @@ def _flag(*names: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*names, expose_value=False, callback=_remember, **attrs)
 
 
+def _files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The shell completes a path here (click's Path type answers so, without converting)."""
+    return [CompletionItem(incomplete, type="file")]
+
+
+def _formats(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    return [CompletionItem(name) for name in output.FORMATS if name.startswith(incomplete)]
+
+
 GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
-    _flag("--kubeconfig", help="Path to the kubeconfig file to use for CLI requests."),
+    _flag(
+        "--kubeconfig",
+        shell_complete=_files,
+        help="Path to the kubeconfig file to use for CLI requests.",
+    ),
     _flag("--context", help="The name of the kubeconfig context to use."),
     _flag("--cluster", help="The name of the kubeconfig cluster to use."),
     _flag("--user", help="The name of the kubeconfig user to use."),
     _flag("-s", "--server", help="The address and port of the Kubernetes API server."),
     _flag("--token", help="Bearer token for authentication to the API server."),
-    _flag("--certificate-authority", help="Path to a cert file for the certificate authority."),
-    _flag("--client-certificate", help="Path to a client certificate file for TLS."),
-    _flag("--client-key", help="Path to a client key file for TLS."),
+    _flag(
+        "--certificate-authority",
+        shell_complete=_files,
+        help="Path to a cert file for the certificate authority.",
+    ),
+    _flag(
+        "--client-certificate",
+        shell_complete=_files,
+        help="Path to a client certificate file for TLS.",
+    ),
+    _flag("--client-key", shell_complete=_files, help="Path to a client key file for TLS."),
     _flag(
         "--insecure-skip-tls-verify",
         is_flag=True,
@@ -199,7 +257,13 @@ GLOBAL_FLAGS: Sequence[Callable[[F], F]] = (
     _flag("--username", help="Username for basic authentication to the API server."),
     _flag("--password", help="Password for basic authentication to the API server."),
     _flag("-n", "--namespace", help="The operator's namespace (default skyhook)."),
-    _flag("-o", "--output", default="table", help="Output format. One of: table|json|yaml|wide"),
+    _flag(
+        "-o",
+        "--output",
+        default="table",
+        shell_complete=_formats,
+        help="Output format. One of: table|json|yaml|wide|name",
+    ),
     _flag("-v", "--verbose", is_flag=True, help="Enable verbose output"),
     _flag("--dry-run", is_flag=True, help="Preview changes without applying them"),
 )

@@ -12,7 +12,13 @@ from typing import Any
 
 import yaml
 
-FORMATS = ("table", "json", "yaml", "wide")
+FORMATS = ("table", "json", "yaml", "wide", "name")
+NAME = "name"
+
+
+def names(kind: str, listed: Sequence[str]) -> list[str]:
+    """`-o name` as kubectl prints it: `<kind>/<name>` for each object, once, in listed order."""
+    return [f"{kind}/{name}" for name in dict.fromkeys(listed)]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from skyhook_cli import batch
+from skyhook_cli import batch, candidates
 from skyhook_cli.app import CliError, current_app, exactly_one, global_flags
 from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
@@ -21,7 +21,7 @@ def group(ctx: click.Context) -> None:
 
 
 @group.command("reset", short_help="Reset batch state for a Skyhook")
-@click.argument("args", nargs=-1, metavar="<skyhook-name>")
+@click.argument("args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name)
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @global_flags
 def reset(args: tuple[str, ...], confirm: bool) -> None:

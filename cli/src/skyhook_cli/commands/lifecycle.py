@@ -13,7 +13,7 @@ from typing import Any
 import click
 import semver
 
-from skyhook_cli import prompts
+from skyhook_cli import candidates, prompts
 from skyhook_cli.app import CliError, current_app, exactly_one, global_flags
 from skyhook_cli.patterns import quote
 from skyhook_schemas import keys
@@ -93,7 +93,9 @@ def run(action: Lifecycle, name: str, confirm: bool) -> None:
 
 def make(action: Lifecycle) -> click.Command:
     @click.command(action.verb, short_help=action.summary)
-    @click.argument("args", nargs=-1, metavar="<skyhook-name>")
+    @click.argument(
+        "args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name
+    )
     @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
     @global_flags
     def command(args: tuple[str, ...], confirm: bool) -> None:

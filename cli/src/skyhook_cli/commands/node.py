@@ -6,13 +6,14 @@ from typing import Any
 
 import click
 
-from skyhook_cli import nodestate, output
+from skyhook_cli import candidates, nodestate, output
 from skyhook_cli.app import (
     App,
     CliError,
     at_least_one,
     current_app,
     global_flags,
+    lists_names,
     require,
 )
 from skyhook_cli.commands.reset import ask, report, reset_nodes, resettable
@@ -49,9 +50,15 @@ def decoded(
         return None
 
 
+@lists_names
 @group.command("list", short_help="List all nodes targeted by a Skyhook")
 @click.option(
-    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Name of the Skyhook CR (required)",
 )
 @global_flags
 def list_(skyhook: str) -> None:
@@ -77,9 +84,10 @@ def list_(skyhook: str) -> None:
             }
         )
     if not entries:
-        app.say(f"No nodes found for Skyhook {quote(skyhook)}")
+        app.nothing(f"No nodes found for Skyhook {quote(skyhook)}")
         return
-    if app.emit({"skyhookName": skyhook, "nodes": entries}):
+    listed = output.names("node", [entry["nodeName"] for entry in entries])
+    if app.emit({"skyhookName": skyhook, "nodes": entries}, names=listed):
         return
     statuses = [entry["status"] for entry in entries]
     complete, erroring = statuses.count(COMPLETE), statuses.count(ERRORING)
@@ -102,9 +110,19 @@ def list_(skyhook: str) -> None:
     app.say(output.table(headers, rows), end="")
 
 
+@lists_names
 @group.command("status", short_help="Show all Skyhook activity on specific node(s)")
-@click.argument("patterns", nargs=-1, metavar="[node-name...]")
-@click.option("--skyhook", "--nodewright", "skyhook", default="", help="Filter by Skyhook name")
+@click.argument(
+    "patterns", nargs=-1, metavar="[node-name...]", shell_complete=candidates.node_names
+)
+@click.option(
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Filter by Skyhook name",
+)
 @global_flags
 def status(patterns: tuple[str, ...], skyhook: str) -> None:
     """Show every Skyhook's state on the given nodes (names or regexes; default all nodes)."""
@@ -114,7 +132,7 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
     if patterns:
         targets = set(matching(list(patterns), names))
         if not targets:
-            app.say("No nodes matched the specified patterns")
+            app.nothing("No nodes matched the specified patterns")
             return
     else:
         targets = set(names)
@@ -158,9 +176,9 @@ def status(patterns: tuple[str, ...], skyhook: str) -> None:
             summaries.append(summary)
     summaries.sort(key=lambda s: (s["nodeName"], s["skyhookName"]))
     if not summaries:
-        app.say("No Skyhook activity found on specified nodes")
+        app.nothing("No Skyhook activity found on specified nodes")
         return
-    if app.emit(summaries):
+    if app.emit(summaries, names=output.names("node", [s["nodeName"] for s in summaries])):
         return
     if app.output == "wide":
         headers = ["NODE", "SKYHOOK", "PACKAGE", "VERSION", "STAGE", "STATE", "RESTARTS", "IMAGE"]
@@ -237,7 +255,9 @@ def set_ignore(patterns: tuple[str, ...], ignore: bool) -> None:
 
 
 @group.command("ignore", short_help="Ignore node(s) from Skyhook processing")
-@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@click.argument(
+    "patterns", nargs=-1, metavar="<node-name...>", shell_complete=candidates.node_names
+)
 @global_flags
 def ignore(patterns: tuple[str, ...]) -> None:
     """Label nodes skyhook.nvidia.com/ignore=true: no Skyhook works on them (all Skyhooks)."""
@@ -245,7 +265,9 @@ def ignore(patterns: tuple[str, ...]) -> None:
 
 
 @group.command("unignore", short_help="Remove ignore label from node(s)")
-@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@click.argument(
+    "patterns", nargs=-1, metavar="<node-name...>", shell_complete=candidates.node_names
+)
 @global_flags
 def unignore(patterns: tuple[str, ...]) -> None:
     """Remove the skyhook.nvidia.com/ignore label, so Skyhooks work on the nodes again."""
@@ -253,9 +275,16 @@ def unignore(patterns: tuple[str, ...]) -> None:
 
 
 @group.command("reset", short_help="Reset all package state on node(s) for a Skyhook")
-@click.argument("patterns", nargs=-1, metavar="<node-name...>")
+@click.argument(
+    "patterns", nargs=-1, metavar="<node-name...>", shell_complete=candidates.node_names
+)
 @click.option(
-    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Name of the Skyhook CR (required)",
 )
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @global_flags

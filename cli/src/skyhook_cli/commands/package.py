@@ -7,8 +7,16 @@ from typing import Any
 
 import click
 
-from skyhook_cli import nodestate, output
-from skyhook_cli.app import CliError, current_app, exactly_one, global_flags, require, write
+from skyhook_cli import candidates, nodestate, output
+from skyhook_cli.app import (
+    CliError,
+    current_app,
+    exactly_one,
+    global_flags,
+    lists_names,
+    require,
+    write,
+)
 from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
 from skyhook_cli.packagestate import runs_package, write_states
@@ -62,12 +70,24 @@ def states(skyhook: str) -> tuple[dict[str, Entries], list[Any]]:
     return found, nodes
 
 
+@lists_names
 @group.command("status", short_help="Query package status across nodes")
 @click.argument("args", nargs=-1, metavar="<package-name>")
 @click.option(
-    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Name of the Skyhook CR (required)",
 )
-@click.option("--node", "nodes", multiple=True, help="Node name or regex pattern (repeatable)")
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    shell_complete=candidates.node_names,
+    help="Node name or regex pattern (repeatable)",
+)
 @global_flags
 def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
     """Show a package's stage and state on every node with state for the Skyhook."""
@@ -95,13 +115,14 @@ def status(args: tuple[str, ...], skyhook: str, nodes: tuple[str, ...]) -> None:
         key=lambda item: (item[0], item[1].name),
     )
     if not rows:
-        app.say(f"No package status found for skyhook {quote(skyhook)}")
+        app.nothing(f"No package status found for skyhook {quote(skyhook)}")
         return
     if app.emit(
         [
             {**entry.to_json(), "nodeName": node, **_selection_fields(selected.get(node, {}))}
             for node, entry in rows
-        ]
+        ],
+        names=output.names("node", [node for node, _ in rows]),
     ):
         return
     specs = (scr.get("spec") or {}).get("packages") or {}
@@ -129,13 +150,25 @@ def _selection_fields(record: dict[str, str]) -> dict[str, str]:
 @group.command("rerun", short_help="Force a package to re-run on specific node(s)")
 @click.argument("args", nargs=-1, metavar="<package-name>")
 @click.option(
-    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Name of the Skyhook CR (required)",
 )
 @click.option(
-    "--node", "nodes", multiple=True, help="Node name or regex pattern (repeatable, required)"
+    "--node",
+    "nodes",
+    multiple=True,
+    shell_complete=candidates.node_names,
+    help="Node name or regex pattern (repeatable, required)",
 )
 @click.option(
-    "--stage", default="", help="Re-run from stage: apply, config, interrupt, post-interrupt"
+    "--stage",
+    default="",
+    shell_complete=candidates.choices(nodestate.USER_STAGES),
+    help="Re-run from stage: apply, config, interrupt, post-interrupt",
 )
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @global_flags
@@ -267,11 +300,24 @@ def describe(status: Any) -> str:
 @group.command("logs", short_help="Retrieve logs from Skyhook package pods")
 @click.argument("args", nargs=-1, metavar="<package-name>")
 @click.option(
-    "--skyhook", "--nodewright", "skyhook", default="", help="Name of the Skyhook CR (required)"
+    "--skyhook",
+    "--nodewright",
+    "skyhook",
+    default="",
+    shell_complete=candidates.skyhook_name,
+    help="Name of the Skyhook CR (required)",
 )
-@click.option("--node", default="", help="Filter by node name (or regex)")
 @click.option(
-    "--stage", default="", help="Filter by stage (apply, config, interrupt, post-interrupt)"
+    "--node",
+    default="",
+    shell_complete=candidates.node_names,
+    help="Filter by node name (or regex)",
+)
+@click.option(
+    "--stage",
+    default="",
+    shell_complete=candidates.choices(nodestate.USER_STAGES),
+    help="Filter by stage (apply, config, interrupt, post-interrupt)",
 )
 @click.option("-f", "--follow", is_flag=True, help="Follow log output")
 @click.option("--tail", default=-1, type=int, help="Lines from the end of logs (-1 for all)")

@@ -16,7 +16,7 @@ from typing import Any
 import click
 import yaml
 
-from skyhook_cli import output
+from skyhook_cli import candidates, output
 from skyhook_cli.app import App, CliError, current_app, global_flags
 from skyhook_cli.patterns import quote
 from skyhook_planner.model.settings import PlannerSettings
@@ -26,7 +26,9 @@ from skyhook_schemas import keys
 
 
 @click.command("plan", short_help="Forecast a Skyhook's rollout without changing anything")
-@click.argument("args", nargs=-1, metavar="[<skyhook-name>]")
+@click.argument(
+    "args", nargs=-1, metavar="[<skyhook-name>]", shell_complete=candidates.skyhook_name
+)
 @click.option(
     "-f",
     "--filename",

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from skyhook_cli import batch, cleanup, prompts
+from skyhook_cli import batch, candidates, cleanup, prompts
 from skyhook_cli.app import App, CliError, current_app, exactly_one, global_flags
 from skyhook_cli.kube import KubeError
 from skyhook_cli.packagestate import write_states
@@ -130,7 +130,7 @@ def reset_batch_state(app: App, name: str) -> None:
 
 
 @click.command("reset", short_help="Reset all nodes for a Skyhook")
-@click.argument("args", nargs=-1, metavar="<skyhook-name>")
+@click.argument("args", nargs=-1, metavar="<skyhook-name>", shell_complete=candidates.skyhook_name)
 @click.option("-y", "--confirm", is_flag=True, help="Skip confirmation prompt")
 @click.option(
     "--skip-batch-reset", is_flag=True, help="Skip resetting deployment policy batch state"

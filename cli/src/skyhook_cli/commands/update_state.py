@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from skyhook_cli import candidates
 from skyhook_cli.app import App, CliError, current_app, global_flags
 from skyhook_cli.commands.reset import ask
 from skyhook_cli.kube import KubeError
@@ -18,12 +19,18 @@ from skyhook_schemas.nodestate import STAGES, STATES, PackageEntry, decode_entri
 
 
 @click.command("update-state", short_help="Set a package's stage and state on nodes by hand")
-@click.argument("skyhook")
+@click.argument("skyhook", shell_complete=candidates.skyhook_name)
 @click.argument("package")
 @click.argument("version")
-@click.argument("stage")
-@click.argument("state")
-@click.option("--node", "nodes", multiple=True, help="Node name or regex pattern (repeatable)")
+@click.argument("stage", shell_complete=candidates.choices(STAGES))
+@click.argument("state", shell_complete=candidates.choices(STATES))
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    shell_complete=candidates.node_names,
+    help="Node name or regex pattern (repeatable)",
+)
 @click.option("-l", "--selector", default="", help="Label selector the nodes must match")
 @click.option(
     "--add", is_flag=True, help="Create the entry where it is missing (needs --node or -l)"
