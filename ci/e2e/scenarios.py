@@ -65,6 +65,16 @@ from scenario_judging import (  # the pure judging, beside this file
 )
 
 API_VERSION = f"{GROUP}/v1alpha1"
+# What a scenario may create, as kubectl names the resource (clean-up deletes it).
+RESOURCES = {
+    "Skyhook": f"skyhooks.{GROUP}",
+    "DeploymentPolicy": f"deploymentpolicies.{GROUP}",
+    "NodeWright": "nodewrights.nodewright.nvidia.com",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io"
+    ),
+}
 SHELLSCRIPT = "ghcr.io/nvidia/skyhook-packages/shellscript"
 # Workload pods: kind's nodes hold this image already; the sandbox runs it as a pause.
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
@@ -723,6 +733,48 @@ UPSTREAM_HEAD: tuple[Scenario, ...] = (
 
 # --- the drain before an interrupt (upstream's drainConfig and DrainBlocked) -----------------
 
+# Refuses the eviction of one pod, as a policy engine might: the drain must say so, not loop.
+REFUSED_POD = "e2e-refused"
+REFUSING_POLICY: Obj = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "e2e-refuse-eviction"},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["pods/eviction"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": f"object.metadata.name != '{REFUSED_POD}'",
+                "message": "refused by e2e-refuse-eviction",
+                # 422, not 403: a Forbidden answer in the operator's log fails the run.
+                "reason": "Invalid",
+            }
+        ],
+    },
+}
+REFUSING_BINDING: Obj = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "e2e-refuse-eviction"},
+    "spec": {"policyName": "e2e-refuse-eviction", "validationActions": ["Deny"]},
+}
+
+
+def _other_group_invalid() -> dict[str, Any]:
+    """A NodeWright (the other API group) whose package version is not semver."""
+    scr = shellscript_scr("e2e-other-invalid", "latest", "/skyhook-e2e-other-invalid")
+    return {**scr, "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright"}
+
+
 DRAINS: tuple[Scenario, ...] = (
     Scenario(
         "drain-before-interrupt",
@@ -773,6 +825,66 @@ DRAINS: tuple[Scenario, ...] = (
                 lambda rec, nodes: drain_problems(rec, _first_node(nodes), kept=("e2e-unmanaged",)),
                 "the bare pod never evicted, gone before the interrupt",
             ),
+        ),
+    ),
+    Scenario(
+        "drain-by-delete",
+        "with drainConfig.disableEviction the drain deletes a ReplicaSet's pod and a bare pod "
+        "(no eviction), under the operator's own account, and the interrupt starts once both "
+        "are gone",
+        (
+            Workload("e2e-delete-replicated", 0, controller=True),
+            Workload("e2e-delete-bare", 0),
+            Record("e2e-drain-delete"),
+            Apply(
+                skyhook(
+                    "e2e-drain-delete",
+                    {"hello": _interrupt_package("/skyhook-e2e-drain-delete")},
+                    drainConfig={"disableEviction": True},
+                )
+            ),
+            Complete("e2e-drain-delete"),
+            Recorded(
+                "e2e-drain-delete",
+                lambda rec, nodes: drain_problems(
+                    rec, _first_node(nodes), kept=("e2e-delete-replicated", "e2e-delete-bare")
+                ),
+                "both pods deleted, not evicted, and gone before the interrupt",
+            ),
+        ),
+    ),
+    Scenario(
+        "drain-eviction-refused",
+        "an eviction the apiserver refuses (an admission policy) is a blocked pod: DrainBlocked "
+        "EvictionFailed and the node's drainBlocked annotation name it with the answer; "
+        "removed by hand, the drain goes on",
+        (
+            Apply(REFUSING_POLICY),
+            Apply(REFUSING_BINDING),
+            Workload(REFUSED_POD, 0),
+            Record("e2e-drain-refused"),
+            Apply(
+                skyhook(
+                    "e2e-drain-refused",
+                    {"hello": _interrupt_package("/skyhook-e2e-drain-refused")},
+                )
+            ),
+            Expect(
+                "e2e-drain-refused",
+                lambda scr, nodes: (
+                    drain_blocked_problems(
+                        scr,
+                        by_name(nodes)[0],
+                        f"{WORKLOAD_NAMESPACE}/{REFUSED_POD}",
+                        "EvictionFailed",
+                    )
+                    + condition_problems(scr, "DrainBlocked", None, ("e2e-refuse-eviction",))
+                ),
+                "the drain blocked by the refused eviction, with the apiserver's answer",
+            ),
+            Unblock(REFUSED_POD),
+            Complete("e2e-drain-refused"),
+            Expect("e2e-drain-refused", no_drain_blocked, "DrainBlocked and its annotation gone"),
         ),
     ),
 )
@@ -828,6 +940,17 @@ SCENARIOS: tuple[Scenario, ...] = (
                     'admission webhook "validate-skyhook.nvidia.com" denied the request',
                     "spec.packages.hello.dependsOn.absent",
                 ),
+            ),
+        ),
+    ),
+    Scenario(
+        "other-group-invalid-refused",
+        "kubectl apply of an invalid NodeWright (the other API group) is refused naming the "
+        "field, whichever group the operator speaks",
+        (
+            Refused(
+                _other_group_invalid(),
+                ("denied the request", "spec.packages.hello.version"),
             ),
         ),
     ),
@@ -1146,7 +1269,8 @@ class Runner:
 
     def refused(self, manifest: Obj, naming: Sequence[str]) -> None:
         name = manifest["metadata"]["name"]
-        if self.exists(name):
+        resource = RESOURCES[manifest["kind"]]
+        if manifest["kind"] == "Skyhook" and self.exists(name):
             self.refused_update(manifest, naming)
             return
         result = self.kubectl.run("apply", "-f", "-", stdin=json.dumps(manifest))
@@ -1156,9 +1280,9 @@ class Runner:
         missing = [text for text in naming if text not in result.stderr]
         if missing:
             raise StepFailed(f"refusal of {name} lacks {missing}: {result.stderr.strip()}")
-        found = self.kubectl.run("get", f"skyhooks.{GROUP}", name)
+        found = self.kubectl.run("get", resource, name)
         if found.returncode == 0:
-            raise StepFailed(f"refused Skyhook {name} exists anyway")
+            raise StepFailed(f"refused {manifest['kind']} {name} exists anyway")
 
     def refused_update(self, manifest: Obj, naming: Sequence[str]) -> None:
         name = manifest["metadata"]["name"]
@@ -1216,13 +1340,11 @@ class Runner:
             self.kubectl.run(what, "node", node, change)  # may be gone already
         self.edits.clear()
         for kind, name in reversed(self.created):
-            resource = {"Skyhook": "skyhooks", "DeploymentPolicy": "deploymentpolicies"}[kind]
+            resource = RESOURCES[kind]
             if kind == "Skyhook":
-                self.kubectl.run(
-                    "annotate", f"{resource}.{GROUP}", name, f"{GROUP}/pause-", f"{GROUP}/disable-"
-                )
+                self.kubectl.run("annotate", resource, name, f"{GROUP}/pause-", f"{GROUP}/disable-")
             self.kubectl.ok(
-                "delete", f"{resource}.{GROUP}", name, "--ignore-not-found", "--wait",
+                "delete", resource, name, "--ignore-not-found", "--wait",
                 f"--timeout={self.timeout}s",
             )  # fmt: skip
         self.created.clear()
