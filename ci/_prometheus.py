@@ -20,6 +20,7 @@ from _gotool import GoTool, Say, ensure_all, print_paths
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_VERSION = "3.16.0"  # what the binaries report; the module's VERSION file
+VERSION_FLAG = f"-X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION}"
 
 
 def _tool(name: str) -> GoTool:
@@ -29,7 +30,7 @@ def _tool(name: str) -> GoTool:
         package=f"{PROMETHEUS_MODULE}/cmd/{name}",
         version=PROMETHEUS_MODULE_VERSION,
         version_args=("--version",),  # prometheus, version 3.16.0 (branch: ...)
-        link_flags=lambda _: f"-X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION}",
+        link_flags=lambda _: VERSION_FLAG,
         version_word=2,
         reported_version=PROMETHEUS_VERSION,
         tags=("netgo",),
