@@ -126,11 +126,14 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
 def render(say: Callable[[str], None]) -> Callable[..., list[Obj]]:
     helm = ensure_helm(say)
 
-    def _render(*sets: str) -> list[Obj]:
+    def _render(*sets: str, fails: bool = False) -> Any:
         args = [str(helm), "template", "sky", str(CHART), "--namespace", "skyhook"]
         for value in ("webhook.enable=false", *sets):
             args += ["--set", value]
         result = subprocess.run(args, capture_output=True, text=True)
+        if fails:
+            assert result.returncode != 0, f"helm accepted {sets}"
+            return result.stderr
         assert result.returncode == 0, result.stderr
         return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -188,6 +191,18 @@ def test_chart_prometheus_rule_holds_the_rule_files_groups(
     assert rule["metadata"]["namespace"] == "monitoring"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())
+
+
+@pytest.mark.parametrize("shipped", ["dashboard", "prometheusRule"])
+def test_chart_refuses_monitoring_without_the_skyhook_metrics(
+    render: Callable[..., Any], shipped: str
+) -> None:
+    nodewright_only = ("apiGroup=nodewright.nvidia.com", "metrics.publishLegacy=false")
+    error = render(*nodewright_only, f"metrics.{shipped}.enabled=true", fails=True)
+    assert f"metrics.{shipped}.enabled: its queries read skyhook_* metrics" in error
+    assert monitoring_objects(
+        render("apiGroup=nodewright.nvidia.com", f"metrics.{shipped}.enabled=true")
+    )
 
 
 def test_docs_link_to_the_charts_files() -> None:
