@@ -42,6 +42,9 @@ class GoTool:
     # Which word of the version output names the version (`buildkitd github.com/moby/buildkit
     # v0.34.2 ...` is word 2); a version printed without its `v` (runc's 1.5.2) also counts.
     version_word: int = 0
+    # The version the binary prints when it differs from the module version (Prometheus 3.16.0
+    # is module v0.316.0); None when they match.
+    reported_version: str | None = None
     cgo: bool = False  # runc's nsenter is C: build with CGO_ENABLED=1 (needs gcc)
     tags: tuple[str, ...] = ()  # Go build tags, e.g. runc's seccomp (needs libseccomp-dev)
     # `go install <package>@<version>` refuses a module whose go.mod has replace or exclude
@@ -97,9 +100,10 @@ class GoTool:
                 [str(built), *self.version_args], capture_output=True, text=True
             ).stdout.split()
             word = reported[self.version_word : self.version_word + 1]
-            if not {self.version, self.version.removeprefix("v")} & set(word):
+            expected = self.reported_version or self.version
+            if not {expected, expected.removeprefix("v")} & set(word):
                 raise GoToolBuildError(
-                    f"built {self.name} reports version {' '.join(word)!r}, not {self.version}"
+                    f"built {self.name} reports version {' '.join(word)!r}, not {expected}"
                 )
             partial = target.with_name(target.name + ".partial")
             shutil.copy2(built, partial)
