@@ -517,8 +517,8 @@ def _node_inputs(
         if memory is None:
             return found, {}, list(matched)
         verdicts = memory.verdicts
-        # Kept: inputs equal to the last pass's (views the store kept compare by identity,
-        # element by element) and a verdict kept by it.
+        # Kept: inputs equal to the last pass's (views kept across snapshots compare by
+        # identity, element by element: passes/memory.py) and a verdict kept by it.
         unchanged = map(operator.eq, map(memory.node_inputs.get, names), inputs)
         quiet = list(map(operator.and_, unchanged, map(verdicts.__contains__, names)))
     kept_names = list(compress(names, quiet))
