@@ -238,7 +238,7 @@ class _NodeRun:
             node_order=self.work.node_order(self.node.name),
             attempt=attempt,
         )
-        if stale or not self._create(manifest):
+        if stale or not self.create(manifest):
             self.decision.wake_in(1.0)
             return
         chosen = self.node_packages.chosen.get(package.name)
@@ -315,7 +315,8 @@ class _NodeRun:
             return None
         return entry.restarts
 
-    def _create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create the pod `manifest` on the node; False while its name is still taken."""
         meta = manifest["metadata"]
         if self.work.name_taken(meta["namespace"], meta["name"]):
             self.decision.wake_in(1.0)
@@ -497,7 +498,7 @@ class _NodeInterrupt:
             stage=stage,
             node_order=self.run.work.node_order(self.run.node.name),
         )
-        if not self.run._create(manifest):
+        if not self.run.create(manifest):
             return
         for package in merged.covered:
             state = IN_PROGRESS if package.name == merged.chosen.name else SKIPPED
