@@ -79,8 +79,10 @@ class Overlay(Generic[View]):
 
     Kept between passes rather than merged anew for each: the watch reports each key it
     changes (`index_changed`), the writer each object it wrote, and `views()` merges again only
-    those keys. Its views stay in key order, which is the order of (namespace, name), so a
-    pass gets them as a tuple built in C rather than sorted in Python.
+    those keys: every other object keeps its view object, as incremental passes need
+    (skyhook_planner passes/memory.py, the object-identity contract). Its views stay in key
+    order, which is the order of (namespace, name), so a pass gets them as a tuple built in C
+    rather than sorted in Python.
     """
 
     def __init__(self, decode: Callable[[Mapping[str, Any]], View]) -> None:

@@ -9,8 +9,8 @@ stops showing once it is done: written, the object as the API returned it is in 
 anyway; failed, the next pass sees the cluster as it is and plans again.
 
 Both replays are kept between passes: while an object and the writes queued for it are the
-same objects as last time, the replayed view is the same object too, so the planner's memory
-(passes/memory.py) compares it by identity and a node with writes in flight stays quiet.
+same objects as last time, the replayed view is the same object too, so a node with writes in
+flight stays quiet (the object-identity contract: passes/memory.py).
 """
 
 from __future__ import annotations

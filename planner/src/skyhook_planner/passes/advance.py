@@ -98,6 +98,7 @@ class _NodeRun:
             and (pkg := ctx.index.pod_package(p)) is not None
         }
         self.created = 0
+        self.interrupts = _NodeInterrupt(self)
 
     def run(self) -> Step:
         stage_hold = self.ctx.holds.stages
@@ -144,16 +145,16 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = self._drain_check()
+        drained = self.interrupts.check_drain()
         if interrupting:
-            self._cordon_and_drain(drained, packages[interrupting[0]])
+            self.interrupts.cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             # The interrupt goes first: it needs the node to itself, and starting more work now
             # would only delay it (and a reboot would cut that work short). Only the packages
             # with an interrupt of their own catch up first, so one interrupt covers them all.
             behind = {n: due[n] for n in interrupting if due[n] != INTERRUPT}
             if not (drained.open and self._catching_up(behind)):
-                self._interrupt(at_interrupt, drained)
+                self.interrupts.start(at_interrupt, drained)
             return
         for name in ready:
             if name in interrupting and not drained.open:
@@ -177,13 +178,13 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = self._drain_check()
+        drained = self.interrupts.check_drain()
         if interrupting:
-            self._cordon_and_drain(drained, packages[interrupting[0]])
+            self.interrupts.cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             behind = {n: due[n] for n in interrupting if due[n] != UNINSTALL_INTERRUPT}
             if not (drained.open and self._catching_up(behind)):
-                self._interrupt(at_interrupt, drained, UNINSTALL_INTERRUPT)
+                self.interrupts.start(at_interrupt, drained, UNINSTALL_INTERRUPT)
             return
         for name in sorted(due):
             if name in interrupting and not drained.open:
@@ -207,128 +208,9 @@ class _NodeRun:
             running = running or label in self.running_packages or self.created > created
         return running
 
-    def _drain_check(self) -> drain.Drain:
-        ctx = self.ctx
-        on_node = ctx.index.pods_on_node.get(self.node.name, ())
-        return drain.check(
-            self.node,
-            [p for p in on_node if self.work.on_its_node(p)],
-            ctx.spec.pod_non_interrupt_labels,
-            ctx.index.settings.namespace,
-            config=ctx.spec.drain,
-            refusals=ctx.index.snap.eviction_refusals,
-        )
-
     def _hold(self, hold: Hold) -> None:
         self.decision.wait(self.ctx.name, self.node.name, (blockers.hold_reason(hold),))
         self.decision.wake_in(hold.recheck_s)
-
-    def _cordon_and_drain(self, drained: drain.Drain, package: Package) -> None:
-        out = self.decision.node(self.node.name)
-        cordoned, holders = self.ctx.cordon_of(self.node)
-        if not self.state.cordoned and (not cordoned or holders - {self.ctx.name}):
-            # Not an administrator's cordon: ours to take (shared with the Skyhooks whose
-            # markers are there) and to lift once the last of them is done.
-            self.state = replace(self.state, cordoned=True)
-        if self.state.cordoned and not cordoned:
-            # Ours to put on, or on again should someone have uncordoned the node meanwhile;
-            # a node already cordoned gets no write (and stays quiet for the next pass).
-            out.unschedulable = True
-        if drained.open:
-            self.state = replace(self.state, drain_start=None, drain_blocked=None)
-            return
-        if drained.protected:
-            # Waiting for the protected pods is not the drain: its clock has not started.
-            if out.unschedulable:  # the wait begins with the cordon: said once, here
-                self.decision.event(
-                    "Node",
-                    self.node.name,
-                    "Drain",
-                    f"waiting for non-interrupt pods {blockers.pod_names(drained.protected)} "
-                    f"before package [{package.name}:{package.version}] from "
-                    f"[{keys.SINGULAR}:{self.ctx.name}] interrupts node [{self.node.name}]",
-                    type="Warning",
-                    action="WaitForPods",
-                )
-            self._drain_held(drained, blockers.drain_reason(drained))
-            return
-        self._drain(drained, package)
-
-    def _drain(self, drained: drain.Drain, package: Package) -> None:
-        """Remove what the drain may remove, or, past drainConfig.timeout, mark the package
-        erroring (the node stays cordoned) and remove nothing more."""
-        ctx, node = self.ctx, self.node
-        config = ctx.spec.drain
-        started = drain.started_at(node, ctx.name)
-        if started is None:
-            self.state = replace(self.state, drain_start=times.exact_stamp(ctx.now))
-        blocked = drain.blocked_annotation(drained.blocked) if drained.blocked else None
-        # One Warning per pod per drain: for the pods the node's annotation does not list yet.
-        listed = drain.listed_pods(self.state.drain_blocked)
-        for pod in drained.blocked:
-            if (pod.namespace, pod.name) in listed:
-                continue
-            self.decision.event(
-                "Node",
-                node.name,
-                "Drain",
-                f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
-                f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods((pod,))}",
-                type="Warning",
-                action="BlockDrain",
-            )
-        self.state = replace(self.state, drain_blocked=blocked)
-        label = f"[{package.name}:{package.version}]"
-        if drain.timed_out(started, config, ctx.now):
-            assert config.timeout_s is not None
-            stage = self.node_work.due[package.name]
-            entry = self.entries.get(package.key) or PackageEntry(
-                package.name, package.version, package.image, stage
-            )
-            if not (entry.stage == stage and entry.state == ERRORING):
-                after = times.describe(config.timeout_s)
-                # No restarts: a stop no retry ends (rules/results.py failed_for_good).
-                self.entries[package.key] = replace(entry, stage=stage, state=ERRORING, restarts=0)
-                message = f"drain timed out after [{after}] for node [{node.name}] package {label}"
-                self.decision.event(
-                    "Node",
-                    node.name,
-                    "Drain",
-                    f"{message} from [{keys.SINGULAR}:{ctx.name}]",
-                    "Warning",
-                    action="DrainTimeout",
-                )
-                self.decision.event(
-                    keys.KIND, ctx.name, "Drain", message, "Warning", action="DrainTimeout"
-                )
-            self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
-            return
-        if drained.to_remove:
-            self.decision.event(
-                "Node",
-                node.name,
-                "Drain",
-                f"draining node [{node.name}] package {label} from [{keys.SINGULAR}:{ctx.name}]",
-                action="DrainNode",
-            )
-            self.decision.node(node.name).actions += [
-                EvictPod(
-                    pod.namespace,
-                    pod.name,
-                    pod.node,
-                    config.grace_period_s,
-                    delete=drained.removal == drain.DELETE,
-                )
-                for pod in drained.to_remove
-            ]
-        self._drain_held(drained, blockers.drain_reason(drained))
-
-    def _drain_held(self, drained: drain.Drain, reason: Reason | None) -> None:
-        if drained.protected or drained.blocked:
-            self.decision.changes.drains[self.node.name] = drained
-        if reason is not None:
-            self.decision.wait(self.ctx.name, self.node.name, (reason,))
-            self.decision.wake_in(DRAIN_POLL_S)
 
     def _start(self, package: Package, stage: str) -> None:
         ctx = self.ctx
@@ -356,7 +238,7 @@ class _NodeRun:
             node_order=self.work.node_order(self.node.name),
             attempt=attempt,
         )
-        if stale or not self._create(manifest):
+        if stale or not self.create(manifest):
             self.decision.wake_in(1.0)
             return
         chosen = self.node_packages.chosen.get(package.name)
@@ -433,7 +315,8 @@ class _NodeRun:
             return None
         return entry.restarts
 
-    def _create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create the pod `manifest` on the node; False while its name is still taken."""
         meta = manifest["metadata"]
         if self.work.name_taken(meta["namespace"], meta["name"]):
             self.decision.wake_in(1.0)
@@ -446,29 +329,162 @@ class _NodeRun:
         self.created += 1
         return True
 
-    def _interrupt(self, due: list[Package], drained: drain.Drain, stage: str = INTERRUPT) -> None:
+
+class _NodeInterrupt:
+    """The interrupt part of one node's run: the cordon, the drain (evictions, its timeout and
+    what holds it) and the one interrupt pod. It works on the run's working copy: its state,
+    entries and decision."""
+
+    def __init__(self, run: _NodeRun) -> None:
+        self.run = run
+
+    def check_drain(self) -> drain.Drain:
+        ctx = self.run.ctx
+        on_node = ctx.index.pods_on_node.get(self.run.node.name, ())
+        return drain.check(
+            self.run.node,
+            [p for p in on_node if self.run.work.on_its_node(p)],
+            ctx.spec.pod_non_interrupt_labels,
+            ctx.index.settings.namespace,
+            config=ctx.spec.drain,
+            refusals=ctx.index.snap.eviction_refusals,
+        )
+
+    def cordon_and_drain(self, drained: drain.Drain, package: Package) -> None:
+        out = self.run.decision.node(self.run.node.name)
+        cordoned, holders = self.run.ctx.cordon_of(self.run.node)
+        if not self.run.state.cordoned and (not cordoned or holders - {self.run.ctx.name}):
+            # Not an administrator's cordon: ours to take (shared with the Skyhooks whose
+            # markers are there) and to lift once the last of them is done.
+            self.run.state = replace(self.run.state, cordoned=True)
+        if self.run.state.cordoned and not cordoned:
+            # Ours to put on, or on again should someone have uncordoned the node meanwhile;
+            # a node already cordoned gets no write (and stays quiet for the next pass).
+            out.unschedulable = True
+        if drained.open:
+            self.run.state = replace(self.run.state, drain_start=None, drain_blocked=None)
+            return
+        if drained.protected:
+            # Waiting for the protected pods is not the drain: its clock has not started.
+            if out.unschedulable:  # the wait begins with the cordon: said once, here
+                self.run.decision.event(
+                    "Node",
+                    self.run.node.name,
+                    "Drain",
+                    f"waiting for non-interrupt pods {blockers.pod_names(drained.protected)} "
+                    f"before package [{package.name}:{package.version}] from "
+                    f"[{keys.SINGULAR}:{self.run.ctx.name}] interrupts node [{self.run.node.name}]",
+                    type="Warning",
+                    action="WaitForPods",
+                )
+            self._drain_held(drained, blockers.drain_reason(drained))
+            return
+        self._drain(drained, package)
+
+    def _drain(self, drained: drain.Drain, package: Package) -> None:
+        """Remove what the drain may remove, or, past drainConfig.timeout, mark the package
+        erroring (the node stays cordoned) and remove nothing more."""
+        ctx, node = self.run.ctx, self.run.node
+        config = ctx.spec.drain
+        started = drain.started_at(node, ctx.name)
+        if started is None:
+            self.run.state = replace(self.run.state, drain_start=times.exact_stamp(ctx.now))
+        blocked = drain.blocked_annotation(drained.blocked) if drained.blocked else None
+        # One Warning per pod per drain: for the pods the node's annotation does not list yet.
+        listed = drain.listed_pods(self.run.state.drain_blocked)
+        for pod in drained.blocked:
+            if (pod.namespace, pod.name) in listed:
+                continue
+            self.run.decision.event(
+                "Node",
+                node.name,
+                "Drain",
+                f"drain blocked for node [{node.name}] package [{package.name}:{package.version}] "
+                f"from [{keys.SINGULAR}:{ctx.name}]: {blockers.blocked_pods((pod,))}",
+                type="Warning",
+                action="BlockDrain",
+            )
+        self.run.state = replace(self.run.state, drain_blocked=blocked)
+        label = f"[{package.name}:{package.version}]"
+        if drain.timed_out(started, config, ctx.now):
+            assert config.timeout_s is not None
+            stage = self.run.node_work.due[package.name]
+            entry = self.run.entries.get(package.key) or PackageEntry(
+                package.name, package.version, package.image, stage
+            )
+            if not (entry.stage == stage and entry.state == ERRORING):
+                after = times.describe(config.timeout_s)
+                # No restarts: a stop no retry ends (rules/results.py failed_for_good).
+                self.run.entries[package.key] = replace(
+                    entry, stage=stage, state=ERRORING, restarts=0
+                )
+                message = f"drain timed out after [{after}] for node [{node.name}] package {label}"
+                self.run.decision.event(
+                    "Node",
+                    node.name,
+                    "Drain",
+                    f"{message} from [{keys.SINGULAR}:{ctx.name}]",
+                    "Warning",
+                    action="DrainTimeout",
+                )
+                self.run.decision.event(
+                    keys.KIND, ctx.name, "Drain", message, "Warning", action="DrainTimeout"
+                )
+            self._drain_held(drained, blockers.drain_timeout_reason(drained, config.timeout_s))
+            return
+        if drained.to_remove:
+            self.run.decision.event(
+                "Node",
+                node.name,
+                "Drain",
+                f"draining node [{node.name}] package {label} from [{keys.SINGULAR}:{ctx.name}]",
+                action="DrainNode",
+            )
+            self.run.decision.node(node.name).actions += [
+                EvictPod(
+                    pod.namespace,
+                    pod.name,
+                    pod.node,
+                    config.grace_period_s,
+                    delete=drained.removal == drain.DELETE,
+                )
+                for pod in drained.to_remove
+            ]
+        self._drain_held(drained, blockers.drain_reason(drained))
+
+    def _drain_held(self, drained: drain.Drain, reason: Reason | None) -> None:
+        if drained.protected or drained.blocked:
+            self.run.decision.changes.drains[self.run.node.name] = drained
+        if reason is not None:
+            self.run.decision.wait(self.run.ctx.name, self.run.node.name, (reason,))
+            self.run.decision.wake_in(DRAIN_POLL_S)
+
+    def start(self, due: list[Package], drained: drain.Drain, stage: str = INTERRUPT) -> None:
         """One interrupt pod for every package due for an interrupt (at `stage`: interrupt or
         uninstall-interrupt), once nothing else of ours runs on the node and the node is
         drained."""
-        ctx = self.ctx
-        on_node = ctx.index.pods_on_node.get(self.node.name, ())
+        ctx = self.run.ctx
+        on_node = ctx.index.pods_on_node.get(self.run.node.name, ())
         if any(
             ctx.index.is_ours(p)
             # A finished stage pod kept for its logs holds nothing back; an interrupt pod
             # kept at its stageTimeout or restart limit is the interrupt given up on.
-            and (self.work.live(p) or (keys.INTERRUPT_LABEL in p.labels and self.work.present(p)))
+            and (
+                self.run.work.live(p)
+                or (keys.INTERRUPT_LABEL in p.labels and self.run.work.present(p))
+            )
             for p in on_node
         ):
             return
-        if self.created or not drained.open:
+        if self.run.created or not drained.open:
             return
         # An uninstall's interrupt is the package's own, whatever config edit is pending.
-        updates = self.work.config_updates if stage == INTERRUPT else {}
+        updates = self.run.work.config_updates if stage == INTERRUPT else {}
         merged = interrupts.merge(due, updates)
         if merged is None:
             return
         if merged.interrupt.type != "reboot" and any(
-            (entry := self.entries.get(p.key)) is not None
+            (entry := self.run.entries.get(p.key)) is not None
             and results.restart_limit_spent(entry, stage, ctx.settings.stage_retries)
             for p in merged.covered
         ):
@@ -477,24 +493,24 @@ class _NodeRun:
             ctx.settings,
             ctx.scr,
             merged.chosen,
-            self.node.name,
+            self.run.node.name,
             merged.interrupt,
             stage=stage,
-            node_order=self.work.node_order(self.node.name),
+            node_order=self.run.work.node_order(self.run.node.name),
         )
-        if not self._create(manifest):
+        if not self.run.create(manifest):
             return
         for package in merged.covered:
             state = IN_PROGRESS if package.name == merged.chosen.name else SKIPPED
-            base = self.entries.get(package.key) or PackageEntry(
+            base = self.run.entries.get(package.key) or PackageEntry(
                 package.name, package.version, package.image
             )
-            self.entries[package.key] = replace(base, stage=stage, state=state, restarts=0)
+            self.run.entries[package.key] = replace(base, stage=stage, state=state, restarts=0)
         chosen = merged.chosen
-        self.decision.event(
+        self.run.decision.event(
             keys.KIND,
             ctx.name,
             "Interrupt",
-            f"Interrupting node [{self.node.name}] package [{chosen.name}:{chosen.version}] from [{keys.SINGULAR}:{ctx.name}]",
+            f"Interrupting node [{self.run.node.name}] package [{chosen.name}:{chosen.version}] from [{keys.SINGULAR}:{ctx.name}]",
             action="InterruptNode",
         )

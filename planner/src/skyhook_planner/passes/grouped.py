@@ -3,11 +3,11 @@ ours, by Skyhook and node; ConfigMaps by name and, ours, by Skyhook (and node, f
 metadata ones); and which nodes' views or pods differ from the last snapshot's.
 
 A pass hands its `Grouped` to the next (passes/memory.py), which regroups only the views that
-are not in the last snapshot: where the operator's store hands over the same view objects, a
-quiet pass at 5,000 nodes compares two tuples of objects by identity instead of walking
-every pod and ConfigMap in Python. Each group keeps its views in (namespace, name) order,
-whatever the snapshot's order, so a group comes out the same whether it was regrouped or built
-from nothing (`tests/test_incremental.py` checks it).
+are not in the last snapshot: where the snapshot hands over the same view objects (the
+object-identity contract: passes/memory.py), a quiet pass at 5,000 nodes compares two tuples
+of objects by identity instead of walking every pod and ConfigMap in Python. Each group keeps
+its views in (namespace, name) order, whatever the snapshot's order, so a group comes out the
+same whether it was regrouped or built from nothing (`tests/test_incremental.py` checks it).
 """
 
 from __future__ import annotations

@@ -16,10 +16,36 @@ ConfigMaps are kept grouped by node and Skyhook (`Grouped`, passes/grouped.py).
 The inputs are compared by value (a node's view, the pods on it, what earlier Skyhooks decided on
 it; the Skyhook's spec, pause, holds, config updates and
 settings). The memory holds the inputs as the last pass built them from its snapshot: where the
-operator's store hands over the same view objects, the comparison is one of identity. Anything
+snapshot hands over the same view objects, the comparison is one of identity. Anything
 a verdict could depend on that is not an input here makes a node noisy instead: a decision that
 waits on the clock asks for a timer, and a node with a timer is never kept.
 `tests/test_incremental.py` checks that a pass with memory plans exactly as one without.
+
+Object identity between snapshots (the contract the other modules refer to):
+
+- A view is never changed once handed to a pass, and an object that changed gets a new view
+  object. The views (`NodeView`, `PodView`, `ConfigMapView`, `SkyhookView`, `PolicyView`)
+  are frozen, so what has to hold it is whoever hands them over, below. Broken, a pass wrongly
+  plans less: `Grouped.after` finds changes by identity, so a changed node's view or pods
+  handed over as the last objects leave it out of `changed_nodes`; its last inputs and verdict
+  are reused, and the pass does not react to the change (no stage started, finished, retried).
+- An unchanged object keeps its view object from one snapshot to the next (the store and the
+  replay hand over an unchanged kind's tuple itself, which spares even the walk over it).
+  Broken, the plan is the same and no more nodes are looked at again (inputs compare equal by
+  value), but the pass costs the fleet instead of the changes: every such view is regrouped
+  (passes/grouped.py), its node's inputs rebuilt and compared field by field
+  (passes/rollout.py `_node_inputs`), its selection checked again (rules/ordering.py
+  `selected_nodes`), and the replay applies its queued writes anew.
+
+Who keeps it: the operator's store (`Overlay` in skyhook_operator/store.py merges only the keys
+the watch or the writer reported; a watch event decodes its one object anew, a new listing
+every object); the replay of queued writes (model/replay.py: a replayed view is the same
+object while its stored view and the writes queued for it are, and a view with nothing queued
+is the stored one; the writer's lanes, model/lanes.py `listed`, hand over a node's queued
+writes as the same tuple while they stand); and the simulator (sim/cluster.py
+`SimCluster.snapshot`: a view equal to the last one is the last one).
+`operator/tests/wiring/test_view_identity.py` and `planner/tests/test_view_identity.py` test
+each keeper directly.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from skyhook_planner.passes.earlier import Earlier
 from skyhook_planner.passes.memory import (
     NodeInputs,
     NodeVerdict,
+    ShareTotals,
     SkyhookInputs,
     SkyhookMemory,
 )
@@ -177,14 +178,14 @@ class _ShareRun:
         self.fold(uninstall.report(ctx, work, self.rollout, cycling=bool(counted.uninstalling)))
         blocked_already = any(c["type"] == keys.CONDITION_BLOCKED for c in work.conditions)
         self.fold(report.drain_conditions(ctx, self.rollout, work.drains, blocked_already))
-        node_state = self.mirror(reused, looked_at)
+        node_state = _mirror(work, self.rollout.matched, self.last_totals, reused, looked_at)
         lists = status_size.fit(
             node_statuses.by_node,
             node_state,
             boot_ids,
             limit=ctx.settings.status_node_lists_bytes,
             every_boot_id=ctx.settings.reapply_on_reboot,
-            known=self.list_sizes(reused, looked_at),
+            known=_list_sizes(self.last_totals, reused, looked_at),
         )
         selected = selection.nodes
         node_priority, node_order_offset = ordering.retire(
@@ -346,44 +347,6 @@ class _ShareRun:
             by_node[name] = self.advance_node(nodes[name], selection, admission)
         return last.node_statuses.updated(by_node, looked_at), reused, looked_at
 
-    def mirror(
-        self, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
-    ) -> dict[str, Mapping[str, Any]]:
-        """The status's nodeState: each node's entries, taken over from its verdict when kept,
-        or from the last pass's for all but the nodes looked at again."""
-        work, last = self.work, self.last_totals
-        if last is None:
-            node_state: dict[str, Mapping[str, Any]] = {}
-            for node in self.rollout.matched:
-                verdict = reused.get(node.name)
-                entries = (
-                    verdict.mirror if verdict is not None else report.mirrored(work.state(node))
-                )
-                if entries is not None:
-                    node_state[node.name] = entries
-            return node_state
-        node_state = dict(last.node_state)
-        nodes = self.ctx.index.nodes
-        for name in looked_at:
-            entries = report.mirrored(work.state(nodes[name]))
-            if entries is None:
-                node_state.pop(name, None)
-            else:
-                node_state[name] = entries
-        return node_state
-
-    def list_sizes(
-        self, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
-    ) -> dict[str, int]:
-        """The status list bytes of the nodes not looked at again (model/status_size.py)."""
-        last = self.last_totals
-        if last is None:
-            return {name: verdict.list_bytes for name, verdict in reused.items()}
-        sizes = dict(last.list_sizes)
-        for name in looked_at:
-            del sizes[name]
-        return sizes
-
     def advance_node(
         self, node: NodeView, selection: select.Selection, admission: admit.Admission
     ) -> str:
@@ -412,6 +375,48 @@ class _ShareRun:
         )
         self.take(finished, node.name)
         return status
+
+
+def _mirror(
+    work: SkyhookWork,
+    matched: Sequence[NodeView],
+    last: ShareTotals | None,
+    reused: Mapping[str, NodeVerdict],
+    looked_at: Sequence[str],
+) -> dict[str, Mapping[str, Any]]:
+    """The status's nodeState over the `matched` nodes: each node's entries, taken over from
+    its verdict when kept, or from the last pass's totals (`last`) for all but the nodes looked
+    at again."""
+    if last is None:
+        node_state: dict[str, Mapping[str, Any]] = {}
+        for node in matched:
+            verdict = reused.get(node.name)
+            entries = verdict.mirror if verdict is not None else report.mirrored(work.state(node))
+            if entries is not None:
+                node_state[node.name] = entries
+        return node_state
+    node_state = dict(last.node_state)
+    nodes = work.ctx.index.nodes
+    for name in looked_at:
+        entries = report.mirrored(work.state(nodes[name]))
+        if entries is None:
+            node_state.pop(name, None)
+        else:
+            node_state[name] = entries
+    return node_state
+
+
+def _list_sizes(
+    last: ShareTotals | None, reused: Mapping[str, NodeVerdict], looked_at: Sequence[str]
+) -> dict[str, int]:
+    """The status list bytes of the nodes not looked at again (model/status_size.py), from
+    their kept verdicts or the last pass's totals (`last`)."""
+    if last is None:
+        return {name: verdict.list_bytes for name, verdict in reused.items()}
+    sizes = dict(last.list_sizes)
+    for name in looked_at:
+        del sizes[name]
+    return sizes
 
 
 def _release_unselected(ctx: SkyhookContext, work: SkyhookWork, rollout: prepare.Rollout) -> Step:
@@ -512,8 +517,8 @@ def _node_inputs(
         if memory is None:
             return found, {}, list(matched)
         verdicts = memory.verdicts
-        # Kept: inputs equal to the last pass's (views the store kept compare by identity,
-        # element by element) and a verdict kept by it.
+        # Kept: inputs equal to the last pass's (views kept across snapshots compare by
+        # identity, element by element: passes/memory.py) and a verdict kept by it.
         unchanged = map(operator.eq, map(memory.node_inputs.get, names), inputs)
         quiet = list(map(operator.and_, unchanged, map(verdicts.__contains__, names)))
     kept_names = list(compress(names, quiet))

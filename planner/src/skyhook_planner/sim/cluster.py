@@ -77,7 +77,8 @@ class SimCluster:
         # What the operator would have fetched for image compatibility sources, by source key.
         self.image_artifacts: dict[str, Any] = {}
         # The last snapshot's views by (kind, namespace, name): a view equal to the last one is
-        # handed over as the same object, as the operator's store does until an object changes.
+        # handed over as the same object, as the operator's store does until an object changes
+        # (the object-identity contract: passes/memory.py).
         self._views: dict[tuple[str, str, str], Any] = {}
         # Pods a PodDisruptionBudget protects: their eviction is refused (a delete is not),
         # and the refusal shows in the snapshot as the operator's evictor records it.
