@@ -146,8 +146,8 @@ def proxy_from_environment(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy for `url` as Go's http.ProxyFromEnvironment picks it (client-go's default):
     HTTPS_PROXY for https URLs and HTTP_PROXY for http ones (the upper-case name first, then
     the lower-case), none for `localhost` or a loopback address, nor for a host NO_PROXY (or
-    no_proxy) matches: `*`, the host, a domain and its subdomains, an IP address or a CIDR
-    range, each optionally with a port."""
+    no_proxy) matches: `*`, the host, a domain and its subdomains (`*.domain` too), an IP
+    address or a CIDR range, each optionally with a port."""
     parts = urlsplit(url)
     scheme = parts.scheme or "https"
     names = ("HTTPS_PROXY", "https_proxy") if scheme == "https" else ("HTTP_PROXY", "http_proxy")
@@ -156,6 +156,9 @@ def proxy_from_environment(url: str, environ: Mapping[str, str]) -> str | None:
     if not proxy or host == "localhost" or _loopback(host):
         return None
     no_proxy = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
+    # Go reads `*.example.com` as `.example.com`; urllib would take the `*` literally (and
+    # reads `.example.com` as `example.com`, its subdomains included).
+    no_proxy = ",".join(entry.strip().removeprefix("*.") for entry in no_proxy.split(","))
     port = parts.port or (443 if scheme == "https" else 80)
     address = f"[{host}]" if ":" in host else host
     if urllib.request.proxy_bypass_environment(f"{address}:{port}", {"no": no_proxy}):
