@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
-from skyhook_operator.kube import client, credentials, webhooks
+from skyhook_operator.kube import client, credentials, drain, webhooks
 from skyhook_operator.kube.client import ApiError, Unreachable, connect, connect_async
 from skyhook_operator.kube.credentials import CredentialsError
+from skyhook_operator.store import Key
+from skyhook_planner.model.actions import EvictPod
 
 NAME = "apiserver.test"  # a name no resolver knows: only the proxy (or tls-server-name) reaches it
 
@@ -41,6 +43,7 @@ class _Apiserver(ThreadingHTTPServer):
         super().__init__(*args)
         self.answers: list[tuple[int, str]] = []
         self.seen: list[tuple[float, dict[str, str]]] = []
+        self.causes: list[dict[str, str]] = []  # in every refusal's Status
         self.lock = threading.Lock()
 
 
@@ -55,7 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.seen.append((time.monotonic(), dict(self.headers.items())))
             status, retry_after = self.server.answers.pop(0) if self.server.answers else (200, "")
-        body = json.dumps({"kind": "Status", "message": f"answered {status}"}).encode()
+        status_object: dict[str, Any] = {"kind": "Status", "message": f"answered {status}"}
+        if status >= 300:
+            status_object["details"] = {"causes": self.server.causes}
+        body = json.dumps(status_object).encode()
         self.send_response(status)
         if retry_after:
             self.send_header("Retry-After", retry_after)
@@ -64,7 +70,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_PATCH = do_POST = _answer
+    do_GET = do_PATCH = do_POST = do_DELETE = _answer
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -237,6 +243,50 @@ def test_a_fenced_write_does_not_wait_past_its_fence(
     assert len(server.seen) == 1
 
 
+class _OnePod:
+    """The pod index of a drain that holds one pod, gone as soon as it is asked about."""
+
+    def uid(self, key: Key) -> str | None:
+        return "uid-1"
+
+    async def until_gone(self, key: Key, uid: str, timeout: float) -> None:
+        return None
+
+
+def test_an_evictions_429_is_the_drains_wait_not_a_retry_in_the_client(
+    apiserver: tuple[_Apiserver, bytes], tmp_path: Path
+) -> None:
+    """A budget's 429 is the drain's to wait out (kube/drain.py): the client does not send the
+    eviction again whatever Retry-After says, as client-go's eviction does not. A drain by
+    delete is an ordinary request: retried after its Retry-After."""
+    server = apiserver[0]
+    server.causes = [{"reason": drain.DISRUPTION_BUDGET, "message": "needs 1 healthy pod"}]
+
+    async def run(action: EvictPod) -> tuple[float, drain.Evictor]:
+        kube = connect_async(_local(apiserver, tmp_path))
+        changed = asyncio.Event()
+        evictor = drain.Evictor(kube, _OnePod(), 10.0, changed.set)
+        try:
+            began = time.monotonic()
+            assert evictor.ensure(action)
+            await asyncio.wait_for(changed.wait(), 10)
+            return time.monotonic() - began, evictor
+        finally:
+            evictor.cancel()
+            await kube.close()
+
+    server.answers = [(429, "1"), (429, "1")]
+    took, evictor = asyncio.run(run(EvictPod("ns", "p", "n1")))
+    assert took < 0.9, "refused at the first answer"
+    assert len(server.seen) == 1
+    assert evictor.refusals()[("ns", "p")].by_budget
+
+    server.answers = [(429, "1")]
+    took, evictor = asyncio.run(run(EvictPod("ns", "p", "n1", delete=True)))
+    assert took >= 0.9 and len(server.seen) == 3
+    assert not evictor.refusals(), "the delete was sent again and accepted"
+
+
 def test_tls_server_name_checks_the_certificate_against_that_name(
     apiserver: tuple[_Apiserver, bytes], tmp_path: Path
 ) -> None:
@@ -316,6 +366,7 @@ def test_https_proxy_is_used_unless_no_proxy_names_the_apiserver(
         ("https://api.example", {"HTTPS_PROXY": "http://p:1", "no_proxy": "api.example"}, None),
         ("https://a.b.example", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "b.example"}, None),
         ("https://a.b.example", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": ".b.example"}, None),
+        ("https://a.b.example", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "x, *.b.example"}, None),
         ("https://notb.example", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "b.example"}, "http://p:1"),
         ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.0/8"}, None),
         ("https://[fd00::1]", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "fd00::/8"}, None),
