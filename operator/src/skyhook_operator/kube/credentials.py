@@ -161,7 +161,10 @@ def proxy_from_environment(url: str, environ: Mapping[str, str]) -> str | None:
     no_proxy = ",".join(entry.strip().removeprefix("*.") for entry in no_proxy.split(","))
     port = parts.port or (443 if scheme == "https" else 80)
     address = f"[{host}]" if ":" in host else host
-    if urllib.request.proxy_bypass_environment(f"{address}:{port}", {"no": no_proxy}):
+    # urllib's own NO_PROXY matching (what urllib.request.proxy_bypass does on Linux, but for
+    # the mapping given, not os.environ); typeshed leaves it out.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(f"{address}:{port}", {"no": no_proxy}):
         return None
     if _in_ranges(host, no_proxy):
         return None
