@@ -4,8 +4,10 @@
 Read here, without the official `kubernetes` package, for what a running operator meets: the
 in-cluster service account (its token file re-read, so a rotated token is used) and kubeconfig
 files with static credentials (`token`, `tokenFile`, `username`/`password`, client
-certificates, the CA, `insecure-skip-tls-verify`), merged across `$KUBECONFIG`'s files as
-kubectl merges them. A kubeconfig user with an `exec` plugin or an `auth-provider` is loaded by
+certificates, the CA, `insecure-skip-tls-verify`) and the cluster's `tls-server-name`,
+`proxy-url` and `disable-compression`, merged across `$KUBECONFIG`'s files as kubectl merges
+them; any other field is refused naming it. Without a `proxy-url`, the proxy is the
+environment's (`HTTPS_PROXY`, `NO_PROXY`), chosen as Go chooses it. A kubeconfig user with an `exec` plugin or an `auth-provider` is loaded by
 the `kubernetes` package's loader, imported only then: with requests, urllib3, oauthlib and
 dateutil it is about 8 MiB of modules the operator does not otherwise need (measured as the
 growth of peak RSS when it is imported last).
