@@ -103,6 +103,7 @@ class _ConnectProxy(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _Tunnel)
         self.upstream = upstream
         self.connects: list[str] = []
+        self.authorizations: list[str] = []  # each CONNECT's Proxy-Authorization
 
 
 class _Tunnel(socketserver.StreamRequestHandler):
@@ -110,8 +111,10 @@ class _Tunnel(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         request = self.rfile.readline().decode().split()
-        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-            pass
+        while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "proxy-authorization":
+                self.server.authorizations.append(value.strip())
         if request[:1] != ["CONNECT"]:
             self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
             return
@@ -312,7 +315,7 @@ def test_proxy_url_sends_every_request_through_the_proxy(
     apiserver: tuple[_Apiserver, bytes], proxy: _ConnectProxy, tmp_path: Path
 ) -> None:
     port = apiserver[0].server_address[1]
-    via = f"http://127.0.0.1:{proxy.server_address[1]}"
+    via = f"http://user:secret@127.0.0.1:{proxy.server_address[1]}"
     kube = connect(
         _kubeconfig(tmp_path, f"https://{NAME}:{port}", apiserver[1], **{"proxy-url": via})
     )
@@ -321,6 +324,7 @@ def test_proxy_url_sends_every_request_through_the_proxy(
     finally:
         kube.close()
     assert proxy.connects == [f"{NAME}:{port}"]
+    assert proxy.authorizations == [f"Basic {base64.b64encode(b'user:secret').decode()}"]
 
 
 def test_https_proxy_is_used_unless_no_proxy_names_the_apiserver(

@@ -16,6 +16,7 @@ for tools and tests that have no loop: each call runs there and the caller waits
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import importlib.metadata
 import logging
@@ -29,7 +30,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import aiohttp
 import orjson
@@ -181,6 +182,19 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
     return min(float(value), RETRY_AFTER_CAP)
 
 
+def _proxy_and_headers(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """The proxy URL without its user and password, and the Proxy-Authorization they make,
+    as Go sends them (aiohttp would leave a URL's user and password out of the CONNECT)."""
+    if not proxy:
+        return None, None
+    parts = urlsplit(proxy)
+    if parts.username is None:
+        return proxy, None
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return bare, {"Proxy-Authorization": f"Basic {base64.b64encode(pair).decode()}"}
+
+
 class _Session:
     """One aiohttp session and the request counts of every view of it. The session is opened
     on the loop of the first request and lives on that loop (aiohttp binds it there)."""
@@ -195,6 +209,7 @@ class _Session:
         self.errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
         self._authorization: str | None = None
         self._authorization_until = 0.0  # time.monotonic()
+        self._proxy, self._proxy_headers = _proxy_and_headers(credentials.proxy)
 
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
@@ -225,7 +240,7 @@ class _Session:
     def options(self) -> dict[str, Any]:
         """What every request carries besides its headers: the proxy, and the name the
         apiserver's certificate is checked against."""
-        options: dict[str, Any] = {"proxy": self.credentials.proxy}
+        options: dict[str, Any] = {"proxy": self._proxy, "proxy_headers": self._proxy_headers}
         if self.credentials.tls_server_name:
             options["server_hostname"] = self.credentials.tls_server_name
         return options
