@@ -16,14 +16,21 @@ for tools and tests that have no loop: each call runs there and the caller waits
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import importlib.metadata
 import logging
 import math
+import platform
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import aiohttp
 import orjson
@@ -47,6 +54,13 @@ CONNECT_RETRIES = 3
 # file or runs an exec plugin's loader, and a token the apiserver refuses (401) is asked again
 # at once anyway.
 CREDENTIALS_TTL = 30.0
+# An answer asking to be tried later (a 429, or a 500-504 with Retry-After) is tried again
+# after the seconds it names, at most this often, as client-go does; a longer wait is cut to
+# RETRY_AFTER_CAP, and a fenced write waits only while its fence leaves time to send it.
+THROTTLED_RETRIES = 10
+RETRY_AFTER_CAP = 60.0  # seconds
+# Go's names of the machines Python calls otherwise (the User-Agent says GOOS/GOARCH).
+_GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "armv7l": "arm"}
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +141,60 @@ def resource_of(path: str) -> str:
     return "/".join(parts[:1] + parts[2:3]) or path
 
 
+@functools.cache
+def user_agent() -> str:
+    """`skyhook-operator/<version> (<os>/<arch>) skyhook/<commit>`, client-go's
+    DefaultKubernetesUserAgent format (`<command>/<version> (<GOOS>/<GOARCH>) kubernetes/<short
+    commit>`) for this program: the version without any `-suffix`, the commit `unknown` unless
+    the package runs from a git checkout."""
+    version = importlib.metadata.version("skyhook-operator").split("-", 1)[0] or "unknown"
+    machine = platform.machine().lower()
+    return (
+        f"skyhook-operator/{version} ({sys.platform}/{_GOARCH.get(machine, machine)}) "
+        f"skyhook/{_source_commit()}"
+    )
+
+
+def _source_commit() -> str:
+    """The checkout's short commit when the package is imported from one, else `unknown`."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    """The seconds an answer asks to be tried again after, as client-go reads them: a 429 or a
+    500-504 with a Retry-After of whole seconds; None for any other answer."""
+    if response.status != 429 and not 500 <= response.status <= 504:
+        return None
+    value = response.headers.get("Retry-After", "")
+    if not value.isdigit():
+        return None
+    return min(float(value), RETRY_AFTER_CAP)
+
+
+def _proxy_and_headers(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """The proxy URL without its user and password, and the Proxy-Authorization they make,
+    as Go sends them (aiohttp would leave a URL's user and password out of the CONNECT)."""
+    if not proxy:
+        return None, None
+    parts = urlsplit(proxy)
+    if parts.username is None:
+        return proxy, None
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return bare, {"Proxy-Authorization": f"Basic {base64.b64encode(pair).decode()}"}
+
+
 class _Session:
     """One aiohttp session and the request counts of every view of it. The session is opened
     on the loop of the first request and lives on that loop (aiohttp binds it there)."""
@@ -141,6 +209,7 @@ class _Session:
         self.errors: Counter[tuple[str, str, str]] = Counter()  # (verb, resource, code)
         self._authorization: str | None = None
         self._authorization_until = 0.0  # time.monotonic()
+        self._proxy, self._proxy_headers = _proxy_and_headers(credentials.proxy)
 
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
@@ -168,8 +237,22 @@ class _Session:
         with self._counted:
             return dict(self.requests), dict(self.errors)
 
+    def options(self) -> dict[str, Any]:
+        """What every request carries besides its headers: the proxy, and the name the
+        apiserver's certificate is checked against."""
+        options: dict[str, Any] = {"proxy": self._proxy, "proxy_headers": self._proxy_headers}
+        if self.credentials.tls_server_name:
+            options["server_hostname"] = self.credentials.tls_server_name
+        return options
+
     def headers(self, content_type: str = "application/json") -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": content_type,
+            "User-Agent": user_agent(),
+        }
+        if not self.credentials.compression:  # the kubeconfig's disable-compression
+            headers["Accept-Encoding"] = "identity"
         now = time.monotonic()
         if now >= self._authorization_until:
             # A rotated service-account token or an exec plugin's new one comes from here.
@@ -231,19 +314,35 @@ class AsyncKube(Paths):
         query: Mapping[str, str] | None = None,
         timeout: float = 30.0,
         retries: int = CONNECT_RETRIES,
+        throttled_retries: int = THROTTLED_RETRIES,
     ) -> Json:
         """One request, its answer decoded. The whole call takes at most `timeout` per
         attempt; a connection refused before anything was sent is tried `retries` more
-        times."""
+        times, an answer with a Retry-After (`_retry_after`) `throttled_retries` more times
+        after the time it asks for."""
         text = await self._call(
-            method, path, body, content_type, query=query, timeout=timeout, retries=retries
+            method,
+            path,
+            body,
+            content_type,
+            query=query,
+            timeout=timeout,
+            retries=retries,
+            throttled_retries=throttled_retries,
         )
         return orjson.loads(text) if text else {}
 
     async def get_text(self, path: str, timeout: float = 30.0) -> str:
         """A GET of a non-JSON endpoint (the apiserver's /metrics, a pod's log), as text."""
         return await self._call(
-            "GET", path, None, "application/json", query=None, timeout=timeout, retries=0
+            "GET",
+            path,
+            None,
+            "application/json",
+            query=None,
+            timeout=timeout,
+            retries=0,
+            throttled_retries=THROTTLED_RETRIES,
         )
 
     async def _call(
@@ -256,15 +355,16 @@ class AsyncKube(Paths):
         query: Mapping[str, str] | None,
         timeout: float,
         retries: int,
+        throttled_retries: int,
     ) -> str:
         session = self._session
         bounded, query_now = self._bounded(method, path, timeout, query)
         what = session.count(method, path)
         payload = None if body is None else orjson.dumps(body, default=_plain)
-        attempt = 0
+        attempt = throttled = 0
         reauthenticated = False
         while True:
-            if attempt or reauthenticated:  # time went by: bound the next attempt anew
+            if attempt or throttled or reauthenticated:  # time went by: bound it anew
                 bounded, query_now = self._bounded(method, path, timeout, query)
             url = session.host + path + ("?" + urlencode(query_now) if query_now else "")
             try:
@@ -274,6 +374,7 @@ class AsyncKube(Paths):
                     data=payload,
                     headers=session.headers(content_type),
                     timeout=aiohttp.ClientTimeout(total=bounded),
+                    **session.options(),
                 ) as response:
                     text = await response.text()
             except aiohttp.ClientConnectorError as error:
@@ -290,11 +391,22 @@ class AsyncKube(Paths):
                 reauthenticated = True
                 session.forget_credentials()
                 continue
+            wait = _retry_after(response)
+            if wait is not None and throttled < throttled_retries and self._may_wait(method, wait):
+                throttled += 1
+                log.info("%s %s: %s, tried again in %g s", method, path, response.status, wait)
+                await asyncio.sleep(wait)
+                continue
             break
         if response.status >= 300:
             session.count_error(what, str(response.status))
             raise _api_error(response.status, response.reason or "", text, method, path)
         return text
+
+    def _may_wait(self, method: str, seconds: float) -> bool:
+        """Whether a request may wait `seconds` and still be sent: a write only while its
+        fence leaves time after the wait."""
+        return method == "GET" or self._write_time_left() - seconds >= _LEAST_WRITE_TIME
 
     def _bounded(
         self, method: str, path: str, timeout: float, query: Mapping[str, str] | None
@@ -321,7 +433,7 @@ class AsyncKube(Paths):
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
         try:
             async with session.http().get(
-                url, headers=session.headers(), timeout=timeout
+                url, headers=session.headers(), timeout=timeout, **session.options()
             ) as response:
                 if response.status >= 300:
                     session.count_error(what, str(response.status))
@@ -394,10 +506,18 @@ class Kube(Paths):
         query: Mapping[str, str] | None = None,
         timeout: float = 30.0,
         retries: int = CONNECT_RETRIES,
+        throttled_retries: int = THROTTLED_RETRIES,
     ) -> Json:
         return self._wait(
             self.aio.request(
-                method, path, body, content_type, query=query, timeout=timeout, retries=retries
+                method,
+                path,
+                body,
+                content_type,
+                query=query,
+                timeout=timeout,
+                retries=retries,
+                throttled_retries=throttled_retries,
             )
         )
 

@@ -4,8 +4,10 @@
 Read here, without the official `kubernetes` package, for what a running operator meets: the
 in-cluster service account (its token file re-read, so a rotated token is used) and kubeconfig
 files with static credentials (`token`, `tokenFile`, `username`/`password`, client
-certificates, the CA, `insecure-skip-tls-verify`), merged across `$KUBECONFIG`'s files as
-kubectl merges them. A kubeconfig user with an `exec` plugin or an `auth-provider` is loaded by
+certificates, the CA, `insecure-skip-tls-verify`) and the cluster's `tls-server-name`,
+`proxy-url` and `disable-compression`, merged across `$KUBECONFIG`'s files as kubectl merges
+them; any other field is refused naming it. Without a `proxy-url`, the proxy is the
+environment's (`HTTPS_PROXY`, `NO_PROXY`), chosen as Go chooses it. A kubeconfig user with an `exec` plugin or an `auth-provider` is loaded by
 the `kubernetes` package's loader, imported only then: with requests, urllib3, oauthlib and
 dateutil it is about 8 MiB of modules the operator does not otherwise need (measured as the
 growth of peak RSS when it is imported last).
@@ -15,17 +17,55 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
+import ipaddress
 import os
 import ssl
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = "~/.kube/config"
+
+# Every field of a kubeconfig cluster, user and context (client-go's clientcmd/api/v1 types)
+# the operator honours. Any other is refused naming it: ignored, it would send requests
+# somewhere or as someone the kubeconfig did not mean.
+CLUSTER_FIELDS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "tls-server-name",
+        "proxy-url",
+        "disable-compression",
+        "extensions",  # information for other programs: nothing to honour
+    }
+)
+USER_FIELDS = frozenset(
+    {
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "token",
+        "tokenFile",
+        "username",
+        "password",
+        "exec",
+        "auth-provider",
+        "extensions",
+    }
+)  # not honoured: impersonation (`as`, `as-uid`, `as-groups`, `as-user-extra`)
+CONTEXT_FIELDS = frozenset({"cluster", "user", "namespace", "extensions"})
+# The proxy schemes aiohttp speaks (CONNECT through it for https); client-go's socks5 is not.
+PROXY_SCHEMES = ("http", "https")
 
 
 class CredentialsError(ValueError):
@@ -51,6 +91,11 @@ class Credentials:
     # A client certificate and key given in the kubeconfig itself (PEM): kept in memory only.
     cert_data: str | None = field(default=None, repr=False)
     key_data: str | None = field(default=None, repr=False)
+    # The name the apiserver's certificate is checked against, when not the server's host.
+    tls_server_name: str | None = None
+    # The proxy requests go through (CONNECT for https), None: straight to the apiserver.
+    proxy: str | None = None
+    compression: bool = True  # False: answers are asked for uncompressed
 
     def tls_context(self) -> ssl.SSLContext:
         if self.verify:
@@ -91,8 +136,62 @@ def load(kubeconfig: str | None = None, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     paths = kubeconfig or env.get("KUBECONFIG")
     if not paths and env.get("KUBERNETES_SERVICE_HOST"):
-        return in_cluster(env)
-    return from_kubeconfig(paths or DEFAULT_KUBECONFIG)
+        found = in_cluster(env)
+    else:
+        found = from_kubeconfig(paths or DEFAULT_KUBECONFIG)
+    if found.proxy is None:  # a kubeconfig's proxy-url wins over the environment's
+        found = dataclasses.replace(found, proxy=proxy_from_environment(found.host, env))
+    return found
+
+
+def proxy_from_environment(url: str, environ: Mapping[str, str]) -> str | None:
+    """The proxy for `url` as Go's http.ProxyFromEnvironment picks it (client-go's default):
+    HTTPS_PROXY for https URLs and HTTP_PROXY for http ones (the upper-case name first, then
+    the lower-case), none for `localhost` or a loopback address, nor for a host NO_PROXY (or
+    no_proxy) matches: `*`, the host, a domain and its subdomains (`*.domain` too), an IP
+    address or a CIDR range, each optionally with a port."""
+    parts = urlsplit(url)
+    scheme = parts.scheme or "https"
+    names = ("HTTPS_PROXY", "https_proxy") if scheme == "https" else ("HTTP_PROXY", "http_proxy")
+    proxy = next((environ[name] for name in names if environ.get(name)), "")
+    host = parts.hostname or ""
+    if not proxy or host == "localhost" or _loopback(host):
+        return None
+    no_proxy = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
+    # Go reads `*.example.com` as `.example.com`; urllib would take the `*` literally (and
+    # reads `.example.com` as `example.com`, its subdomains included).
+    no_proxy = ",".join(entry.strip().removeprefix("*.") for entry in no_proxy.split(","))
+    port = parts.port or (443 if scheme == "https" else 80)
+    address = f"[{host}]" if ":" in host else host
+    # urllib's own NO_PROXY matching (what urllib.request.proxy_bypass does on Linux, but for
+    # the mapping given, not os.environ); typeshed leaves it out.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(f"{address}:{port}", {"no": no_proxy}):
+        return None
+    if _in_ranges(host, no_proxy):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"  # Go reads a bare host:port so
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _in_ranges(host: str, no_proxy: str) -> bool:
+    """Whether the IP address `host` is in a CIDR range NO_PROXY names (urllib does not read
+    ranges; Go does)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    for entry in no_proxy.split(","):
+        with contextlib.suppress(ValueError):
+            if "/" in entry and address in ipaddress.ip_network(entry.strip(), strict=False):
+                return True
+    return False
 
 
 def in_cluster(
@@ -127,12 +226,21 @@ def from_kubeconfig(paths: str) -> Credentials:
     if not current:
         raise CredentialsError(f"kubeconfig {paths}: no current-context is set")
     context = _entry(merged.contexts, "context", current, paths).fields
+    _honoured(context, CONTEXT_FIELDS, f"contexts[{current}].context", paths)
     cluster_name = str(context.get("cluster") or "")
     user_name = str(context.get("user") or "")
     cluster = _entry(merged.clusters, "cluster", cluster_name, paths)
+    _honoured(cluster.fields, CLUSTER_FIELDS, f"clusters[{cluster_name}].cluster", paths)
     user = _entry(merged.users, "user", user_name, paths) if user_name else _Entry({}, Path())
+    _honoured(user.fields, USER_FIELDS, f"users[{user_name}].user", paths)
+    cluster_at = f"kubeconfig {paths}: clusters[{cluster_name}].cluster"
+    connection: dict[str, Any] = {
+        "tls_server_name": str(cluster.fields.get("tls-server-name") or "") or None,
+        "proxy": _proxy_url(cluster, cluster_at),
+        "compression": not _boolean(cluster, "disable-compression", cluster_at),
+    }
     if user.fields.get("exec") or user.fields.get("auth-provider"):
-        return _delegated(paths)
+        return dataclasses.replace(_delegated(paths), **connection)
     server = str(cluster.fields.get("server") or "")
     if not server:
         raise CredentialsError(f"kubeconfig {paths}: cluster {cluster_name!r} has no server")
@@ -154,7 +262,31 @@ def from_kubeconfig(paths: str) -> Credentials:
         authorization=_user_authorization(user, user_at),
         cert_data=cert_data,
         key_data=key_data,
+        **connection,
     )
+
+
+def _honoured(fields: Mapping[str, Any], known: frozenset[str], where: str, paths: str) -> None:
+    """Refuse the first field the operator would not honour, naming it."""
+    for name in fields:
+        if name not in known:
+            raise CredentialsError(
+                f"kubeconfig {paths}: {where}.{name} is not supported by the operator "
+                f"(it honours {', '.join(sorted(known))})"
+            )
+
+
+def _proxy_url(cluster: _Entry, where: str) -> str | None:
+    url = str(cluster.fields.get("proxy-url") or "")
+    if not url:
+        return None
+    scheme = urlsplit(url).scheme
+    if scheme not in PROXY_SCHEMES or not urlsplit(url).hostname:
+        raise CredentialsError(
+            f"{where}.proxy-url: {url!r} is not an http:// or https:// proxy URL "
+            "(socks5 proxies are not supported)"
+        )
+    return url
 
 
 @dataclass(frozen=True)

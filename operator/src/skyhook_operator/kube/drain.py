@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from skyhook_operator.kube.client import ApiError, AsyncKube, NotLeading, Unreachable
+from skyhook_operator.kube.client import (
+    THROTTLED_RETRIES,
+    ApiError,
+    AsyncKube,
+    NotLeading,
+    Unreachable,
+)
 from skyhook_operator.store import Key
 from skyhook_planner.model.actions import EvictPod
 from skyhook_planner.model.snapshot import EvictionRefusal
@@ -231,7 +237,12 @@ class Evictor:
                 "deleteOptions": options,
             }
         try:
-            await self._kube.request(method, path, body)
+            # An eviction's 429 (a budget's, with a Retry-After) is a wait of this drain's
+            # own, asked again after REFUSAL_THROTTLE: never retried inside the client, as
+            # client-go's eviction is not.
+            await self._kube.request(
+                method, path, body, throttled_retries=THROTTLED_RETRIES if action.delete else 0
+            )
         except NotLeading:
             raise
         except ApiError as error:
