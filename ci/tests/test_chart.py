@@ -1526,8 +1526,12 @@ async def operator_round_under_the_account(kubeconfig: Path) -> None:
             recorder.record(events.Event(events.Subject("Node", RUN_NODE), "Check", message))
             await recorder.flush()
         await recorder.close()
-        mirrored = await carryover.mirror(kube, ClusterStore(), carryover.CarriedOver())
+        told: list[events.Event] = []  # a valid NodeWright: nothing to tell it
+        mirrored = await carryover.mirror(
+            kube, ClusterStore(), carryover.CarriedOver(), carryover.Notices(told.append)
+        )
         assert RUN_RELEASE in mirrored
+        assert told == []
     finally:
         await kube.close()
 
