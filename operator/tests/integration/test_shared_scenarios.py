@@ -11,17 +11,20 @@ fails the run."""
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from skyhook_dev.chart_deployment import ChartDeployment, describe_forbidden, kubectl
 from skyhook_sandbox.sandbox import Sandbox
@@ -108,6 +111,51 @@ def test_the_chart_runs_two_replicas_one_leading(deployment: ChartDeployment) ->
         for group in rule["apiGroups"]
     }
     assert called >= set(GROUPS), called
+
+
+def test_helm_test_passes_against_the_replicas_webhooks(
+    deployment: ChartDeployment, tmp_path: Path
+) -> None:
+    """`helm test`'s pod, as the chart renders it, run here: its command and environment with
+    the Service's address replaced by the replicas' loopback one and the CA read from the
+    webhook Secret (the pod mounts that Secret's ca.crt). It must pass against our validating
+    webhook, and fail against the mutating one, which refuses nothing."""
+    rendered = subprocess.run(
+        [
+            *(str(deployment.helm), "template", "skyhook-operator", str(deployment.chart)),
+            *("-n", "skyhook", "--show-only", "templates/tests/webhooks.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    container = yaml.safe_load(rendered)["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    ca = kubectl(
+        deployment.admin, "get", "secret", "webhook-cert", "-n", "skyhook",
+        "-o", "jsonpath={.data.ca\\.crt}",
+    )  # fmt: skip
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(ca))
+    path = urllib.parse.urlsplit(env["WEBHOOK_URL"]).path
+    address = deployment.replicas[0].webhook_address
+
+    def helm_test(webhook_path: str) -> subprocess.CompletedProcess[str]:
+        program, *args = container["command"]
+        assert program == "python3"
+        local = {
+            "WEBHOOK_URL": f"https://{address}{webhook_path}",
+            "CA_FILE": str(tmp_path / "ca.crt"),
+        }
+        return subprocess.run(
+            [sys.executable, *args], env=env | local, capture_output=True, text=True, timeout=60
+        )
+
+    passed = helm_test(path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "valid admitted" in passed.stdout
+    wrong = helm_test(path.replace("/validate-", "/mutate-"))
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert "was not refused" in wrong.stdout
 
 
 @pytest.mark.parametrize("scenario", scenarios.SCENARIOS, ids=lambda s: s.name)
