@@ -133,9 +133,10 @@ class PlanOrder:
 
 def plan_order(plan: Plan) -> PlanOrder:
     """Split a plan into what goes out in order and what is queued. In order: every action up
-    to the plan's last Skyhook-wide one, each Skyhook-level action (finalizer, ConfigMap,
-    status, Event) after the node lanes planned before it, and within a stretch of lanes the
-    nodes the plan starts after the others (they may take the slots the others free)."""
+    to the plan's last Skyhook-wide one, each action of no lane (finalizer, ConfigMap, status)
+    after the lanes planned before it, and within a stretch of lanes the nodes the plan starts
+    after the others (they may take the slots the others free). An Event rides in the lane
+    `lane_of` names; after the cut, Events go out at once."""
     barriers = [i for i, action in enumerate(plan.actions) if skyhook_wide(action)]
     cut = barriers[-1] + 1 if barriers else 0
     steps: list[Step] = []
