@@ -31,9 +31,7 @@ NODES = ("n0", "n1", "n2", "n3")
 
 
 def pod(node: str, name: str) -> CreatePod:
-    return CreatePod(
-        {"metadata": {"name": name, "namespace": "s"}, "spec": {"nodeName": node}}
-    )
+    return CreatePod({"metadata": {"name": name, "namespace": "s"}, "spec": {"nodeName": node}})
 
 
 def node_action(node: str, kind: int, mark: int) -> Action:
