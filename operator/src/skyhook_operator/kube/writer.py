@@ -339,6 +339,7 @@ class Writer:
         return result
 
     async def _send_in_order(self, steps: Sequence[Step]) -> ApplyResult:
+        """Send each step once the one before it landed; stop at the first failed write."""
         run = _Run()
         limit = asyncio.Semaphore(self._concurrency)
 
