@@ -13,9 +13,10 @@ the budget and incremental property tests check this schedule, the one that ship
   still showed the failed lane (`listed`). The next pass re-plans the node from the node as it
   is.
 - Plans that change a Skyhook as a whole (`plan_order`). Such a plan goes out with nothing
-  else in flight: in plan order up to its last Skyhook-wide action, each Skyhook-level action
-  (a barrier) after every node lane planned before it, the nodes a stretch of lanes starts
-  after the others; its remaining lanes are queued like any plan's.
+  else in flight: in plan order up to its last Skyhook-wide action, each action of no lane (a
+  barrier: finalizer, ConfigMap, status) after every lane planned before it, the nodes a
+  stretch of lanes starts after the others, stopping at the first failed write; the rest is
+  queued like any plan.
 - Statuses. A plan's queued Skyhook status patches go out once its queued lanes that hand off
   or release a node are done with (`Queued.reported`), not behind its starts and bookkeeping.
 - The budget gate. A lane that starts a node waits until every release queued before it, in
