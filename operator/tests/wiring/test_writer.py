@@ -17,6 +17,7 @@ from skyhook_operator.kube.writer import Writer
 from skyhook_operator.store import ClusterStore
 from skyhook_planner.model.actions import (
     CreatePod,
+    DeleteConfigMap,
     EmitEvent,
     EvictPod,
     PatchNode,
@@ -415,6 +416,69 @@ def test_a_start_is_dropped_when_a_release_before_it_failed() -> None:
         assert not any("next" in p or p.endswith("/pods") for p in client.asked)
         assert True in reports
         assert writer.pending_writes() == {}
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_skyhook_wide_plan_sends_its_barrier_after_the_lanes_before_it() -> None:
+    """`apply`: the lanes planned before a Skyhook-wide action are written before it, the node
+    the plan starts after the others; the lanes after it are queued."""
+
+    async def scenario() -> None:
+        client = HeldClient()
+        gate = client.hold("done")
+        writer = _writer(client)
+        plan = Plan(
+            (
+                _mark("next"),
+                _mark("done", "complete"),
+                DeleteConfigMap("skyhook", "old"),
+                _mark("n3"),
+            ),
+            starting=frozenset({"next"}),
+            releasing=frozenset({"done"}),
+        )
+        applying = asyncio.create_task(writer.apply(plan))
+        await eventually(lambda: "done" in client.waiting, 10, "the release going out")
+        await stays_false(client.paths, 0.3)  # the start waits for the release
+        gate.set()
+        result = await asyncio.wait_for(applying, 5)
+        assert result.ok and result.queued == 1
+        await asyncio.wait_for(writer.drain(), 5)
+        assert client.paths() == [
+            "/api/v1/nodes/done/status",
+            "/api/v1/nodes/next/status",
+            "/api/v1/namespaces/skyhook/configmaps/old",
+            "/api/v1/nodes/n3/status",
+        ]
+        await _closed(writer)
+
+    run(scenario)
+
+
+def test_a_skyhook_wide_plan_stops_at_its_first_failed_write() -> None:
+    """`apply`: after a failed lane nothing later in order goes out (not the plan's starts, not
+    its barrier) and nothing is queued; the next pass re-plans from what landed."""
+
+    async def scenario() -> None:
+        client = HeldClient()
+        client.failing.add("done")
+        writer = _writer(client)
+        plan = Plan(
+            (
+                _mark("next"),
+                _mark("done", "complete"),
+                DeleteConfigMap("skyhook", "old"),
+                _mark("n3"),
+            ),
+            starting=frozenset({"next"}),
+            releasing=frozenset({"done"}),
+        )
+        result = await asyncio.wait_for(writer.apply(plan), 5)
+        assert not result.ok and result.queued == 0
+        assert client.asked == ["/api/v1/nodes/done/status"]
+        assert not writer.in_flight and writer.queue_depth == 0
         await _closed(writer)
 
     run(scenario)

@@ -6,8 +6,8 @@ plans (kube/refusals.py).
 A plan of node lanes is only queued (`submit`), and the next pass plans while it is written,
 from a snapshot that replays every queued node write (`pending_writes`) and status patch
 (`pending_statuses`). A plan with actions about a Skyhook as a whole (package ConfigMaps,
-finalizers) is written in order with nothing else in flight, those actions being barriers
-(`apply`).
+finalizers) is written in the order `plan_order` (model/lanes.py) gives, with nothing else in
+flight (`apply`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from skyhook_operator.kube import events
@@ -32,10 +32,8 @@ from skyhook_planner.model.actions import (
     PatchNode,
     PatchSkyhookStatus,
     Plan,
-    lane_of,
-    skyhook_wide,
 )
-from skyhook_planner.model.lanes import Lane, LaneSchedule
+from skyhook_planner.model.lanes import Lane, LaneSchedule, PlanOrder, Step, Wave, plan_order
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +75,8 @@ class Writer:
     in its node's chain and returns at once: the next pass plans meanwhile, from the writes
     `pending_writes` lists, and a node's next stage waits for that node's own writes, not for
     a whole pass. `apply` (a plan that changes a Skyhook as a whole; the reconciler calls it
-    only when nothing is `in_flight`) writes in order up to the plan's last Skyhook-wide
-    action and queues the rest as `submit` does.
+    only when nothing is `in_flight`) writes the steps `plan_order` puts in order and queues
+    the rest as `submit` does.
     """
 
     def __init__(
@@ -168,25 +166,11 @@ class Writer:
         return written
 
     def submit(self, plan: Plan) -> ApplyResult:
-        """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`).
-        Its Skyhook status patches go out after every lane of the plan that hands off or
-        releases a node is done with (`Lane.reported`)."""
-        assert not plan.needs_quiet, "a Skyhook-wide plan goes through apply()"
-        lanes: dict[str, list[Action]] = {}
-        statuses: list[PatchSkyhookStatus] = []
-        for action in plan.actions:
-            if isinstance(action, PatchSkyhookStatus):
-                statuses.append(action)
-            elif isinstance(action, EmitEvent):
-                self.emit_event(action)
-            else:
-                lanes.setdefault(lane_of(action) or "", []).append(action)
-        run = _Run()
-        queued = self._queue(lanes, plan, run)
-        if statuses:
-            self._statuses.add(statuses, run.lanes_done)
-        self._update_idle()
-        return ApplyResult(queued=len(statuses) + queued)
+        """Queue a plan whose only Skyhook-wide actions are statuses (`not plan.needs_quiet`),
+        as `plan_order` splits it."""
+        order = plan_order(plan)
+        assert not order.in_order, "a Skyhook-wide plan goes through apply()"
+        return ApplyResult(queued=self._queue(order, plan))
 
     def pending_writes(self) -> dict[str, tuple[Action, ...]]:
         """Per node, the actions of its lanes queued, waiting for their gate or going out,
@@ -215,13 +199,24 @@ class Writer:
 
     # --- node lanes, in the schedule's order --------------------------------------------------
 
-    def _queue(self, lanes: Mapping[str, list[Action]], plan: Plan, run: _Run) -> int:
-        """Queue the lanes in the schedule; the number of actions queued, not dropped."""
+    def _queue(self, order: PlanOrder, plan: Plan) -> int:
+        """Send the plan's Events, queue its lanes and its statuses behind the lanes that
+        report (`Queued.reported`); the number of actions queued, not dropped."""
+        for event in order.events:
+            self.emit_event(event)
+        run = _Run()
+        queued = self._queue_lanes(order.lanes, plan, run)
+        if order.statuses:
+            self._statuses.add(list(order.statuses), run.lanes_done)
+        self._update_idle()
+        return len(order.statuses) + queued
+
+    def _queue_lanes(self, lanes: Mapping[str, Sequence[Action]], plan: Plan, run: _Run) -> int:
         if not lanes:
             run.lanes_done.set()
             return 0
         queued = self._schedule.queue(lanes, plan.starting, plan.releasing)
-        run.awaited = {lane for lane in queued.lanes if lane.reported}
+        run.awaited = queued.reported
         if not run.awaited:
             run.lanes_done.set()
         for lane in queued.lanes:
@@ -333,56 +328,37 @@ class Writer:
     # --- Skyhook-wide plans, in order -----------------------------------------------------------
 
     async def apply(self, plan: Plan) -> ApplyResult:
-        """Apply a plan that changes a Skyhook as a whole, with nothing else in flight: in
-        order up to its last Skyhook-wide action (a barrier: every lane before one finishes
-        first; within a stretch of lanes, the nodes the plan starts go after the others), then
-        the rest is queued as `submit` queues a plan (a new Skyhook's first pass: its
+        """Apply a plan that changes a Skyhook as a whole, with nothing else in flight: the
+        steps `plan_order` puts in order, each once every one before it landed, then, if they
+        all did, the rest queued as `submit` queues a plan (a new Skyhook's first pass: its
         finalizer and package ConfigMaps, then every node's lane in the background)."""
-        barriers = [i for i, a in enumerate(plan.actions) if skyhook_wide(a)]
-        cut = barriers[-1] + 1 if barriers else 0
-        result = await self._apply_in_order(plan.actions[:cut], plan.starting)
-        if result.ok and cut < len(plan.actions):
-            result.queued = self.submit(replace(plan, actions=plan.actions[cut:])).queued
+        order = plan_order(plan)
+        result = await self._send_in_order(order.in_order)
+        if result.ok:
+            result.queued = self._queue(order, plan)
         return result
 
-    async def _apply_in_order(
-        self, actions: Sequence[Action], starting: Collection[str]
-    ) -> ApplyResult:
-        self._queued += len(actions)
+    async def _send_in_order(self, steps: Sequence[Step]) -> ApplyResult:
+        """Send each step once the one before it landed; stop at the first failed write."""
         run = _Run()
-        lanes: dict[str, list[Action]] = {}
-        for action in actions:
-            lane = lane_of(action)
-            if lane is not None:
-                lanes.setdefault(lane, []).append(action)
-                continue
-            await self._send_stretch(lanes, starting, run)
-            lanes = {}
-            if run.result.ok:
-                await self._send(action, run)
-            if not run.result.ok:
-                break
-        else:
-            await self._send_stretch(lanes, starting, run)
-        # What a failure skipped is no longer queued.
-        self._queued = max(0, self._queued - (len(actions) - run.attempted))
-        return run.result
-
-    async def _send_stretch(
-        self, lanes: Mapping[str, list[Action]], starting: Collection[str], run: _Run
-    ) -> None:
-        """Send lanes now, past the schedule (nothing else is in flight), and wait: the nodes
-        that do not start first, then those that do."""
         limit = asyncio.Semaphore(self._concurrency)
 
         async def send(actions: Sequence[Action]) -> None:
             async with limit:
                 await self._send_actions(actions, run)
 
-        releasing = [actions for lane, actions in lanes.items() if lane not in starting]
-        admitting = [actions for lane, actions in lanes.items() if lane in starting]
-        for group in (releasing, admitting):
-            await asyncio.gather(*(send(actions) for actions in group))
+        total = sum(_size(step) for step in steps)
+        self._queued += total
+        for step in steps:
+            if not run.result.ok:
+                break
+            if isinstance(step, Wave):
+                await asyncio.gather(*(send(actions) for actions in step.lanes.values()))
+            else:
+                await self._send(step, run)
+        # What a failure skipped is no longer queued.
+        self._queued = max(0, self._queued - (total - run.attempted))
+        return run.result
 
 
 def _taint_refused(action: PatchNode, error: Exception) -> EmitEvent:
@@ -401,3 +377,7 @@ def _changes_state(lane: Lane) -> bool:
     do not: the evictor wakes the reconciler itself once a pod is gone or its removal refused,
     so a drain that waits plans again on its own schedule, not at once after every pass."""
     return any(not isinstance(action, EvictPod | EmitEvent) for action in lane.actions)
+
+
+def _size(step: Step) -> int:
+    return sum(map(len, step.lanes.values())) if isinstance(step, Wave) else 1

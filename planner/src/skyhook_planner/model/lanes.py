@@ -12,6 +12,13 @@ the budget and incremental property tests check this schedule, the one that ship
   were planned on top of it), and so is a lane queued later by a plan made from a listing that
   still showed the failed lane (`listed`). The next pass re-plans the node from the node as it
   is.
+- Plans that change a Skyhook as a whole (`plan_order`). Such a plan goes out with nothing
+  else in flight: in plan order up to its last Skyhook-wide action, each action of no lane (a
+  barrier: finalizer, ConfigMap, status) after every lane planned before it, the nodes a
+  stretch of lanes starts after the others, stopping at the first failed write; the rest is
+  queued like any plan.
+- Statuses. A plan's queued Skyhook status patches go out once its queued lanes that hand off
+  or release a node are done with (`Queued.reported`), not behind its starts and bookkeeping.
 - The budget gate. A lane that starts a node waits until every release queued before it, in
   any plan, is done, and is dropped if one of them failed: a watcher never counts more nodes in
   progress than the budget.
@@ -21,10 +28,21 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skyhook_planner.model.actions import Action, CreatePod, DeletePod, EvictPod, StopPod
+from skyhook_planner.model.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    EmitEvent,
+    EvictPod,
+    PatchSkyhookStatus,
+    Plan,
+    StopPod,
+    lane_of,
+    skyhook_wide,
+)
 
 # Lane priorities: hand-offs and releases first, admissions after them, bookkeeping last.
 URGENT, STARTING, LATER = 0, 1, 2
@@ -84,6 +102,72 @@ class Queued:
 
     lanes: list[Lane]  # every lane of the plan
     dropped: list[Lane]  # those dropped at once: planned on top of a lane that failed
+
+    @property
+    def reported(self) -> set[Lane]:
+        """The lanes the plan's Skyhook status patches wait for (`Lane.reported`)."""
+        return {lane for lane in self.lanes if lane.reported}
+
+
+@dataclass(frozen=True)
+class Wave:
+    """Node lanes sent at once, each in its actions' order; the next step waits for all."""
+
+    lanes: Mapping[str, tuple[Action, ...]]
+
+
+Step = Wave | Action  # a Skyhook-level action goes out alone
+
+
+@dataclass(frozen=True)
+class PlanOrder:
+    """How one plan goes out (`plan_order`). First `in_order`, one step after another, each
+    only once every step before it landed (a plan that changes a Skyhook as a whole, with
+    nothing else in flight); then, if they all did, the rest: `lanes` queued in the
+    `LaneSchedule`, `statuses` once the queued lanes that report are done, `events` at once."""
+
+    in_order: tuple[Step, ...]
+    lanes: Mapping[str, tuple[Action, ...]]
+    statuses: tuple[PatchSkyhookStatus, ...]
+    events: tuple[EmitEvent, ...]
+
+
+def plan_order(plan: Plan) -> PlanOrder:
+    """Split a plan into what goes out in order and what is queued. In order: every action up
+    to the plan's last Skyhook-wide one, each action of no lane (finalizer, ConfigMap, status)
+    after the lanes planned before it, and within a stretch of lanes the nodes the plan starts
+    after the others (they may take the slots the others free). An Event rides in the lane
+    `lane_of` names; after the cut, Events go out at once."""
+    barriers = [i for i, action in enumerate(plan.actions) if skyhook_wide(action)]
+    cut = barriers[-1] + 1 if barriers else 0
+    steps: list[Step] = []
+    stretch: dict[str, list[Action]] = {}
+    for action in plan.actions[:cut]:
+        node = lane_of(action)
+        if node is not None:
+            stretch.setdefault(node, []).append(action)
+            continue
+        steps += _waves(stretch, plan.starting)
+        stretch = {}
+        steps.append(action)
+    lanes: dict[str, list[Action]] = {}
+    statuses: list[PatchSkyhookStatus] = []
+    events: list[EmitEvent] = []
+    for action in plan.actions[cut:]:
+        if isinstance(action, PatchSkyhookStatus):
+            statuses.append(action)
+        elif isinstance(action, EmitEvent):
+            events.append(action)
+        else:
+            lanes.setdefault(lane_of(action) or "", []).append(action)
+    queued = {node: tuple(actions) for node, actions in lanes.items()}
+    return PlanOrder(tuple(steps), queued, tuple(statuses), tuple(events))
+
+
+def _waves(stretch: Mapping[str, list[Action]], starting: Collection[str]) -> list[Wave]:
+    others = {node: tuple(a) for node, a in stretch.items() if node not in starting}
+    starts = {node: tuple(a) for node, a in stretch.items() if node in starting}
+    return [Wave(lanes) for lanes in (others, starts) if lanes]
 
 
 class LaneSchedule:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from skyhook_planner.model.actions import Action, EmitEvent, PatchSkyhookStatus, Plan, lane_of
-from skyhook_planner.model.lanes import Lane, LaneSchedule
-from skyhook_planner.model.replay import NodeReplay
+from skyhook_planner.model.actions import Action, PatchSkyhookStatus, Plan
+from skyhook_planner.model.lanes import Lane, LaneSchedule, Step, Wave, plan_order
+from skyhook_planner.model.replay import NodeReplay, StatusReplay
 from skyhook_planner.model.settings import PlannerSettings
 from skyhook_planner.model.snapshot import ClusterSnapshot
 from skyhook_planner.passes.plan import plan
@@ -56,30 +56,36 @@ class Driver:
         self.mid_write: Callable[[Driver], None] | None = None
         self.schedule = LaneSchedule()  # the writer's (model/lanes.py)
         self._out: list[Lane] = []  # lanes sent and not landed yet: still going out
+        # Each plan's statuses with the lanes they wait for not landed yet, oldest plan first.
+        self._statuses: list[tuple[set[Lane], tuple[PatchSkyhookStatus, ...]]] = []
         self._replay = NodeReplay()
+        self._status_replay = StatusReplay()
 
     def step(self) -> Plan:
         # As the operator's reconciler: the pass plans from the cluster with the writes still
         # going out replayed onto it.
-        snapshot = self._replay.apply(self.sim.snapshot(self.now), self.schedule.listed())
+        pending: dict[str, list[Mapping[str, Any]]] = {}
+        for _, statuses in self._statuses:
+            for status in statuses:
+                pending.setdefault(status.name, []).append(status.patch)
+        snapshot = self._status_replay.apply(self.sim.snapshot(self.now), pending)
+        snapshot = self._replay.apply(snapshot, self.schedule.listed())
         result = self.planner(snapshot, self.settings)
-        if result.needs_quiet:
-            self._land_all()  # as the reconciler does: wait for the writes in flight first
         self.plans.append(result)
-        if result.needs_quiet:  # as the writer's `apply`: in order, nothing else in flight
-            self.sim.apply(result.actions)
-            return result
-        # As the operator's writer: the lanes go out in the schedule's order; those of the
-        # nodes `lag` picks are still going out when the next pass plans.
+        # As the operator's writer, in the order `plan_order` and the schedule give.
+        order = plan_order(result)
+        if order.in_order:
+            self._land_all()  # as the reconciler does: wait for the writes in flight first
+        for step in order.in_order:  # as the writer's `apply`: nothing else in flight
+            self.sim.apply(_actions(step))
+        # The lanes of the nodes `lag` picks are still going out when the next pass plans.
         late = self.lag(result) if self.lag else set()
-        lanes: dict[str, list[Action]] = {}
-        for action in result.actions:
-            if not isinstance(action, PatchSkyhookStatus | EmitEvent):
-                lanes.setdefault(lane_of(action) or "", []).append(action)
-        self.schedule.queue(lanes, result.starting, result.releasing)
+        queued = self.schedule.queue(order.lanes, result.starting, result.releasing)
+        self._statuses.append((queued.reported, order.statuses))
+        self.sim.apply(order.events)
         sent, self._out = self._out, []
         self._send(late)
-        self.sim.apply(a for a in result.actions if isinstance(a, PatchSkyhookStatus | EmitEvent))
+        self._write_statuses()
         if self.mid_write is not None and sent:
             self.mid_write(self)
         for lane in sent:  # the previous pass's late lanes land while this one is written
@@ -99,6 +105,16 @@ class Driver:
     def _land(self, lane: Lane) -> None:
         self.sim.apply(lane.actions)
         self.schedule.done(lane, ok=True)
+        for awaited, _ in self._statuses:
+            awaited.discard(lane)
+        self._write_statuses()
+
+    def _write_statuses(self) -> None:
+        """As the writer's status task: one plan's statuses after another, each once the
+        lanes it waits for have landed."""
+        while self._statuses and not self._statuses[0][0]:
+            _, statuses = self._statuses.pop(0)
+            self.sim.apply(statuses)
 
     def _land_all(self) -> None:
         sent, self._out = self._out, []
@@ -162,3 +178,10 @@ class Driver:
 
     def status(self, scr: str) -> dict[str, Any]:
         return dict(self.sim.skyhooks[scr]["status"])
+
+
+def _actions(step: Step) -> tuple[Action, ...]:
+    """A step's actions: a wave's lanes (they land at once here) or one Skyhook-level action."""
+    if isinstance(step, Wave):
+        return tuple(action for lane in step.lanes.values() for action in lane)
+    return (step,)
