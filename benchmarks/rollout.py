@@ -105,8 +105,8 @@ class Figures:
     status_lag_median_s: float = 0.0
     status_lag_max_s: float = 0.0
     status_changes: int = 0
-    # Passes that looked at most QUIET_LOOKED_AT nodes again (issue #36's "pass with 10 changed
-    # nodes"): how many, and the median of their planning, CPU and wall time.
+    # Passes that looked at most QUIET_LOOKED_AT nodes again (the quiet-pass target's "pass
+    # with 10 changed nodes"): how many, and the median of their planning, CPU and wall time.
     quiet_passes: int = 0
     quiet_plan_cpu_median_ms: float = 0.0
     quiet_plan_median_ms: float = 0.0
