@@ -706,22 +706,26 @@ def find_cycle(graph: Mapping[str, tuple[str, ...]]) -> list[str] | None:
     """A dependency cycle as a path `[a, b, ..., a]`, or None. Deterministic (sorted walk)."""
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     stack: list[str] = []
-
-    def visit(vertex: str) -> list[str] | None:
-        state[vertex] = 1
-        stack.append(vertex)
-        for nxt in sorted(graph.get(vertex, ())):
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        stack.pop()
-        state[vertex] = 2
-        return None
-
     for vertex in sorted(graph):
-        if vertex not in state and (found := visit(vertex)):
+        if vertex not in state and (found := _visit(graph, vertex, state, stack)):
             return found
+    return None
+
+
+def _visit(
+    graph: Mapping[str, tuple[str, ...]], vertex: str, state: dict[str, int], stack: list[str]
+) -> list[str] | None:
+    """find_cycle's depth-first walk from `vertex` (a module function: a nested one calling
+    itself would be a reference cycle left for the collector at every pass)."""
+    state[vertex] = 1
+    stack.append(vertex)
+    for nxt in sorted(graph.get(vertex, ())):
+        if state.get(nxt) == 1:
+            return [*stack[stack.index(nxt) :], nxt]
+        if nxt not in state and (found := _visit(graph, nxt, state, stack)):
+            return found
+    stack.pop()
+    state[vertex] = 2
     return None
 
 

@@ -98,7 +98,6 @@ class _NodeRun:
             and (pkg := ctx.index.pod_package(p)) is not None
         }
         self.created = 0
-        self.interrupts = _NodeInterrupt(self)
 
     def run(self) -> Step:
         stage_hold = self.ctx.holds.stages
@@ -145,16 +144,19 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = self.interrupts.check_drain()
+        # Made here, not kept on the run: a run that held it would be a reference cycle, and
+        # every run would then wait for the cyclic collector instead of going at once.
+        node_interrupt = _NodeInterrupt(self)
+        drained = node_interrupt.check_drain()
         if interrupting:
-            self.interrupts.cordon_and_drain(drained, packages[interrupting[0]])
+            node_interrupt.cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             # The interrupt goes first: it needs the node to itself, and starting more work now
             # would only delay it (and a reboot would cut that work short). Only the packages
             # with an interrupt of their own catch up first, so one interrupt covers them all.
             behind = {n: due[n] for n in interrupting if due[n] != INTERRUPT}
             if not (drained.open and self._catching_up(behind)):
-                self.interrupts.start(at_interrupt, drained)
+                node_interrupt.start(at_interrupt, drained)
             return
         for name in ready:
             if name in interrupting and not drained.open:
@@ -178,13 +180,14 @@ class _NodeRun:
                     if name not in interrupting:
                         self._start(packages[name], due[name])
             return
-        drained = self.interrupts.check_drain()
+        node_interrupt = _NodeInterrupt(self)
+        drained = node_interrupt.check_drain()
         if interrupting:
-            self.interrupts.cordon_and_drain(drained, packages[interrupting[0]])
+            node_interrupt.cordon_and_drain(drained, packages[interrupting[0]])
         if at_interrupt:
             behind = {n: due[n] for n in interrupting if due[n] != UNINSTALL_INTERRUPT}
             if not (drained.open and self._catching_up(behind)):
-                self.interrupts.start(at_interrupt, drained, UNINSTALL_INTERRUPT)
+                node_interrupt.start(at_interrupt, drained, UNINSTALL_INTERRUPT)
             return
         for name in sorted(due):
             if name in interrupting and not drained.open:
