@@ -64,10 +64,14 @@ def python_base(local_build: LocalBuild, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
-def component_image(local_build: LocalBuild, python_base: str) -> Callable[[str], str]:
+def component_image(
+    local_build: LocalBuild, registry: Registry, python_base: str
+) -> Callable[[str], str]:
     """`component_image("agent")`: ci/build-image `<component>/v<its version>` run once per
-    session (linux/amd64 and linux/arm64, pushed to our registry); returns the reference."""
+    session (linux/amd64 and linux/arm64, pushed to our registry); returns the reference.
+    The base is named by tag and digest, as the Dockerfiles' own default is."""
     built: dict[str, str] = {}
+    pinned_base = f"{python_base}@{registry.digest('base/python', '3.11')}"
 
     def build(component: str) -> str:
         if component not in built:
@@ -76,7 +80,7 @@ def component_image(local_build: LocalBuild, python_base: str) -> Callable[[str]
                 [
                     sys.executable, str(CI_DIR / "build-image"), f"{component}/{tag}",
                     "--registry", f"{local_build.registry}/skyhook",
-                    "--build-arg", f"PYTHON_IMAGE={python_base}",
+                    "--build-arg", f"PYTHON_IMAGE={pinned_base}",
                 ],
                 env={**os.environ, **local_build.env()},
                 cwd=CI_DIR.parent,

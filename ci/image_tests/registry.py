@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -36,6 +37,11 @@ class Registry:
             f"{repository}/manifests/{reference}", INDEX_TYPES + MANIFEST_TYPES
         )
         return json.loads(body), media_type
+
+    def digest(self, repository: str, tag: str) -> str:
+        """The digest `tag` names: the sha256 of the manifest or index bytes as served."""
+        body, _ = self._get(f"{repository}/manifests/{tag}", INDEX_TYPES + MANIFEST_TYPES)
+        return f"sha256:{hashlib.sha256(body).hexdigest()}"
 
     def blob(self, repository: str, digest: str) -> bytes:
         return self._get(f"{repository}/blobs/{digest}")[0]
