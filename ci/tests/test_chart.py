@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.machinery
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ NAMESPACE = "skyhook"
 RELEASE = "sky"
 FULLNAME = "sky-skyhook-operator"
 DIGEST = "sha256:" + "ab" * 32
+CHART_VERSION = str(yaml.safe_load((CHART / "Chart.yaml").read_text())["version"])
 
 Obj = dict[str, Any]
 
@@ -135,6 +138,35 @@ def test_helm_lint_strict_passes(helm: Path, tmp_path: Path) -> None:
     overrides.write_text(yaml.safe_dump({"agent": {"image": {"digest": DIGEST}}}))
     result = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(overrides))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_released_chart_names_its_home_sources_icon_and_maintainers(
+    helm: Path, tmp_path: Path
+) -> None:
+    """What Artifact Hub and `helm show chart` print for the pushed package: ci/publish-chart's
+    stamped copy, packaged by helm."""
+    loader = importlib.machinery.SourceFileLoader(
+        "publish_chart", str(REPO / "ci" / "publish-chart")
+    )
+    publish_chart = types.ModuleType(loader.name)
+    publish_chart.__file__ = loader.path
+    loader.exec_module(publish_chart)
+    source, tag = "https://github.com/someone/skyhook", f"chart/v{CHART_VERSION}"
+    chart = publish_chart.stamp_chart(source, tag, tmp_path)
+    lint = run_helm(helm, "lint", "--strict", str(chart))
+    assert lint.returncode == 0 and "icon is recommended" not in lint.stdout, lint.stdout
+    packaged = run_helm(helm, "package", str(chart), "--destination", str(tmp_path))
+    assert packaged.returncode == 0, packaged.stderr
+    shown = run_helm(helm, "show", "chart", str(tmp_path / f"skyhook-operator-{CHART_VERSION}.tgz"))
+    metadata = yaml.safe_load(shown.stdout)
+    assert metadata["home"] == source
+    assert metadata["sources"][0] == source
+    assert metadata["icon"] == f"{source}/raw/{tag}/chart/icon.svg"
+    assert (CHART / "icon.svg").read_text().startswith("<svg")
+    assert metadata["maintainers"] == [{"name": "The Skyhook (Python) authors"}]
+    assert metadata["version"] == CHART_VERSION and metadata["appVersion"] == project_version(
+        "operator"
+    )
 
 
 def test_chart_identity_tracks_the_operator_release() -> None:

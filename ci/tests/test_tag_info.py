@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci"))
 from _project import project_version  # noqa: E402
 
+SOURCE = "https://github.com/someone/skyhook"
 CHART_VERSION = str(yaml.safe_load((REPO / "chart" / "Chart.yaml").read_text())["version"])
 
 
@@ -90,11 +91,15 @@ def test_a_tag_that_names_no_release_fails_the_workflow(tag: str, message: str) 
 
 def test_publish_chart_packages_then_pushes_the_tagged_version() -> None:
     registry = "oci://ghcr.io/someone/skyhook/charts"
-    result = run("publish-chart", "--dry-run", f"chart/v{CHART_VERSION}", "--registry", registry)
+    result = run(
+        "publish-chart", "--dry-run", f"chart/v{CHART_VERSION}", "--registry", registry,
+        "--source", SOURCE,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     package, push = (shlex.split(line) for line in result.stdout.splitlines())
-    assert package[:3] == ["helm", "package", str(REPO / "chart")]
     destination = package[package.index("--destination") + 1]
+    # The stamped copy of the chart, not chart/ itself.
+    assert package[:3] == ["helm", "package", f"{destination}/chart"]
     assert push == [
         "helm",
         "push",
@@ -114,10 +119,17 @@ def test_publish_chart_packages_then_pushes_the_tagged_version() -> None:
         ),
         ([f"chart/v{CHART_VERSION}", "--registry", "ghcr.io/x"], 2, "is not oci://host"),
         ([f"chart/v{CHART_VERSION}", "--registry", "oci://ghcr.io/Owner"], 2, "lowercase"),
+        (
+            [f"chart/v{CHART_VERSION}", "--registry", "oci://ghcr.io/x", "--source", "ghcr.io/x"],
+            2,
+            "--source: 'ghcr.io/x' is not an https://host/path",
+        ),
     ],
-    ids=["version", "not-chart", "not-oci", "uppercase"],
+    ids=["version", "not-chart", "not-oci", "uppercase", "source-not-https"],
 )
 def test_publish_chart_refuses(args: list[str], code: int, message: str) -> None:
+    if "--source" not in args:
+        args = [*args, "--source", SOURCE]
     result = run("publish-chart", "--dry-run", *args)
     assert result.returncode == code
     assert message in result.stderr
