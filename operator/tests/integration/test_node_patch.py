@@ -1,12 +1,13 @@
 """A node patch leaves the apiserver's Node as the planner's replay and the in-memory cluster
 show it (model/effects.py): annotations and labels merged, the cordon, taints (one set again
 keeps its place, a new one goes last) and conditions (an updated one keeps its place, a new one
-goes where the apiserver's merge of the two lists puts it, a removed one goes). The writer sends the patch; the Node is read back."""
+goes where the apiserver's merge of the two lists puts it, a removed one goes). The writer sends the patch; the Node is read back, its managed fields naming the operator by its User-Agent."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import subprocess
 from dataclasses import replace
 from typing import Any
@@ -90,6 +91,20 @@ def test_the_writers_patch_leaves_the_node_as_the_replay_and_the_simulator_show(
             "MemoryPressure",
         ]
         assert not last.unschedulable
+        # The apiserver names a writer without a fieldManager by its User-Agent's product:
+        # the Node's managed fields, read by kubectl, credit the writer's label to the operator.
+        shown = subprocess.run(
+            ["kubectl", "--kubeconfig", str(sandbox.kubeconfig), "get", "node", NAME,
+             "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields}"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        managers = {
+            entry["manager"]
+            for entry in json.loads(shown.stdout)
+            if entry["operation"] == "Update"
+            and "f:skyhook.nvidia.com/status_s" in json.dumps(entry.get("fieldsV1", {}))
+        }
+        assert managers == {"skyhook-operator"}
     finally:
         kube.request("DELETE", kube.node_path(NAME))
 
