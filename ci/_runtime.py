@@ -16,6 +16,12 @@ replaces github.com/containerd/nerdctl/mod/tigron with ./mod/tigron, a nested mo
 leaves out and the proxy does not serve (403 "This module version is not available"), and
 cmd/nerdctl imports it (cmd/nerdctl/helpers/testing_linux.go -> pkg/testutil); v2.4.2, the
 newest listed, also needs github.com/moby/moby/v2 v2.0.0-beta.28, which the proxy refuses.
+
+Build times measured here (2 cores shared with another build, the modules downloaded, an empty
+Go build cache, built in TOOLS order, so each reuses the packages compiled before it): the five
+CNI plugins 39 s together (the first one compiles the standard library), crictl 3 min 55 s
+(beside a test run), kind 10 s, runc 24 s, containerd 59 s, its shim 3 s, ctr 6 s; 6 min 16 s
+in all.
 """
 
 from __future__ import annotations
