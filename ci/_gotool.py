@@ -1,11 +1,12 @@
-"""A pinned Go tool, built from the Go module proxy once and cached (helm, actionlint, BuildKit).
+"""A pinned Go tool, built from the Go module proxy once and cached (helm, BuildKit, containerd).
 
 No release binaries are downloadable here, so `go install <package>@<version>` builds the tool
 (`go build` in a copy of the module for one whose go.mod `go install` refuses, BuildKit's),
 niced because a build can take minutes of CPU. It lands in
-~/.cache/skyhook/bin/<name>/<version>/<name> ($SKYHOOK_CACHE_DIR replaces ~/.cache/skyhook);
-a file lock stops two test runs from building at once, and the binary appears whole or not at
-all. `$SKYHOOK_<NAME>` pointing at an executable skips the build.
+~/.cache/skyhook/bin/<name>/<version>/<name> ($SKYHOOK_CACHE_DIR replaces ~/.cache/skyhook;
+binaries that belong together share one directory, e.g. the CNI plugins'); a file lock stops two
+test runs from building at once, and the binary appears whole or not at all.
+`$SKYHOOK_<NAME>` (`-` as `_`) pointing at an executable skips the build.
 """
 
 from __future__ import annotations
@@ -50,13 +51,16 @@ class GoTool:
     # `go install <package>@<version>` refuses a module whose go.mod has replace or exclude
     # directives (BuildKit's): build in a copy of the module instead, as its main module.
     in_module: bool = False
+    # The cache directory when binaries belong together (the CNI plugins, found by one CNI
+    # path; containerd and its shim); None: the binary's name.
+    cache_dir: str | None = None
 
     @property
     def override_variable(self) -> str:
-        return f"SKYHOOK_{self.name.upper()}"
+        return "SKYHOOK_" + self.name.upper().replace("-", "_")
 
     def cached_path(self) -> Path:
-        return cache_root() / "bin" / self.name / self.version / self.name
+        return cache_root() / "bin" / (self.cache_dir or self.name) / self.version / self.name
 
     def ensure(self, say: Say = print) -> Path:
         """The cached binary, built first when missing. `say` receives progress lines."""
@@ -96,9 +100,10 @@ class GoTool:
             self._install(command, cwd, env, say)
             if not self.in_module:
                 (gobin / Path(self.package).name).rename(built)
-            reported = subprocess.run(
+            answer = subprocess.run(
                 [str(built), *self.version_args], capture_output=True, text=True
-            ).stdout.split()
+            )
+            reported = (answer.stdout or answer.stderr).split()  # the CNI plugins': on stderr
             word = reported[self.version_word : self.version_word + 1]
             expected = self.reported_version or self.version
             if not {expected, expected.removeprefix("v")} & set(word):

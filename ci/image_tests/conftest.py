@@ -7,6 +7,7 @@ build takes tens of seconds). Needs root.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 CI_DIR = Path(__file__).resolve().parents[1]
+REPO = CI_DIR.parent
 sys.path.insert(0, str(CI_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -92,3 +94,25 @@ def component_image(
         return built[component]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def shellscript_package(local_build: LocalBuild, busybox_base: str) -> str:
+    """ci/build-package `shellscript/<its version>` on our busybox base (linux/amd64 and
+    linux/arm64, pushed to our registry); returns the reference."""
+    version = json.loads((REPO / "packages" / "shellscript" / "config.json").read_text())[
+        "package_version"
+    ]
+    result = subprocess.run(
+        [
+            sys.executable, str(CI_DIR / "build-package"), f"shellscript/{version}",
+            "--registry", f"{local_build.registry}/skyhook-packages",
+            "--build-arg", f"BASE_IMAGE={busybox_base}",
+        ],
+        env={**os.environ, **local_build.env()},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return f"{local_build.registry}/skyhook-packages/shellscript:{version}"

@@ -1,0 +1,54 @@
+"""ci/_runtime.py's pinned tools, without building them: versions, cache layout, overrides.
+
+The tools themselves are built and run in `tox -e images` (ci/image_tests/
+test_container_runtime.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "ci"))
+
+from _runtime import CNI_PLUGINS, CONTAINERD, CONTAINERD_SHIM, CTR, TOOLS  # noqa: E402
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=[tool.name for tool in TOOLS])
+def test_every_tool_is_pinned_to_an_exact_version(tool) -> None:
+    assert tool.version.startswith("v") and tool.version.count(".") == 2
+    assert tool.package.startswith(tool.module)
+    if not tool.in_module:  # go install names the binary after its package's last element
+        assert Path(tool.package).name == tool.name
+
+
+def test_binaries_that_belong_together_share_one_cache_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKYHOOK_CACHE_DIR", str(tmp_path))
+    containerd = tmp_path / "bin" / "containerd" / CONTAINERD.version
+    assert CONTAINERD.cached_path() == containerd / "containerd"
+    assert CONTAINERD_SHIM.cached_path() == containerd / "containerd-shim-runc-v2"
+    assert CTR.cached_path() == containerd / "ctr"
+    cni = {plugin.cached_path().parent for plugin in CNI_PLUGINS}
+    assert cni == {tmp_path / "bin" / "cni-plugins" / "v1.10.0"}
+    assert {plugin.name for plugin in CNI_PLUGINS} >= {
+        "bridge",
+        "host-local",
+        "loopback",
+        "portmap",
+        "firewall",
+    }
+
+
+def test_a_named_binary_replaces_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shim = tmp_path / "my-shim"
+    shim.write_text("#!/bin/sh\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("SKYHOOK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SKYHOOK_CONTAINERD_SHIM_RUNC_V2", str(shim))
+    assert CONTAINERD_SHIM.ensure(say=pytest.fail) == shim
+    assert not (tmp_path / "cache").exists()
