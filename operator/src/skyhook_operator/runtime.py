@@ -5,8 +5,8 @@ every kind the planner reads (kube/watch.py), the writer, the reconciler, the en
 (metrics, probes, admission webhooks) and the Lease, all as tasks on one event loop
 (ARCHITECTURE.md, "One event loop"). Every change of any index wakes the reconciler; its first
 pass, and readiness, wait until every index has listed, so the first pass sees the whole
-cluster. A part that cannot start (a port in use, no certificate files) ends `main` with a
-`StartError` saying which, before any Lease is taken or watch started.
+cluster. A part that cannot start (credentials it cannot use, a port in use, no certificate
+files) ends `main` with a `StartError` saying which, before any Lease is taken or watch started.
 
 `stop` takes the parts down in the order that keeps the cluster safe (no new passes, the
 writes going out finished, then the Lease handed over), all within `shutdown_timeout` of the
@@ -34,6 +34,7 @@ from skyhook_operator.kube.artifacts import (
     pod_executor,
 )
 from skyhook_operator.kube.client import ApiError, AsyncKube, connect_async
+from skyhook_operator.kube.credentials import CredentialsError
 from skyhook_operator.kube.drain import Evictor
 from skyhook_operator.kube.lease import LeaderElector
 from skyhook_operator.kube.reviews import AccessReviewer
@@ -70,7 +71,10 @@ class StartError(Exception):
 
 async def main(ours: Settings, kubeconfig: str | None = None) -> None:
     """Run the operator until SIGTERM or SIGINT; raises StartError when it cannot start."""
-    operator = Operator(ours, kubeconfig)
+    try:
+        operator = Operator(ours, kubeconfig)
+    except CredentialsError as error:
+        raise StartError(f"credentials: {error}") from error
     try:
         await operator.start()
     except BaseException:

@@ -208,3 +208,48 @@ def test_the_kubernetes_package_is_loaded_only_for_exec_plugins(tmp_path: Path) 
     assert not _imports_kubernetes(_single(tmp_path / "token", {"token": "t"}))
     exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}}
     assert _imports_kubernetes(_single(tmp_path / "exec", exec_user))
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "named"),
+    [
+        (None, "credentials: kubeconfig ~/.kube/config: no such file"),
+        (
+            {
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": "https://api:6443", "proxy-url": "socks5://p:1080"},
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            },
+            "clusters[c].cluster.proxy-url",
+        ),
+    ],
+    ids=["none", "unsupported-field"],
+)
+def test_the_operator_refuses_to_start_on_credentials_it_cannot_use_in_one_line(
+    tmp_path: Path, kubeconfig: dict[str, Any] | None, named: str
+) -> None:
+    """What `skyhook-operator run` prints is the entry to fix, not a traceback; exit code 1."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+    }
+    environment["HOME"] = str(tmp_path)
+    if kubeconfig is not None:
+        environment["KUBECONFIG"] = str(_write(tmp_path / "kubeconfig", kubeconfig))
+    result = subprocess.run(
+        [sys.executable, "-m", "skyhook_operator", "run"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Error: credentials: " in result.stderr and named in result.stderr, result.stderr
