@@ -1,4 +1,5 @@
-"""A containerd of its own and ctr pointed at it: the images run as a cluster node runs them.
+"""A containerd of its own, and ctr and nerdctl pointed at it: the images run as a cluster node
+runs them.
 
 `Containerd(state_dir, tools)` starts containerd with its root, state, socket and config under
 `state_dir` (a short path: the socket lives in it), the CRI and NRI plugins off (ctr needs
@@ -118,6 +119,21 @@ class Containerd:
         ]  # fmt: skip
         env = {**os.environ, "CONTAINERD_SNAPSHOTTER": self.snapshotter}
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+    def nerdctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run nerdctl against our containerd, its own data under `state_dir`, as kind's nerdctl
+        provider runs it; the result is returned whatever its exit code."""
+        command = [
+            str(self.tools["nerdctl"]),
+            "--address", str(self.socket),
+            "--namespace", NAMESPACE,
+            "--snapshotter", self.snapshotter,
+            "--data-root", str(self.state_dir / "nerdctl"),
+            "--cni-path", str(self.tools["bridge"].parent),
+            "--cni-netconfpath", str(self.state_dir / "cni"),
+            *args,
+        ]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
     def _wait_ready(self, timeout: float = 60) -> None:
         assert self._process is not None

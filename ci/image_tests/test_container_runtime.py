@@ -1,4 +1,5 @@
-"""The project's images run in a real container runtime: containerd with runc, driven by ctr.
+"""The project's images run in a real container runtime: containerd with runc, driven by ctr,
+and by nerdctl as kind's provider drives it.
 
 containerd, its runc shim and ctr (containerd's own client) are built by ci/_runtime.py
 (cached); runc is BuildKit's. One containerd of this module's own pulls the agent, operator and
@@ -159,3 +160,32 @@ def test_package_image_hands_its_files_to_the_agent(
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[-1] == "/skyhook/skyhook-package: valid"
+
+
+def test_nerdctl_reads_the_runtime_as_kind_does_and_runs_the_agent_image(
+    runtime: Containerd, component_image: Callable[[str], str]
+) -> None:
+    """kind's nerdctl provider reads `nerdctl info` for the cgroup version and limits, then
+    pulls and runs its node image with nerdctl; here the agent image stands in for it."""
+    result = runtime.nerdctl("info", "--format", "{{json .}}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = json.loads(result.stdout)
+    cgroup2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    assert info["CgroupVersion"] == ("2" if cgroup2 else "1")
+    assert info["CgroupDriver"] in ("cgroupfs", "systemd")
+
+    image = component_image("agent")
+    pulled = runtime.nerdctl("pull", "--insecure-registry", "--platform", "linux/amd64", image)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    # As docker's CLI, nerdctl appends the arguments to the image's entrypoint: the controller.
+    controller = runtime.nerdctl("run", "--rm", "--net", "none", image, "--help")
+    assert controller.returncode == EXIT_BAD_INPUT, controller.stdout + controller.stderr
+    assert "expected 2 to 4 arguments, got 1" in controller.stdout + controller.stderr
+    helped = runtime.nerdctl(
+        "run", "--rm", "--net", "none", "--entrypoint", "skyhook-agent", image, "--help"
+    )
+    assert helped.returncode == 0, helped.stdout + helped.stderr
+    assert "Run Skyhook package stages against a host root" in helped.stdout
+    user = runtime.nerdctl("run", "--rm", "--net", "none", "--entrypoint", "id", image, "-u")
+    assert user.returncode == 0, user.stdout + user.stderr
+    assert user.stdout.strip() == "0"
