@@ -17,8 +17,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci"))
 
-from _buildkit import TOOLS  # noqa: E402
+from _buildkit import TOOLS as BUILD_TOOLS  # noqa: E402
 from _localbuild import buildkitd_config, registry_config  # noqa: E402
+from _runtime import TOOLS as RUNTIME_TOOLS  # noqa: E402
 
 
 def test_buildkitd_runs_the_oci_worker_on_our_runc_and_reaches_the_registry_over_http() -> None:
@@ -37,6 +38,10 @@ def test_registry_serves_loopback_from_its_storage_dir() -> None:
     config = json.loads(registry_config(Path("/state/registry"), "127.0.0.1:5000"))
     assert config["http"]["addr"] == "127.0.0.1:5000"
     assert config["storage"]["filesystem"]["rootdirectory"] == "/state/registry"
+
+
+# The image tools and the container runtime's (runc is in both).
+TOOLS = {tool.name: tool for tool in (*BUILD_TOOLS, *RUNTIME_TOOLS)}.values()
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=[tool.name for tool in TOOLS])

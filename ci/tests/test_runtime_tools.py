@@ -14,15 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci"))
 
-from _runtime import CNI_PLUGINS, CONTAINERD, CONTAINERD_SHIM, CTR, TOOLS  # noqa: E402
-
-
-@pytest.mark.parametrize("tool", TOOLS, ids=[tool.name for tool in TOOLS])
-def test_every_tool_is_pinned_to_an_exact_version(tool) -> None:
-    assert tool.version.startswith("v") and tool.version.count(".") == 2
-    assert tool.package.startswith(tool.module)
-    if not tool.in_module:  # go install names the binary after its package's last element
-        assert Path(tool.package).name == tool.name
+from _runtime import CNI_PLUGINS, CONTAINERD, CONTAINERD_SHIM, CTR  # noqa: E402
 
 
 def test_binaries_that_belong_together_share_one_cache_directory(
