@@ -220,8 +220,13 @@ def test_final_stage_entrypoint_and_user(component: str, entrypoint: list[str], 
 
 
 def copied_sources(component: str) -> list[str]:
+    """What the build stage copies from the context: projects (`schemas/`) and files (the lock)."""
     build = stages(component)[0]
     return [line.split()[1] for line in build if line.startswith("COPY ")]
+
+
+def copied_projects(component: str) -> list[str]:
+    return [source.rstrip("/") for source in copied_sources(component) if source.endswith("/")]
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
@@ -229,10 +234,12 @@ def test_dockerignore_lets_every_copied_project_through(component: str) -> None:
     ignore = (REPO / component / "Dockerfile.dockerignore").read_text().splitlines()
     rules = [line for line in ignore if line and not line.startswith("#")]
     assert rules[0] == "*", "allowlist: everything excluded first"
-    for source in copied_sources(component):
-        project = source.rstrip("/")
+    for project in copied_projects(component):
         assert f"!{project}/pyproject.toml" in ignore and f"!{project}/src" in ignore
         assert (REPO / project / "pyproject.toml").is_file()
+    files = [source for source in copied_sources(component) if not source.endswith("/")]
+    assert files == ["constraints.txt"], "the lock, which the install step reads"
+    assert all(f"!{name}" in ignore and (REPO / name).is_file() for name in files)
 
 
 @pytest.mark.slow
@@ -241,8 +248,9 @@ def test_build_stage_install_step_works_outside_docker(component: str, tmp_path:
     """Replays the build stage's venv + RUN lines with the COPY sources, as docker would."""
     build = stages(component)[0]
     src = tmp_path / "src"
-    for source in copied_sources(component):
-        project = source.rstrip("/")
+    src.mkdir()
+    shutil.copy2(REPO / "constraints.txt", src / "constraints.txt")
+    for project in copied_projects(component):
         for part in ("pyproject.toml", "src"):
             origin, target = REPO / project / part, src / project / part
             if origin.is_dir():
