@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from skyhook_sandbox.binaries import BuildError, bin_dir, ensure_binaries
+from skyhook_sandbox.binaries import BuildError, bin_dir, ensure_binaries, ensure_commands
 from skyhook_sandbox.cli import main
 from skyhook_sandbox.versions import KUBERNETES_VERSION
 
@@ -49,6 +49,19 @@ def test_kubebuilder_assets_without_etcd_is_an_error_naming_it(tmp_path, monkeyp
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
     with pytest.raises(BuildError, match="no executable etcd"):
         ensure_binaries()
+
+
+def test_an_unknown_command_is_refused_by_name_before_any_build():
+    with pytest.raises(BuildError, match=r"no Kubernetes command named kube-router$"):
+        ensure_commands(("kubelet", "kube-router"))
+
+
+def test_cached_commands_are_returned_without_building(sandbox):
+    cache = bin_dir()
+    before = (cache / "kube-apiserver").stat().st_mtime_ns
+    paths = ensure_commands(("kube-apiserver", "etcd"))
+    assert paths == {"kube-apiserver": cache / "kube-apiserver", "etcd": cache / "etcd"}
+    assert (cache / "kube-apiserver").stat().st_mtime_ns == before
 
 
 def test_build_command_reports_the_cached_release_without_building_again(sandbox):

@@ -47,6 +47,14 @@ def test_kubernetes_wrapper_maps_staging_to_published_modules():
     assert '_ "k8s.io/kubernetes/cmd/kube-apiserver/app"' in wrapper.imports_go()
 
 
+def test_kubernetes_wrapper_finds_kubectl_in_its_staging_module():
+    wrapper = gomod.kubernetes_wrapper("v1.34.4", KUBERNETES_GO_MOD, ("kubelet", "kubectl"))
+    imports = wrapper.imports_go()
+    assert '_ "k8s.io/kubernetes/cmd/kubelet/app"' in imports
+    assert '_ "k8s.io/kubectl/pkg/cmd"' in imports  # cmd/kubectl has no app package
+    assert "cmd/kubectl/app" not in imports
+
+
 def test_version_ldflags_and_bad_versions():
     flags = gomod.version_ldflags("v1.34.4")
     assert "version.gitVersion=v1.34.4" in flags and "gitMinor=34" in flags

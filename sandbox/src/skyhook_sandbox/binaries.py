@@ -1,10 +1,12 @@
-"""Control-plane binaries: found in KUBEBUILDER_ASSETS or the cache, else built from source.
+"""Kubernetes and etcd binaries: found in KUBEBUILDER_ASSETS or the cache, else built from source.
 
-kube-apiserver and kube-controller-manager come from the pinned Kubernetes release, etcd from
-the pinned etcd release, all through the Go module proxy. The two Kubernetes commands are
-built by one `go build` so they share compilation. Results are cached under
-~/.cache/skyhook/bin/<kubernetes version>/ and reused; a file lock keeps two concurrent
-sandboxes from building at once.
+kube-apiserver and kube-controller-manager (the sandbox's control plane) and the node's commands
+(kubelet, kubeadm, kubectl, kube-scheduler, kube-proxy: a kind node image's) come from the
+pinned Kubernetes release, etcd from the pinned etcd release, all through the Go module proxy.
+The Kubernetes commands asked for together are built by one `go build` so they share
+compilation. Results are cached under ~/.cache/skyhook/bin/<kubernetes version>/ (an etcd other
+than the pinned one under ~/.cache/skyhook/bin/etcd/<version>/) and reused; a file lock keeps
+two concurrent builds from racing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from skyhook_sandbox.progress import BuildProgress
 from skyhook_sandbox.versions import ETCD_VERSION, KUBERNETES_VERSION
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager")
+NODE_COMMANDS = ("kubelet", "kubeadm", "kubectl", "kube-scheduler", "kube-proxy")
 
 
 class BuildError(RuntimeError):
@@ -75,15 +78,43 @@ def ensure_binaries(progress: BuildProgress | None = None) -> ControlPlaneBinari
     if not wanted:
         return ControlPlaneBinaries(etcd, apiserver, kcm, built=False)
     missing = tuple(name for name in wanted if not _executable(cache / name))
-    if missing:
-        cache.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(cache.parent / f".{cache.name}.lock"):
-            # Another process may have finished the build while we waited for the lock.
-            missing = tuple(name for name in wanted if not _executable(cache / name))
-            if missing:
-                _build(missing, cache, progress)
+    _build_missing(missing, cache, ETCD_VERSION, progress)
     kcm = cache / "kube-controller-manager"
     return ControlPlaneBinaries(etcd, apiserver, kcm, built=bool(missing))
+
+
+def ensure_commands(
+    names: tuple[str, ...], progress: BuildProgress | None = None
+) -> dict[str, Path]:
+    """The cached binaries of these Kubernetes commands (and `etcd`), building the missing ones."""
+    unknown = set(names) - {*KUBE_COMMANDS, *NODE_COMMANDS, "etcd"}
+    if unknown:
+        raise BuildError(f"no Kubernetes command named {', '.join(sorted(unknown))}")
+    cache = bin_dir()
+    _build_missing(names, cache, ETCD_VERSION, progress or BuildProgress())
+    return {name: cache / name for name in names}
+
+
+def ensure_etcd(version: str, progress: BuildProgress | None = None) -> Path:
+    """etcd at `version` (a kind node runs the etcd kubeadm names, not the sandbox's)."""
+    if version == ETCD_VERSION:
+        return ensure_commands(("etcd",), progress)["etcd"]
+    cache = skyhook_cache_root() / "bin" / "etcd" / version
+    _build_missing(("etcd",), cache, version, progress or BuildProgress())
+    return cache / "etcd"
+
+
+def _build_missing(
+    names: tuple[str, ...], cache: Path, etcd_version: str, progress: BuildProgress
+) -> None:
+    if all(_executable(cache / name) for name in names):
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(cache.parent / f".{cache.name}.lock"):
+        # Another process may have finished the build while we waited for the lock.
+        missing = tuple(name for name in names if not _executable(cache / name))
+        if missing:
+            _build(missing, cache, progress, etcd_version)
 
 
 def _go_env() -> dict[str, str]:
@@ -123,7 +154,7 @@ def _prepare_module(workdir: Path, wrapper: gomod.WrapperModule, env: dict[str, 
     _go(["mod", "tidy"], workdir, env)
 
 
-def _build(names: tuple[str, ...], cache: Path, progress: BuildProgress) -> None:
+def _build(names: tuple[str, ...], cache: Path, progress: BuildProgress, etcd_version: str) -> None:
     env = _go_env()
     build_root = skyhook_cache_root() / "build"
     build_root.mkdir(parents=True, exist_ok=True)
@@ -132,7 +163,7 @@ def _build(names: tuple[str, ...], cache: Path, progress: BuildProgress) -> None
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        kube = tuple(name for name in KUBE_COMMANDS if name in names)
+        kube = tuple(name for name in names if name != "etcd")
         if kube:
             workdir = build_root / f"kubernetes-{KUBERNETES_VERSION}"
             progress.note(f"preparing the Kubernetes {KUBERNETES_VERSION} build module")
@@ -152,10 +183,10 @@ def _build(names: tuple[str, ...], cache: Path, progress: BuildProgress) -> None
                 progress=progress,
             )
         if "etcd" in names:
-            workdir = build_root / f"etcd-{ETCD_VERSION}"
-            progress.note(f"preparing the etcd {ETCD_VERSION} build module")
-            go_mod = _released_go_mod("go.etcd.io/etcd/server/v3", ETCD_VERSION, env, build_root)
-            _prepare_module(workdir, gomod.etcd_wrapper(ETCD_VERSION, go_mod), env)
+            workdir = build_root / f"etcd-{etcd_version}"
+            progress.note(f"preparing the etcd {etcd_version} build module")
+            go_mod = _released_go_mod("go.etcd.io/etcd/server/v3", etcd_version, env, build_root)
+            _prepare_module(workdir, gomod.etcd_wrapper(etcd_version, go_mod), env)
             _compile(
                 ["go.etcd.io/etcd/server/v3"],
                 output=staging / "etcd",

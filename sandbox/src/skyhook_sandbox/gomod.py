@@ -63,13 +63,20 @@ def staging_version(kubernetes_version: str) -> str:
     return f"v0.{match.group(1)}.{match.group(2)}"
 
 
+# The package holding a command's code; kubectl's lives in its staging module, not under cmd/.
+_COMMAND_PACKAGES = {"kubectl": "k8s.io/kubectl/pkg/cmd"}
+
+
 def kubernetes_wrapper(version: str, go_mod_text: str, commands: tuple[str, ...]) -> WrapperModule:
     published = staging_version(version)
     return WrapperModule(
         name="skyhook.local/kubernetes-build",
         requires=(("k8s.io/kubernetes", version),),
         replaces=tuple((m, m, published) for m in local_replaces(go_mod_text)),
-        imports=tuple(f"k8s.io/kubernetes/cmd/{command}/app" for command in commands),
+        imports=tuple(
+            _COMMAND_PACKAGES.get(command, f"k8s.io/kubernetes/cmd/{command}/app")
+            for command in commands
+        ),
     )
 
 
