@@ -5,7 +5,8 @@
 
 The images ci/build-image and ci/build-package make are run by a real runtime: containerd with
 its runc shim (runc is BuildKit's, ci/_buildkit.py) and ctr, containerd's own client; the CNI
-plugins for container networks, crictl for containerd's CRI and kind for clusters of real
+plugins for container networks (bridge, firewall, portmap and tuning make nerdctl's; host-local,
+loopback, ptp and portmap are the ones a kind node holds), crictl for containerd's CRI and kind for clusters of real
 kubelets. Versions are pinned here, once; the link flags set the version each binary reports,
 as the projects' release builds do. containerd, its shim and ctr share a cache directory, and so
 do the CNI plugins (one CNI path names them all). $SKYHOOK_<NAME> (`-` as `_`, e.g.
@@ -20,10 +21,10 @@ which the proxy refuses. v1.7.7 is built inside its module (`go install` stops o
 module's version list, which the proxy refuses) and speaks containerd's v1 API, which 2.4 serves.
 
 Build times measured here (2 cores shared with another build, the modules downloaded, an empty
-Go build cache, built in TOOLS order, so each reuses the packages compiled before it): the five
-CNI plugins 39 s together (the first one compiles the standard library), crictl 3 min 55 s
-(beside a test run), kind 10 s, runc 24 s, containerd 59 s, its shim 3 s, ctr 6 s; 6 min 16 s
-in all; nerdctl 40 s.
+Go build cache, built in TOOLS order, so each reuses the packages compiled before it): five
+CNI plugins 39 s together (the first compiles the standard library; ptp and tuning, a few
+seconds each), crictl 3 min 55 s (beside a test run), kind 10 s, runc 24 s, containerd 59 s,
+its shim 3 s, ctr 6 s; 6 min 16 s in all; nerdctl 40 s.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ CONTAINERD_SHIM = _containerd("containerd-shim-runc-v2", ("-v",))  # <name>: Ver
 CNI_PLUGINS = (
     _cni_plugin("main", "bridge"),
     _cni_plugin("main", "loopback"),
+    _cni_plugin("main", "ptp"),
     _cni_plugin("ipam", "host-local"),
     _cni_plugin("meta", "portmap"),
     _cni_plugin("meta", "firewall"),
+    _cni_plugin("meta", "tuning"),
 )
 CRICTL = GoTool(
     name="crictl",
