@@ -1373,7 +1373,7 @@ def package_images(kubectl: Kubectl) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def main(argv: Sequence[str]) -> int:
+def arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ci/e2e/scenarios.py", description=__doc__)
     parser.add_argument("command", choices=("list", "images", "run"))
     parser.add_argument("names", nargs="*", help="scenarios to run (default: all)")
@@ -1381,7 +1381,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--timeout", type=float, default=300, help="seconds each wait may take (default 300)"
     )
-    args = parser.parse_args(argv)
+    # Intermixed: `run --timeout 600 NAME` (ci/e2e-kind's order) keeps NAME among the names.
+    return parser.parse_intermixed_args(argv)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = arguments(argv)
     kubectl = Kubectl(args.kubeconfig)
     if args.command == "list":
         for scenario in SCENARIOS:
