@@ -25,7 +25,7 @@ SCRIPT = REPO / "ci" / "e2e-kind"
 sys.path.insert(0, str(REPO / "ci" / "e2e"))
 import scenarios  # noqa: E402
 
-TOOLS = ("docker", "kind", "kubectl", "helm")
+TOOLS = ("docker", "nerdctl", "kind", "kubectl", "helm")
 SCENARIO_NAMES = [s.name for s in scenarios.SCENARIOS]
 
 
@@ -63,12 +63,13 @@ def test_dry_run_prints_the_whole_plan_and_runs_nothing(fake_tools: Path) -> Non
     assert not (fake_tools.parent / "called").exists(), "dry run invoked a tool"
     plan = commands(result.stdout)
     expected_order = [
-        r"^docker run -d .*--name skyhook-e2e-registry registry:2",
         r"^kind create cluster --name skyhook-e2e --config ",
+        r"^docker run -d .*--network kind .*--name skyhook-e2e-registry registry:2",
         r"^kubectl label nodes .* skyhook\.nvidia\.com/test-node=demo",
         r"^docker build -f agent/Dockerfile -t ghcr\.io/nvidia/skyhook/agent:e2e \.",
         r"^docker build -f operator/Dockerfile -t ghcr\.io/nvidia/skyhook/operator:e2e \.",
-        r"^kind load docker-image --name skyhook-e2e ghcr\.io/nvidia/skyhook/agent:e2e",
+        r"^docker save -o \S+ ghcr\.io/nvidia/skyhook/agent:e2e ghcr\.io/nvidia/skyhook/operator:e2e",
+        r"^kind load image-archive --name skyhook-e2e \S+\.tar",
         r"^helm install skyhook-operator chart --namespace skyhook .*operator\.image\.tag=e2e "
         r".*agent\.image\.tag=e2e",
         r"^docker build -t ghcr\.io/nvidia/skyhook-packages/shellscript:\S+ packages/shellscript",
@@ -102,6 +103,35 @@ def test_dry_run_follows_the_environment_and_keep(fake_tools: Path) -> None:
     assert "keeping cluster ci-x" in result.stdout
 
 
+def test_dry_run_with_nerdctl_runs_every_engine_step_with_nerdctl_and_the_given_bases(
+    fake_tools: Path,
+) -> None:
+    """kind's provider variable picks the engine: no step calls docker, and the bases named
+    (this machine's, made from Debian packages) reach every image build."""
+    result = dry_run(
+        fake_tools,
+        KIND_EXPERIMENTAL_PROVIDER="nerdctl",
+        REGISTRY_IMAGE="skyhook.local/registry:v3",
+        PYTHON_IMAGE="base/python:3.11",
+        PACKAGE_BASE_IMAGE="base/busybox:1.35",
+    )
+    assert result.returncode == 0, result.stderr
+    plan = commands(result.stdout)
+    assert not [line for line in plan if line.startswith("docker ")], plan
+    assert any(
+        re.match(r"^nerdctl run -d .*--network kind .*skyhook\.local/registry:v3$", line)
+        for line in plan
+    ), plan
+    builds = [line for line in plan if line.startswith("nerdctl build ")]
+    assert len(builds) == 3, builds
+    assert all("--build-arg PYTHON_IMAGE=base/python:3.11 " in line for line in builds[:2])
+    assert "--build-arg BASE_IMAGE=base/busybox:1.35 " in builds[2]
+    assert any(
+        line.startswith("nerdctl push localhost:5001/nvidia/skyhook/agent:e2e") for line in plan
+    )
+    assert any(line.startswith("nerdctl rm -f skyhook-e2e-registry") for line in plan)
+
+
 def test_dry_run_names_every_scenario_of_the_shared_list(fake_tools: Path) -> None:
     result = dry_run(fake_tools)
     assert result.returncode == 0, result.stderr
@@ -120,6 +150,18 @@ def test_named_scenarios_run_alone_and_misspelt_ones_are_refused(fake_tools: Pat
     wrong = dry_run(fake_tools, "demo-rolout")
     assert wrong.returncode == 2
     assert "no scenario 'demo-rolout' (there are: demo-rollout " in wrong.stderr
+
+
+def test_each_scenario_line_of_the_plan_names_its_scenario_to_the_runner(
+    fake_tools: Path,
+) -> None:
+    result = dry_run(fake_tools)
+    assert result.returncode == 0, result.stderr
+    runs = [line.split()[2:] for line in commands(result.stdout) if "scenarios.py run" in line]
+    assert len(runs) == len(SCENARIO_NAMES)
+    for argv, name in zip(runs, SCENARIO_NAMES, strict=True):
+        parsed = scenarios.arguments(argv)
+        assert (parsed.command, parsed.names, parsed.timeout) == ("run", [name], 600)
 
 
 def test_unknown_argument_is_refused(fake_tools: Path) -> None:
