@@ -147,7 +147,7 @@ class PackageHost:
         return self.root / host_path.lstrip("/")
 
     def copy_package(self) -> None:
-        """What the package-copy init container does: ``cp -r /skyhook-package/* <copy_dir>``."""
+        """What the package-copy init container does: ``cp -rf /skyhook-package/* <copy_dir>``."""
         target = self.path(self.copy_dir)
         target.mkdir(parents=True, exist_ok=True)
         source = PACKAGES_DIR / self.package

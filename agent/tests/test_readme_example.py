@@ -28,7 +28,7 @@ def test_shellscript_demo_writes_hello_world_file(host: Host) -> None:
     configmap = demo_configmap()
     assert set(configmap) == {"apply.sh", "apply_check.sh", "config.sh", "config_check.sh"}
     assert not any("sleep" in body for body in configmap.values())
-    # What the package-copy init container does: cp -r /skyhook-package/* <copy dir>.
+    # What the package-copy init container does: cp -rf /skyhook-package/* <copy dir>.
     package = host.path(host.copy_dir)
     shutil.copytree(SHELLSCRIPT, package)
     (package / "configmaps").mkdir()

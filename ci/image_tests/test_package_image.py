@@ -9,11 +9,15 @@ layer the package at /skyhook-package, every file as in the checkout with its mo
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 from _localbuild import LocalBuild
+from bases import busybox_rootfs
 from registry import Registry
+
+from skyhook_planner.podbuilder import PACKAGE_COPY_COMMAND
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "packages" / "shellscript"
@@ -67,3 +71,29 @@ def test_shellscript_is_built_and_pushed_for_both_platforms(
             )
             assert data == path.read_bytes(), f"{platform}: {name}"
             assert files[name].mode & 0o111 == path.stat().st_mode & 0o111, f"{platform}: {name}"
+
+
+def test_every_stage_copies_the_package_over_the_last_with_the_images_busybox(
+    tmp_path: Path,
+) -> None:
+    """A generation's stages copy into one directory, node metadata included: a configMap
+    volume, whose files are symlinks (`..data` and the files through it, as the kubelet writes
+    them). The init container's command, run twice by the busybox the package images are built
+    on, must succeed both times and leave the second stage's metadata."""
+    root = busybox_rootfs("amd64", tmp_path / "root")
+    for stage in ("apply", "config"):
+        metadata = root / "skyhook-package" / "node-metadata"
+        shutil.rmtree(metadata, ignore_errors=True)
+        (metadata / f"..2026_{stage}").mkdir(parents=True)
+        (metadata / f"..2026_{stage}" / "labels.json").write_text(f'{{"stage": "{stage}"}}')
+        (metadata / "..data").symlink_to(f"..2026_{stage}")
+        (metadata / "labels.json").symlink_to("..data/labels.json")
+        copied = subprocess.run(
+            ["chroot", str(root), "/bin/sh", "-c", PACKAGE_COPY_COMMAND],
+            env={"PATH": "/bin:/sbin:/usr/bin", "SKYHOOK_DIR": "/var/lib/skyhook/demo/x-1"},
+            capture_output=True,
+            text=True,
+        )
+        assert copied.returncode == 0, f"{stage}: {copied.stderr}"
+    labels = root / "root/var/lib/skyhook/demo/x-1/node-metadata/labels.json"
+    assert json.loads(labels.read_text()) == {"stage": "config"}

@@ -43,7 +43,7 @@ def stage_pod(name: str, node: str, stage: str) -> dict:
                 "command": ["/bin/sh"],
                 "args": [
                     "-c",
-                    "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}",
+                    "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}",
                 ],
                 "env": [{"name": "SKYHOOK_DIR", "value": COPY_DIR}],
                 "volumeMounts": mounts,

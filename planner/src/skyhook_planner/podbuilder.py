@@ -27,8 +27,11 @@ from skyhook_schemas.podpackage import (
 
 ROOT_MOUNT = "root-mount"
 DONE_CONTAINER = "done"  # a stage pod's app container, which exits once the steps passed
+# Every stage of a generation copies into the same directory. -f: the node metadata is a
+# configMap volume, whose files are symlinks, and busybox's cp (the package images' base)
+# refuses to replace a symlink an earlier stage left there ("File exists").
 PACKAGE_COPY_COMMAND = (
-    "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
+    "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
 )
 OP_ENV_NAMES = (
     "SKYHOOK_LOG_DIR",
