@@ -1,11 +1,12 @@
 """A containerd of its own, and ctr and nerdctl pointed at it: the images run as a cluster node
-runs them.
+runs them, and a kind node's image store is filled before the node exists.
 
 `Containerd(state_dir, tools)` starts containerd with its root, state, socket and config under
 `state_dir` (a short path: the socket lives in it), the CRI and NRI plugins off (ctr needs
 neither), and PATH leading to our runc and runc shim, the runtime its containers get. Leaving
 the `with` block removes every container, stops containerd and checks that nothing is left
-mounted under `state_dir`.
+mounted under `state_dir`. Given `root`, containerd keeps its store there instead, and the store
+outlives it (a node image copies it to /var/lib/containerd).
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ _DISABLED_PLUGINS = (
 )
 
 
-def containerd_config(state_dir: Path) -> str:
-    """config.toml (version 4, containerd 2.4's): everything under `state_dir`."""
+def containerd_config(state_dir: Path, root: Path | None = None) -> str:
+    """config.toml (version 4, containerd 2.4's): everything under `state_dir`, the store in
+    `root` when given."""
     disabled = ", ".join(f'"{plugin}"' for plugin in _DISABLED_PLUGINS)
     return "\n".join(
         [
             "version = 4",
-            f'root = "{state_dir / "root"}"',
+            f'root = "{root or state_dir / "root"}"',
             f'state = "{state_dir / "state"}"',
             f'temp = "{state_dir / "tmp"}"',
             f"disabled_plugins = [{disabled}]",
@@ -62,6 +64,8 @@ class Containerd:
     state_dir: Path
     tools: dict[str, Path]  # ci/_runtime.py's, by name
     snapshotter: str = "overlayfs"
+    namespace: str = NAMESPACE
+    root: Path | None = None  # where the store is kept after containerd stops
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -75,7 +79,7 @@ class Containerd:
     def __enter__(self) -> Containerd:
         self.state_dir.mkdir(parents=True)
         config = self.state_dir / "config.toml"
-        config.write_text(containerd_config(self.state_dir))
+        config.write_text(containerd_config(self.state_dir, self.root))
         # The shim is found on containerd's PATH, and runc on the shim's.
         path = [self.tools["containerd-shim-runc-v2"].parent, self.tools["runc"].parent]
         env = {**os.environ, "PATH": os.pathsep.join([*map(str, path), os.environ["PATH"]])}
@@ -114,7 +118,7 @@ class Containerd:
         command = [
             str(self.tools["ctr"]),
             "--address", str(self.socket),
-            "--namespace", NAMESPACE,
+            "--namespace", self.namespace,
             *args,
         ]  # fmt: skip
         env = {**os.environ, "CONTAINERD_SNAPSHOTTER": self.snapshotter}
@@ -126,7 +130,7 @@ class Containerd:
         command = [
             str(self.tools["nerdctl"]),
             "--address", str(self.socket),
-            "--namespace", NAMESPACE,
+            "--namespace", self.namespace,
             "--snapshotter", self.snapshotter,
             "--data-root", str(self.state_dir / "nerdctl"),
             "--cni-path", str(self.tools["bridge"].parent),

@@ -47,6 +47,7 @@ class GoTool:
     # is module v0.316.0); None when they match.
     reported_version: str | None = None
     cgo: bool = False  # runc's nsenter is C: build with CGO_ENABLED=1 (needs gcc)
+    static: bool = False  # CGO_ENABLED=0: for an image with no C library (FROM scratch)
     tags: tuple[str, ...] = ()  # Go build tags, e.g. runc's seccomp (needs libseccomp-dev)
     # `go install <package>@<version>` refuses a module whose go.mod has replace or exclude
     # directives (BuildKit's): build in a copy of the module instead, as its main module.
@@ -94,8 +95,8 @@ class GoTool:
             gobin = work / "bin"
             built = gobin / self.name
             env = {**_go_env(), "GOBIN": str(gobin)}
-            if self.cgo:
-                env["CGO_ENABLED"] = "1"
+            if self.cgo or self.static:
+                env["CGO_ENABLED"] = "0" if self.static else "1"
             command, cwd = self._command(go, module, work, built)
             self._install(command, cwd, env, say)
             if not self.in_module:

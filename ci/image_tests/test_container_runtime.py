@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _containerd import Containerd
 from _runtime import ensure_tools
-from containerd import Containerd
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_BAD_INPUT = 2  # the agent controller's exit code for a wrong invocation
