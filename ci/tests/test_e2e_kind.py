@@ -72,6 +72,7 @@ def test_dry_run_prints_the_whole_plan_and_runs_nothing(fake_tools: Path) -> Non
         r"^kind load image-archive --name skyhook-e2e \S+\.tar",
         r"^helm install skyhook-operator chart --namespace skyhook .*operator\.image\.tag=e2e "
         r".*agent\.image\.tag=e2e",
+        r"^helm test skyhook-operator --namespace skyhook --timeout 5m$",
         r"^docker build -t ghcr\.io/nvidia/skyhook-packages/shellscript:\S+ packages/shellscript",
         *(rf"^python3 ci/e2e/scenarios\.py run --timeout 600 {name}$" for name in SCENARIO_NAMES),
         r"^kind delete cluster --name skyhook-e2e",
