@@ -12,8 +12,10 @@ images the node's containerd already holds. Everything is built here:
 - the runtime: ci/_runtime.py's containerd, runc, crictl and CNI plugins;
 - kubelet, kubeadm and kubectl at the sandbox's Kubernetes release (skyhook_sandbox.binaries);
 - every image `kubeadm config images list` names (API server, controller manager, scheduler,
-  kube-proxy, etcd, CoreDNS, pause), each from source, built by our BuildKit into our registry
-  (ci/_localbuild.py) and preloaded into the node's image store as kind preloads its own;
+  kube-proxy, etcd, CoreDNS), and the pause kind's containerd configuration names in place of
+  kubeadm's (as kind's node image build does), each from source, built by our BuildKit into our
+  registry (ci/_localbuild.py) and preloaded into the node's image store as kind preloads its
+  own;
 - flannel as the network (kind's kindnetd is not on the module proxy), which kind applies from
   /kind/manifests/default-cni.yaml with the cluster's pod subnet; the storage manifest is the
   host-path StorageClass kind falls back to (rancher's provisioner is left out).
@@ -344,6 +346,23 @@ def kubeadm_images(kubeadm: Path, release: str) -> dict[str, str]:
     return {ref: ref.rsplit(":", 1)[0].rsplit("/", 1)[-1] for ref in references}
 
 
+def sandbox_image(containerd_config: str) -> str:
+    """The pause image kind's containerd configuration names (`sandbox_image = "..."`)."""
+    for line in containerd_config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "sandbox_image":
+            return value.strip().strip('"')
+    raise KindNodeError("kind's containerd configuration names no sandbox_image")
+
+
+def kind_images(images: dict[str, str]) -> dict[str, str]:
+    """kubeadm's images with its pause replaced by the one kind's containerd runs, as kind's
+    own node image build does (workloads that expect a kind node rely on that pause)."""
+    kept = {reference: name for reference, name in images.items() if name != "pause"}
+    config = (_kind_base_files() / "etc/containerd/config.toml").read_text()
+    return {**kept, sandbox_image(config): "pause"}
+
+
 def image_version(images: dict[str, str], component: str) -> str:
     for reference, name in images.items():
         if name == component:
@@ -357,7 +376,7 @@ def gather(say: Say) -> Parts:
         ("kubelet", "kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager",
          "kube-scheduler", "kube-proxy")
     )  # fmt: skip
-    images = kubeadm_images(kubernetes["kubeadm"], KUBERNETES_VERSION)
+    images = kind_images(kubeadm_images(kubernetes["kubeadm"], KUBERNETES_VERSION))
     etcd_version = "v" + image_version(images, "etcd").split("-", 1)[0]  # 3.6.5-0 -> v3.6.5
     runtime = ensure_tools(say)
     return Parts(
@@ -511,16 +530,6 @@ def _node_context(context: Path, parts: Parts, store: Path, say: Say) -> Path:
     overlay = context / "overlay"
     shutil.copytree(_kind_base_files(), overlay, ignore=shutil.ignore_patterns("LICENSES"))
     subprocess.run(["chmod", "-R", "u+w", str(overlay)], check=True)  # the module cache's modes
-    pause = next(ref for ref, component in parts.images.items() if component == "pause")
-    config = overlay / "etc/containerd/config.toml"
-    lines = config.read_text().splitlines()
-    config.write_text(
-        "\n".join(
-            f'  sandbox_image = "{pause}"' if line.strip().startswith("sandbox_image") else line
-            for line in lines
-        )
-        + "\n"
-    )
     _install(overlay / "usr/local/bin", [parts.runtime[n] for n in ("containerd", "ctr", "crictl")])
     _install(overlay / "usr/local/bin", [parts.runtime["containerd-shim-runc-v2"]])
     _install(overlay / "usr/local/sbin", [parts.runtime["runc"]])

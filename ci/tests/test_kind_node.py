@@ -137,3 +137,25 @@ def test_a_changed_binary_makes_a_new_node_image(tmp_path: Path) -> None:
     assert parts.digest() == before
     binaries["kubelet"].write_bytes(b"v2 and longer")
     assert parts.digest() != before
+
+
+def test_the_pause_is_the_one_kinds_containerd_runs_not_kubeadms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '[plugins."io.containerd.grpc.v1.cri"]\n'
+        "  # use fixed sandbox image\n"
+        '  sandbox_image = "registry.k8s.io/pause:3.10"\n'
+    )
+    monkeypatch.setattr(_kindnode, "_kind_base_files", lambda: tmp_path)
+    images = _kindnode.kind_images(
+        _kindnode.kubeadm_images(fake_kubeadm(tmp_path, KUBEADM_LIST), "v1.34.4")
+    )
+    pauses = [reference for reference, name in images.items() if name == "pause"]
+    assert pauses == ["registry.k8s.io/pause:3.10"]
+    assert len(images) == 7
+    config.write_text("version = 2\n")
+    with pytest.raises(_kindnode.KindNodeError, match="names no sandbox_image"):
+        _kindnode.kind_images(images)
