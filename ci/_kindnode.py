@@ -477,16 +477,7 @@ def _flannel_image() -> str:
 def _build_pause(target: Path, version: str) -> None:
     """Kubernetes' pause, from the release's source (build/pause/linux/pause.c), as its
     Makefile builds it: static, the version compiled in."""
-    downloaded = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-        cwd=target.parent,
-    )
-    if downloaded.returncode != 0:
-        raise KindNodeError(f"go mod download k8s.io/kubernetes: {downloaded.stderr.strip()}")
-    source = Path(json.loads(downloaded.stdout)["Dir"]) / "build/pause/linux/pause.c"
+    source = _module_source(f"k8s.io/kubernetes@{KUBERNETES_VERSION}") / "build/pause/linux/pause.c"
     compiled = subprocess.run(
         ["gcc", "-Os", "-Wall", "-Werror", "-static", f'-DVERSION=v{version}-skyhook',
          "-o", str(target), str(source)],
@@ -514,16 +505,22 @@ def _preload(parts: Parts, pushed: dict[str, str], store: Path, state: Path, say
                     raise KindNodeError(f"ctr {' '.join(args)}: {result.stderr.strip()}")
 
 
-def _kind_base_files() -> Path:
+def _module_source(module: str) -> Path:
+    """A module's files, from the Go module proxy (the module cache keeps them)."""
     downloaded = subprocess.run(
-        ["go", "mod", "download", "-json", f"sigs.k8s.io/kind@{KIND_VERSION}"],
+        ["go", "mod", "download", "-json", module],
         capture_output=True,
         text=True,
         env={**os.environ, "GOFLAGS": "-mod=mod"},
     )
     if downloaded.returncode != 0:
-        raise KindNodeError(f"go mod download sigs.k8s.io/kind: {downloaded.stderr.strip()}")
-    return Path(json.loads(downloaded.stdout)["Dir"]) / "images/base/files"
+        raise KindNodeError(f"go mod download {module}: {downloaded.stderr.strip()}")
+    return Path(json.loads(downloaded.stdout)["Dir"])
+
+
+def _kind_base_files() -> Path:
+    """kind's base image files: entrypoint, systemd units, containerd configuration."""
+    return _module_source(f"sigs.k8s.io/kind@{KIND_VERSION}") / "images/base/files"
 
 
 def _node_context(context: Path, parts: Parts, store: Path, say: Say) -> Path:
