@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ci"))
 
-from _runtime import CNI_PLUGINS, CONTAINERD, CONTAINERD_SHIM, CTR  # noqa: E402
+from _runtime import CNI_PLUGINS, CONTAINERD, CONTAINERD_SHIM, CTR, KIND  # noqa: E402
 
 
 def test_binaries_that_belong_together_share_one_cache_directory(
@@ -46,3 +46,11 @@ def test_a_named_binary_replaces_the_build(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("SKYHOOK_CONTAINERD_SHIM_RUNC_V2", str(shim))
     assert CONTAINERD_SHIM.ensure(say=pytest.fail) == shim
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_workflows_kind_job_installs_the_pinned_kind() -> None:
+    workflow = (REPO / ".github" / "workflows" / "checks.yaml").read_text()
+    installs = [
+        line.split()[2] for line in workflow.splitlines() if "go install sigs.k8s.io/kind@" in line
+    ]
+    assert installs == [f"sigs.k8s.io/kind@{KIND.version}"]
