@@ -164,7 +164,7 @@ rm -f /lib/systemd/system/multi-user.target.wants/* /etc/systemd/system/*.wants/
   /lib/systemd/system/local-fs.target.wants/* /lib/systemd/system/sockets.target.wants/*udev* \\
   /lib/systemd/system/sockets.target.wants/*initctl* /lib/systemd/system/basic.target.wants/*
 echo ReadKMsg=no >> /etc/systemd/journald.conf
-systemctl enable kubelet.service containerd.service undo-mount-hacks.service
+systemctl enable kubelet.service containerd.service undo-mount-hacks.service node-boot-id.service
 systemctl mask systemd-binfmt.service
 mkdir -p /etc/kubernetes/manifests
 ctr oci spec \\
@@ -185,6 +185,28 @@ fi
 """
 RESTRICT_OOM_SCORE_ADJ_UNIT = """[Service]
 ExecStartPre=/kind/bin/restrict-oom-score-adj.sh
+"""
+
+# A node container shares the host's kernel, and so its boot id: a restarted node would look
+# to the kubelet and the operator as if it never went down. Each start of the node gets a boot id
+# of its own (/run is a new tmpfs each time), before containerd and the kubelet start.
+NODE_BOOT_ID = """#!/bin/sh
+set -eu
+cat /proc/sys/kernel/random/uuid > /run/node-boot-id
+mount --bind /run/node-boot-id /proc/sys/kernel/random/boot_id
+"""
+NODE_BOOT_ID_UNIT = """[Unit]
+Description=A boot id for this start of the node
+DefaultDependencies=no
+Before=containerd.service kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/kind/bin/node-boot-id.sh
+
+[Install]
+WantedBy=multi-user.target
 """
 
 # kind renders this with its pod subnet ("would you kindly template this file" asks it to).
@@ -540,6 +562,8 @@ def _node_context(context: Path, parts: Parts, store: Path, say: Say) -> Path:
     )
     (manifests / "default-storage.yaml").write_text(STORAGE_MANIFEST)
     (overlay / "kind/bin/restrict-oom-score-adj.sh").write_text(RESTRICT_OOM_SCORE_ADJ)
+    (overlay / "kind/bin/node-boot-id.sh").write_text(NODE_BOOT_ID)
+    (overlay / "etc/systemd/system/node-boot-id.service").write_text(NODE_BOOT_ID_UNIT)
     drop_in = overlay / "etc/systemd/system/containerd.service.d"
     drop_in.mkdir(parents=True)
     (drop_in / "10-restrict-oom-score-adj.conf").write_text(RESTRICT_OOM_SCORE_ADJ_UNIT)
