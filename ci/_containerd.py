@@ -124,19 +124,34 @@ class Containerd:
         env = {**os.environ, "CONTAINERD_SNAPSHOTTER": self.snapshotter}
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
+    def nerdctl_settings(self) -> dict[str, str]:
+        """Where nerdctl finds our containerd and keeps its own data (under `state_dir`)."""
+        return {
+            "address": str(self.socket),
+            "namespace": self.namespace,
+            "snapshotter": self.snapshotter,
+            "data_root": str(self.state_dir / "nerdctl"),
+            "cni_path": str(self.tools["bridge"].parent),
+            "cni_netconfpath": str(self.state_dir / "cni"),
+        }
+
+    def nerdctl_toml(self) -> Path:
+        """The settings as nerdctl.toml ($NERDCTL_TOML), for a nerdctl run without flags, as
+        kind's provider runs it."""
+        toml = self.state_dir / "nerdctl.toml"
+        settings = self.nerdctl_settings().items()
+        toml.write_text("".join(f'{key} = "{value}"\n' for key, value in settings))
+        return toml
+
     def nerdctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run nerdctl against our containerd, its own data under `state_dir`, as kind's nerdctl
-        provider runs it; the result is returned whatever its exit code."""
-        command = [
-            str(self.tools["nerdctl"]),
-            "--address", str(self.socket),
-            "--namespace", self.namespace,
-            "--snapshotter", self.snapshotter,
-            "--data-root", str(self.state_dir / "nerdctl"),
-            "--cni-path", str(self.tools["bridge"].parent),
-            "--cni-netconfpath", str(self.state_dir / "cni"),
-            *args,
-        ]  # fmt: skip
+        """Run nerdctl against our containerd with the settings as flags; the result is
+        returned whatever its exit code."""
+        flags = [
+            part
+            for key, value in self.nerdctl_settings().items()
+            for part in (f"--{key.replace('_', '-')}", value)
+        ]
+        command = [str(self.tools["nerdctl"]), *flags, *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
     def _wait_ready(self, timeout: float = 60) -> None:

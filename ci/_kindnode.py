@@ -40,7 +40,7 @@ from pathlib import Path
 
 from _containerd import Containerd
 from _gotool import GoTool, Say, cache_root
-from _localbuild import LocalBuild
+from _localbuild import LocalBuild, LocalBuildError
 from _runtime import KIND_VERSION, ensure_tools
 
 from skyhook_sandbox.binaries import ensure_commands, ensure_etcd
@@ -436,24 +436,13 @@ def ensure_node_image(say: Say = print, state_dir: Path | None = None) -> Path:
             context = _node_context(work / "node", parts, store, say)
             partial = archive.with_suffix(".partial")
             say(f"building the node image {node_image_name()}")
-            _buildx(build, context, "--output", f"type=oci,dest={partial}", "-t", node_image_name())
+            build.buildx(context, "--output", f"type=oci,dest={partial}", "-t", node_image_name())
             partial.replace(archive)
     for stale in archive.parent.glob(f"{KUBERNETES_VERSION}-*.tar"):
         if stale != archive:
             stale.unlink()  # made from parts since changed
     say(f"node image {node_image_name()} cached at {archive} in {time.monotonic() - started:.0f} s")
     return archive
-
-
-def _buildx(build: LocalBuild, context: Path, *args: str) -> None:
-    result = subprocess.run(
-        ["docker", "buildx", "build", "--platform", "linux/amd64", *args, str(context)],
-        env={**os.environ, **build.env()},
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        raise KindNodeError(f"docker buildx build {context.name}:\n{result.stderr[-4000:]}")
 
 
 def _component_images(build: LocalBuild, work: Path, parts: Parts, say: Say) -> dict[str, str]:
@@ -487,7 +476,7 @@ def _component_images(build: LocalBuild, work: Path, parts: Parts, say: Say) -> 
         (context / "Dockerfile").write_text(dockerfile)
         in_registry = f"{build.registry}/{reference}"
         say(f"building {reference} into {build.registry}")
-        _buildx(build, context, "--push", "-t", in_registry)
+        build.buildx(context, "--push", "-t", in_registry)
         pushed[in_registry] = reference
     return pushed
 
@@ -597,6 +586,6 @@ if __name__ == "__main__":
 
     try:
         print(ensure_node_image(_say))
-    except KindNodeError as error:
+    except (KindNodeError, LocalBuildError) as error:
         print(f"ci/_kindnode.py: {error}", file=sys.stderr)
         sys.exit(1)

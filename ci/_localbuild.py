@@ -105,6 +105,18 @@ class LocalBuild:
         """What `docker buildx build` needs to build here and push to our registry."""
         return {"DOCKER_CONFIG": str(self.docker_config), "BUILDX_BUILDER": BUILDER}
 
+    def buildx(self, context: Path, *args: str, platform: str = "linux/amd64") -> None:
+        """`docker buildx build` of `context` here (`args`: its outputs and tags); a failure
+        raises with the end of buildx's output."""
+        result = subprocess.run(
+            ["docker", "buildx", "build", "--platform", platform, *args, str(context)],
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise LocalBuildError(f"docker buildx build {context}:\n{result.stderr[-4000:]}")
+
     def start(self) -> LocalBuild:
         self.state_dir = self.state_dir.resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
