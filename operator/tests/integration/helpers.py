@@ -259,6 +259,12 @@ def entry(state: Mapping[str, Any], package: str, version: str) -> dict[str, Any
     return dict(state.get(keys.package_key(package, version)) or {})
 
 
+def rv(obj: Mapping[str, Any]) -> int:
+    """The object's resourceVersion: the sandbox's one etcd revision, so it orders writes to
+    different objects as they happened (arrival times from separate watches need not)."""
+    return int(obj["metadata"]["resourceVersion"])
+
+
 def pod_stage(pod: Mapping[str, Any]) -> str:
     text = (pod.get("metadata", {}).get("annotations") or {}).get(keys.PACKAGE_ANNOTATION, "{}")
     return str(json.loads(text).get("stage", ""))

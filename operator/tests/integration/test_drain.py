@@ -37,6 +37,7 @@ from .helpers import (
     dry_run_eviction,
     pod_stage,
     refusing_removals,
+    rv,
 )
 
 BUSYBOX = "docker.io/library/busybox:1"
@@ -219,10 +220,6 @@ def workloads(cluster: Cluster) -> Iterator[Workloads]:
 
 
 # --- reading the recording -------------------------------------------------------------------
-
-
-def rv(obj: Json) -> int:
-    return int(obj["metadata"]["resourceVersion"])
 
 
 def record(cluster: Cluster, scr: str, workloads: Workloads, node: str) -> Recording:

@@ -26,7 +26,7 @@ from skyhook_schemas import keys
 from skyhook_schemas.podpackage import decode_interrupt_argument
 
 from .conftest import NAMESPACE
-from .helpers import SHELLSCRIPT, Cluster, Recording, pod_stage
+from .helpers import SHELLSCRIPT, Cluster, Recording, pod_stage, rv
 
 STEPS = "/skyhook-steps"  # on the node's host: one line per step that ran
 SYSTEMCTL_LOG = f"/{LOG_DIR}/systemctl.log"  # every systemctl call the shim received
@@ -42,10 +42,6 @@ def check(line: str) -> str:
 
 
 # --- reading the recording and the host -------------------------------------------------------
-
-
-def rv(obj: Json) -> int:
-    return int(obj["metadata"]["resourceVersion"])
 
 
 def created(recording: Recording, after: int = 0) -> list[Json]:

@@ -23,6 +23,7 @@ from .helpers import (
     create_policy,
     failing_on,
     ordered,
+    rv,
 )
 
 RUNTIME_TAINT = ("skyhook.nvidia.com", "NoSchedule")
@@ -154,17 +155,17 @@ def test_auto_taint_new_nodes_holds_each_new_node_until_its_packages_are_done(
 
     marker = keys.auto_taint_key(RUNTIME_TAINT[0])
     for node in (first, second):
-        versions = [(t, o) for t, _, o in recording.of("node") if o["metadata"]["name"] == node]
-        seen = [tainted(o) for _, o in versions]
+        versions = node_versions(recording, node)
+        seen = [tainted(o) for o in versions]
         assert any(seen), f"{node} was never tainted"
         assert not seen[-1], f"{node} is still tainted"
         first_taint = seen.index(True)
-        tainted_at, obj = versions[first_taint]
+        obj = versions[first_taint]
         assert (obj["metadata"].get("annotations") or {}).get(marker) == "true"
-        pods = [t for t, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
-        assert pods and tainted_at < min(pods), f"{node} ran a stage pod before it was tainted"
+        pods = [rv(p) for _, _, p in recording.of("pod") if p["spec"]["nodeName"] == node]
+        assert pods and rv(obj) < min(pods), f"{node} ran a stage pod before it was tainted"
         untainted = seen.index(False, first_taint)
-        labels = versions[untainted][1]["metadata"].get("labels") or {}
+        labels = versions[untainted]["metadata"].get("labels") or {}
         done = labels.get(keys.node_status_key("tainted"))
         assert done == "complete", f"{node} lost its taint before it completed"
 
@@ -354,9 +355,6 @@ def test_after_a_reboot_to_reapply_the_taint_and_the_cordon_come_back_before_any
     boot = cluster.node(node)["status"]["nodeInfo"]["bootID"]
     recording = cluster.record("again")
     cluster.sandbox.reboot(node)
-
-    def rv(obj: dict[str, Any]) -> int:
-        return int(obj["metadata"]["resourceVersion"])
 
     def rebooted() -> list[dict[str, Any]]:
         versions = node_versions(recording, node)
