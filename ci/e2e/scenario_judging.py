@@ -285,10 +285,7 @@ def mirror_problems(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
         said = (status.get("nodeStatus") or {}).get(node_name)
         if said != label:
             problems.append(f"{node_name}: status.nodeStatus {said!r}, label {label!r}")
-        boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
-        recorded = (status.get("nodeBootIds") or {}).get(node_name)
-        if recorded != boot:
-            problems.append(f"{node_name}: status.nodeBootIds {recorded!r}, node boot id {boot!r}")
+        problems += boot_id_problems(scr, node)
     return problems
 
 
@@ -535,3 +532,47 @@ def no_drain_blocked(scr: Obj, nodes: Sequence[Obj]) -> list[str]:
         for n in nodes
         if key in (n["metadata"].get("annotations") or {})
     ]
+
+
+# --- reboots --------------------------------------------------------------------------------
+
+
+def boot_id(node: Obj) -> str | None:
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+
+
+def reboot_problems(recording: Recording, node: str) -> list[str]:
+    """`node` rebooted once, in the interrupt: its boot id changed exactly once, after its
+    interrupt pod was created and before its post-interrupt pod was (resourceVersions order
+    the writes across the watches)."""
+    versions = [n for n in recording.nodes if n["metadata"]["name"] == node]
+    if not versions:
+        return [f"{node}: no version of the node recorded"]
+    boots: list[tuple[str | None, int]] = []
+    for version in versions:
+        if not boots or boot_id(version) != boots[-1][0]:
+            boots.append((boot_id(version), resource_version(version)))
+    if len(boots) != 2:
+        seen = [b for b, _ in boots]
+        return [f"{node}: boot ids {seen}, want the first and one new one (one reboot)"]
+    came_back = boots[1][1]
+    on_node = [p for p in recording.pods if p["spec"].get("nodeName") == node]
+    interrupts = [resource_version(p) for p in on_node if pod_stage(p) == "interrupt"]
+    after = [resource_version(p) for p in on_node if pod_stage(p) == "post-interrupt"]
+    problems = []
+    if not interrupts or min(interrupts) > came_back:
+        problems.append(f"{node}: the boot id changed before any interrupt pod was created")
+    if not after:
+        problems.append(f"{node}: no post-interrupt pod")
+    elif min(after) < came_back:
+        problems.append(f"{node}: a post-interrupt pod was created before the node came back")
+    return problems
+
+
+def boot_id_problems(scr: Obj, node: Obj) -> list[str]:
+    """The Skyhook's `nodeBootIds` does not name `node`'s boot id."""
+    name = node["metadata"]["name"]
+    recorded = ((scr.get("status") or {}).get("nodeBootIds") or {}).get(name)
+    if recorded != boot_id(node):
+        return [f"{name}: status.nodeBootIds {recorded!r}, node boot id {boot_id(node)!r}"]
+    return []

@@ -42,6 +42,7 @@ from scenario_judging import (  # the pure judging, beside this file
     WORKLOAD_LABEL,
     Obj,
     Recording,
+    boot_id_problems,
     by_name,
     completion_problems,
     condition_problems,
@@ -58,6 +59,7 @@ from scenario_judging import (  # the pure judging, beside this file
     node_priority_problems,
     peak_in_progress,
     progress_problems,
+    reboot_problems,
     stage_problems,
     status_is,
     status_problems,
@@ -410,11 +412,10 @@ REBOOT_STAND_IN = "/usr/local/sbin/reboot"
 
 def _interrupt_package(marker: str) -> dict[str, Any]:
     """A package with a reboot interrupt whose `reboot` is its own: apply puts a stand-in
-    ahead of the host's on PATH that only records the call in `marker`, so the whole reboot
-    path plays (cordon, drain, the interrupt pod with the reboot payload, post-interrupt) on
-    kind too, where a real reboot would stop the node's container for good. Post-interrupt
-    checks the stand-in was called and removes it; the reboot itself is proven on the
-    sandbox, whose nodes come back."""
+    ahead of the host's on PATH that only records the call in `marker`, so the drain
+    scenarios play the whole interrupt path (cordon, drain, the interrupt pod with the reboot
+    payload, post-interrupt) without a reboot each. Post-interrupt checks the stand-in was
+    called and removes it. `reboot-interrupt` reboots for real (`_reboot_package`)."""
     found = package("1.1.1", marker, interrupt={"type": "reboot"})
     scripts = found["configMap"]
     scripts["apply.sh"] += (
@@ -427,6 +428,17 @@ def _interrupt_package(marker: str) -> dict[str, Any]:
         f"#!/bin/bash\ngrep -qx reboot {marker} && rm -f {REBOOT_STAND_IN}\n"
     )
     scripts["post_interrupt_check.sh"] = f"#!/bin/bash\ntest ! -e {REBOOT_STAND_IN}\n"
+    return found
+
+
+def _reboot_package(marker: str) -> dict[str, Any]:
+    """A package whose reboot interrupt reboots the node; post-interrupt appends a line to
+    `marker`, as apply and config do, and checks it."""
+    found = package("1.1.1", marker, interrupt={"type": "reboot"})
+    found["configMap"]["post_interrupt.sh"] = f"#!/bin/bash\necho post-interrupt >> {marker}\n"
+    found["configMap"]["post_interrupt_check.sh"] = (
+        f"#!/bin/bash\ngrep -q post-interrupt {marker}\n"
+    )
     return found
 
 
@@ -889,6 +901,43 @@ DRAINS: tuple[Scenario, ...] = (
     ),
 )
 
+# --- a real reboot ---------------------------------------------------------------------------
+
+# Selects the one node the reboot scenario reboots. A kind node's container is restarted after
+# a reboot at most once (kind runs it with --restart=on-failure:1), so the list reboots one.
+REBOOT_LABEL = f"{GROUP}/e2e-reboot"
+
+REBOOTS: tuple[Scenario, ...] = (
+    Scenario(
+        "reboot-interrupt",
+        "a reboot interrupt reboots the node: it comes back with a new boot id, once, "
+        "post-interrupt runs after that, and the Skyhook completes with the new boot id in "
+        "status.nodeBootIds",
+        (
+            Label(0, REBOOT_LABEL, "yes"),
+            Record("e2e-reboot"),
+            Apply(
+                skyhook(
+                    "e2e-reboot",
+                    {"hello": _reboot_package("/skyhook-e2e-reboot")},
+                    labels={REBOOT_LABEL: "yes"},
+                )
+            ),
+            Complete("e2e-reboot"),
+            Recorded(
+                "e2e-reboot",
+                lambda rec, nodes: reboot_problems(rec, _first_node(nodes)),
+                "one reboot, after the interrupt pod and before post-interrupt",
+            ),
+            Expect(
+                "e2e-reboot",
+                lambda scr, nodes: boot_id_problems(scr, by_name(nodes)[0]),
+                "status.nodeBootIds naming the new boot id",
+            ),
+        ),
+    ),
+)
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "demo-rollout",
@@ -985,6 +1034,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     *UPSTREAM_HEAD,
     *DRAINS,
+    *REBOOTS,  # last: a kind node is down for a while and reboots once
 )
 
 

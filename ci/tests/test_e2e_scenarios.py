@@ -442,3 +442,42 @@ def test_drain_blocked_wants_the_condition_and_the_node_annotation() -> None:
         f"w1: {GROUP}/drainBlocked_s still set",
     ]
     assert scenarios.no_drain_blocked(COMPLETE, [node("w1")]) == []
+
+
+def node_version(boot: str, rv: int, name: str = "w1") -> dict[str, Any]:
+    version = node(name, boot=boot)
+    version["metadata"]["resourceVersion"] = str(rv)
+    return version
+
+
+def test_reboot_problems_want_one_new_boot_id_between_interrupt_and_post_interrupt() -> None:
+    nodes = [node_version("b1", 1), node_version("b1", 4), node_version("b2", 7)]
+    pods = [stage_pod("apply", 2), stage_pod("interrupt", 3), stage_pod("post-interrupt", 8)]
+    assert scenarios.reboot_problems(scenarios.Recording([], pods, nodes), "w1") == []
+    twice = [*nodes, node_version("b3", 9)]
+    assert scenarios.reboot_problems(scenarios.Recording([], pods, twice), "w1") == [
+        "w1: boot ids ['b1', 'b2', 'b3'], want the first and one new one (one reboot)"
+    ]
+    assert scenarios.reboot_problems(scenarios.Recording([], pods, nodes[:2]), "w1") == [
+        "w1: boot ids ['b1'], want the first and one new one (one reboot)"
+    ]
+    out_of_order = [stage_pod("interrupt", 8), stage_pod("post-interrupt", 5)]
+    assert scenarios.reboot_problems(scenarios.Recording([], out_of_order, nodes), "w1") == [
+        "w1: the boot id changed before any interrupt pod was created",
+        "w1: a post-interrupt pod was created before the node came back",
+    ]
+    assert scenarios.reboot_problems(scenarios.Recording([], pods[:2], nodes), "w1") == [
+        "w1: no post-interrupt pod"
+    ]
+    assert scenarios.reboot_problems(scenarios.Recording([], pods, nodes), "w2") == [
+        "w2: no version of the node recorded"
+    ]
+
+
+def test_boot_id_problems_compare_the_status_with_the_node() -> None:
+    scr = json.loads(json.dumps(COMPLETE))
+    scr["status"]["nodeBootIds"] = {"w1": "b2"}
+    assert scenarios.boot_id_problems(scr, node("w1", boot="b2")) == []
+    assert scenarios.boot_id_problems(scr, node("w1", boot="b3")) == [
+        "w1: status.nodeBootIds 'b2', node boot id 'b3'"
+    ]
