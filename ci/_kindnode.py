@@ -187,27 +187,9 @@ RESTRICT_OOM_SCORE_ADJ_UNIT = """[Service]
 ExecStartPre=/kind/bin/restrict-oom-score-adj.sh
 """
 
-# A node container shares the host's kernel, and so its boot id: a restarted node would look
-# to the kubelet and the operator as if it never went down. Each start of the node gets a boot id
-# of its own (/run is a new tmpfs each time), before containerd and the kubelet start.
-NODE_BOOT_ID = """#!/bin/sh
-set -eu
-cat /proc/sys/kernel/random/uuid > /run/node-boot-id
-mount --bind /run/node-boot-id /proc/sys/kernel/random/boot_id
-"""
-NODE_BOOT_ID_UNIT = """[Unit]
-Description=A boot id for this start of the node
-DefaultDependencies=no
-Before=containerd.service kubelet.service
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/kind/bin/node-boot-id.sh
-
-[Install]
-WantedBy=multi-user.target
-"""
+# Each start of a node gets a boot id of its own (the unit and its script, which ci/e2e-kind also
+# installs on node images that lack them).
+BOOT_ID_FILES = Path(__file__).resolve().parent / "kind-node"
 
 # kind renders this with its pod subnet ("would you kindly template this file" asks it to).
 FLANNEL_MANIFEST = """# would you kindly template this file
@@ -344,8 +326,11 @@ class Parts:
     runtime: dict[str, Path]  # ci/_runtime.py's tools, and flannel's CNI plugin
 
     def digest(self) -> str:
-        """Of this file, the versions and every binary: a change to any makes a new image."""
+        """Of this file, the files it adds from ci/kind-node, the versions and every binary: a
+        change to any makes a new image."""
         hasher = hashlib.sha256(Path(__file__).read_bytes())
+        for added in sorted(BOOT_ID_FILES.iterdir()):
+            hasher.update(added.read_bytes())
         hasher.update(json.dumps(sorted(self.images)).encode())
         binaries = [*self.kubernetes.values(), self.etcd, self.coredns, self.flanneld]
         for binary in sorted({*binaries, *self.runtime.values()}):
@@ -551,8 +536,8 @@ def _node_context(context: Path, parts: Parts, store: Path, say: Say) -> Path:
     )
     (manifests / "default-storage.yaml").write_text(STORAGE_MANIFEST)
     (overlay / "kind/bin/restrict-oom-score-adj.sh").write_text(RESTRICT_OOM_SCORE_ADJ)
-    (overlay / "kind/bin/node-boot-id.sh").write_text(NODE_BOOT_ID)
-    (overlay / "etc/systemd/system/node-boot-id.service").write_text(NODE_BOOT_ID_UNIT)
+    _install(overlay / "usr/local/sbin", [BOOT_ID_FILES / "node-boot-id"])
+    shutil.copy(BOOT_ID_FILES / "node-boot-id.service", overlay / "etc/systemd/system")
     drop_in = overlay / "etc/systemd/system/containerd.service.d"
     drop_in.mkdir(parents=True)
     (drop_in / "10-restrict-oom-score-adj.conf").write_text(RESTRICT_OOM_SCORE_ADJ_UNIT)

@@ -64,6 +64,8 @@ def test_dry_run_prints_the_whole_plan_and_runs_nothing(fake_tools: Path) -> Non
     plan = commands(result.stdout)
     expected_order = [
         r"^kind create cluster --name skyhook-e2e --config ",
+        r"^docker cp ci/kind-node/node-boot-id skyhook-e2e-control-plane:/usr/local/sbin/",
+        r"^docker exec skyhook-e2e-worker systemctl enable node-boot-id\.service$",
         r"^docker run -d .*--network kind .*--name skyhook-e2e-registry registry:2",
         r"^kubectl label nodes .* skyhook\.nvidia\.com/test-node=demo",
         r"^docker build -f agent/Dockerfile -t ghcr\.io/nvidia/skyhook/agent:e2e \.",

@@ -159,3 +159,28 @@ def test_the_pause_is_the_one_kinds_containerd_runs_not_kubeadms(
     config.write_text("version = 2\n")
     with pytest.raises(_kindnode.KindNodeError, match="names no sandbox_image"):
         _kindnode.kind_images(images)
+
+
+def test_each_start_gets_a_boot_id_of_its_own_from_the_unit_both_images_install() -> None:
+    """The script, run as the unit runs it at a node's start (here in a mount namespace of its
+    own, /run a new tmpfs as at a start), puts a new boot id over the kernel's; the unit runs
+    the script where the node image and ci/e2e-kind install it."""
+    kernels = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    script = REPO / "ci/kind-node/node-boot-id"
+    started = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs tmpfs /run && {script} && cat /proc/sys/kernel/random/boot_id"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    boot_id = started.stdout.strip()
+    assert len(boot_id) == 36 and boot_id != kernels
+    assert Path("/proc/sys/kernel/random/boot_id").read_text().strip() == kernels
+    unit = (REPO / "ci/kind-node/node-boot-id.service").read_text()
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    installed = exec_start.removeprefix("ExecStart=")
+    assert installed == "/usr/local/sbin/node-boot-id"
+    assert (
+        f'ci/kind-node/node-boot-id "${{node}}:{installed}"' in (REPO / "ci/e2e-kind").read_text()
+    )
+    assert os.access(script, os.X_OK)
