@@ -15,7 +15,6 @@ architecture (the machine's dpkg configuration is left alone), and cached under
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -149,8 +148,4 @@ def push_python_base(build: LocalBuild, work: Path, image: str) -> None:
 def _push_base(build: LocalBuild, work: Path, image: str, dockerfile: str) -> None:
     (work / "Dockerfile").write_text(dockerfile)
     platforms = ",".join(f"linux/{arch}" for arch in ARCHES)
-    subprocess.run(
-        ["docker", "buildx", "build", "--platform", platforms, "-t", image, "--push", str(work)],
-        env={**os.environ, **build.env()},
-        check=True,
-    )
+    build.buildx(work, "-t", image, "--push", platform=platforms)
