@@ -65,6 +65,7 @@ REGISTRY = GoTool(
         "github.com/distribution/distribution/v3/version", REGISTRY_VERSION, "version"
     ),
     version_word=2,
+    static=True,  # also the whole of the e2e registry's image (ci/e2e-kind-nerdctl)
 )
 # With the Makefile's seccomp tag (cgo and libseccomp: `apt-get install libseccomp-dev
 # pkg-config`), since BuildKit gives every RUN step its default seccomp profile and a runc

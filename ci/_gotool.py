@@ -61,7 +61,9 @@ class GoTool:
         return "SKYHOOK_" + self.name.upper().replace("-", "_")
 
     def cached_path(self) -> Path:
-        return cache_root() / "bin" / (self.cache_dir or self.name) / self.version / self.name
+        # A static build is kept apart: a binary cached before a tool became static links libc.
+        version = f"{self.version}-static" if self.static else self.version
+        return cache_root() / "bin" / (self.cache_dir or self.name) / version / self.name
 
     def ensure(self, say: Say = print) -> Path:
         """The cached binary, built first when missing. `say` receives progress lines."""

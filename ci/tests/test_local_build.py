@@ -6,6 +6,7 @@ images through them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -61,3 +62,18 @@ def test_env_without_a_running_build_says_so(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     assert "ci/local-build: " in result.stderr and "registry.address" in result.stderr
+
+
+def test_a_static_build_is_cached_apart_from_one_that_links_libc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry also runs alone in the e2e registry's image (FROM scratch): a binary
+    cached before it was built static must not be taken for it."""
+    monkeypatch.setenv("SKYHOOK_CACHE_DIR", str(tmp_path))
+    (registry,) = [tool for tool in BUILD_TOOLS if tool.name == "registry"]
+    assert registry.static
+    linked = dataclasses.replace(registry, static=False)
+    assert (
+        registry.cached_path() == tmp_path / "bin/registry" / f"{registry.version}-static/registry"
+    )
+    assert linked.cached_path() == tmp_path / "bin/registry" / registry.version / "registry"
